@@ -1,0 +1,423 @@
+//! The built-in demo agent: a deterministic, scripted ACP v1 agent on stdio.
+//!
+//! It is the embedded default upstream when no agent is configured, and the fixture of every
+//! test. No model is involved: a prompt streams a scripted reply, and keywords in the prompt
+//! script the rest (see [`KEYWORDS_HELP`]). Sessions persist under the data directory so
+//! `session/load` replays history after a restart.
+
+mod store;
+mod turn;
+
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use store::{Store, StoredSession};
+use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use zcode_shared::jsonrpc::{self, Id, Kind, RpcError};
+
+/// The keywords a prompt may contain, for `zcode-acp demo-agent --help`.
+pub const KEYWORDS_HELP: &str = "\
+Every prompt streams a thought, a plan, a tool call with its updates, several message chunks and a
+usage update. Words in the prompt (alone, or with a leading `/`) script the rest of the turn:
+
+  permission    ask `session/request_permission` (allow / reject); the reply says what was
+                chosen; a `cancelled` outcome ends the turn with stopReason `cancelled`
+  read:PATH     read PATH through the client (`fs/read_text_file`), relative to the session cwd
+  write:PATH    write a line to PATH through the client (`fs/write_text_file`)
+  long          a long turn (hundreds of chunks) that stops with stopReason `cancelled` on
+                `session/cancel`
+  fail          the turn fails with a JSON-RPC error (-32603)
+
+Sessions are kept under <data dir>/demo-agent/, so `session/load` replays them after a restart.";
+
+/// How the demo agent runs.
+#[derive(Clone, Debug)]
+pub struct DemoOptions {
+    /// Delay between streamed chunks.
+    pub delay: Duration,
+    /// Where its sessions are kept (`<data dir>/demo-agent`).
+    pub data_dir: PathBuf,
+}
+
+/// Runs the agent on this process's stdin and stdout until stdin closes.
+pub async fn run_stdio(opts: DemoOptions) -> std::io::Result<()> {
+    run(opts, tokio::io::stdin(), tokio::io::stdout()).await
+}
+
+/// Runs the agent over any line-delimited byte streams until `input` closes.
+pub async fn run<R, W>(opts: DemoOptions, input: R, output: W) -> std::io::Result<()>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel::<Value>(1024);
+    let writer = tokio::spawn(write_lines(rx, output));
+    let agent = Arc::new(Agent {
+        store: Store::new(&opts.data_dir),
+        opts,
+        out: tx,
+        next_id: AtomicU64::new(1),
+        state: Mutex::new(State::default()),
+    });
+    let mut lines = BufReader::new(input).lines();
+    while let Some(line) = lines.next_line().await? {
+        if line.trim().is_empty() {
+            continue;
+        }
+        agent.clone().handle_line(&line).await;
+    }
+    drop(agent);
+    // Let queued output drain; turns still running end with the process.
+    let _ = tokio::time::timeout(Duration::from_millis(200), writer).await;
+    Ok(())
+}
+
+async fn write_lines<W: AsyncWrite + Unpin>(mut rx: mpsc::Receiver<Value>, mut out: W) {
+    while let Some(msg) = rx.recv().await {
+        let mut line = msg.to_string();
+        line.push('\n');
+        if out.write_all(line.as_bytes()).await.is_err() || out.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A live session: what is kept in memory beside the file.
+struct Live {
+    stored: StoredSession,
+    mode: String,
+    turns: u64,
+    /// Serialises prompts of one session.
+    turn_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Cancels the running turn.
+    cancel: Option<CancellationToken>,
+}
+
+#[derive(Default)]
+struct State {
+    sessions: HashMap<String, Live>,
+    /// Our requests to the client, waiting for their answers.
+    pending: HashMap<Id, oneshot::Sender<Result<Value, RpcError>>>,
+}
+
+/// The agent: shared by the stdin loop and the turn tasks. The mutex is never held across
+/// an `.await`.
+pub(crate) struct Agent {
+    opts: DemoOptions,
+    store: Store,
+    out: mpsc::Sender<Value>,
+    next_id: AtomicU64,
+    state: Mutex<State>,
+}
+
+impl Agent {
+    async fn send(&self, msg: Value) {
+        // The writer only stops when stdout is gone; nothing left to tell anyone then.
+        let _ = self.out.send(msg).await;
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn handle_line(self: Arc<Self>, line: &str) {
+        let msg: Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(e) => {
+                let err = RpcError::new(jsonrpc::PARSE_ERROR, format!("parse error: {e}"));
+                return self.send(jsonrpc::error_response(None, &err)).await;
+            }
+        };
+        match jsonrpc::classify(&msg) {
+            Ok(Kind::Request { id, method }) => {
+                let params = msg.get("params").cloned().unwrap_or(Value::Null);
+                let method = method.to_owned();
+                if method == "session/prompt" {
+                    // Turns run beside the input loop so cancels and answers get through.
+                    tokio::spawn(async move {
+                        let reply = turn::prompt(&self, &params).await;
+                        self.reply(&id, reply).await;
+                    });
+                } else {
+                    let reply = self.call(&method, &params).await;
+                    // A new session's commands follow its answer: the client only knows the
+                    // session id once it has the answer.
+                    let follow = match (&reply, method.as_str()) {
+                        (Ok(r), "session/new") => r["sessionId"].as_str().map(available_commands),
+                        _ => None,
+                    };
+                    self.reply(&id, reply).await;
+                    if let Some(f) = follow {
+                        self.send(f).await;
+                    }
+                }
+            }
+            Ok(Kind::Notification { method }) => self.notify(method, msg.get("params")),
+            Ok(Kind::Response { id: Some(id) }) => {
+                let waiter = self.state().pending.remove(&id);
+                if let Some(w) = waiter {
+                    let answer = match RpcError::from_response(&msg) {
+                        Some(e) => Err(e),
+                        None => Ok(msg.get("result").cloned().unwrap_or(Value::Null)),
+                    };
+                    let _ = w.send(answer);
+                }
+            }
+            Ok(Kind::Response { id: None }) => {}
+            Err(e) => {
+                let id = msg.get("id").and_then(Id::from_value);
+                let err = RpcError::new(jsonrpc::INVALID_REQUEST, format!("invalid request: {e}"));
+                self.send(jsonrpc::error_response(id.as_ref(), &err)).await;
+            }
+        }
+    }
+
+    async fn reply(&self, id: &Id, reply: Result<Value, RpcError>) {
+        let msg = match reply {
+            Ok(result) => jsonrpc::response(id, result),
+            Err(e) => jsonrpc::error_response(Some(id), &e),
+        };
+        self.send(msg).await;
+    }
+
+    fn notify(&self, method: &str, params: Option<&Value>) {
+        if method == "session/cancel" {
+            let id = params.and_then(|p| p.get("sessionId")).and_then(Value::as_str).unwrap_or_default();
+            if let Some(live) = self.state().sessions.get(id) {
+                if let Some(c) = &live.cancel {
+                    c.cancel();
+                }
+            }
+        }
+        // Every other notification (including `$/cancel_request`) needs nothing from us.
+    }
+
+    /// Sends a request to the client and waits for its answer.
+    pub(crate) async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        let id = Id::from(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let (tx, rx) = oneshot::channel();
+        self.state().pending.insert(id.clone(), tx);
+        self.send(jsonrpc::request(&id, method, params)).await;
+        rx.await.unwrap_or_else(|_| Err(RpcError::internal("the client went away")))
+    }
+
+    /// Streams a `session/update` and records it for replay.
+    pub(crate) async fn update(&self, session_id: &str, update: Value) {
+        self.record(session_id, &update);
+        self.send(session_update(session_id, update)).await;
+    }
+
+    /// Records an update for replay without sending it (the user's own prompt).
+    pub(crate) fn record(&self, session_id: &str, update: &Value) {
+        let mut st = self.state();
+        if let Some(live) = st.sessions.get_mut(session_id) {
+            live.stored.history.push(update.clone());
+        }
+        drop(st);
+        if let Err(e) = self.store.append(session_id, &json!({"update": update})) {
+            tracing::warn!(session = session_id, error = %e, "demo agent cannot persist history");
+        }
+    }
+
+    async fn call(&self, method: &str, params: &Value) -> Result<Value, RpcError> {
+        match method {
+            "initialize" => initialize(params),
+            "authenticate" => Ok(json!({})),
+            "session/new" => self.new_session(params).await,
+            "session/load" => self.load_session(params).await,
+            "session/list" => self.list_sessions(params),
+            "session/set_mode" => self.set_mode(params).await,
+            _ => Err(RpcError::method_not_found(method)),
+        }
+    }
+
+    async fn new_session(&self, params: &Value) -> Result<Value, RpcError> {
+        let cwd = jsonrpc::required_str(params, "cwd")?;
+        check_mcp_servers(params)?;
+        let stored = StoredSession {
+            id: store::new_id(),
+            cwd: cwd.to_owned(),
+            title: None,
+            updated_at: zcode_shared::time::now_ms(),
+            history: vec![],
+        };
+        self.store
+            .create(&stored)
+            .map_err(|e| RpcError::internal(format!("cannot store the session: {e}")))?;
+        let id = stored.id.clone();
+        self.state().sessions.insert(id.clone(), Live::new(stored));
+        Ok(json!({"sessionId": id, "modes": modes("default")}))
+    }
+
+    async fn load_session(&self, params: &Value) -> Result<Value, RpcError> {
+        let id = jsonrpc::required_str(params, "sessionId")?.to_owned();
+        jsonrpc::required_str(params, "cwd")?;
+        check_mcp_servers(params)?;
+        let known = self.state().sessions.get(&id).map(|l| (l.stored.history.clone(), l.mode.clone()));
+        let (history, mode) = match known {
+            Some(k) => k,
+            None => {
+                let stored = self
+                    .store
+                    .load(&id)
+                    .map_err(|e| RpcError::internal(format!("cannot read session {id}: {e}")))?
+                    .ok_or_else(|| {
+                        RpcError::new(jsonrpc::RESOURCE_NOT_FOUND, format!("session not found: {id}"))
+                    })?;
+                let history = stored.history.clone();
+                self.state().sessions.insert(id.clone(), Live::new(stored));
+                (history, "default".to_owned())
+            }
+        };
+        // ACP: the agent replays the whole history as updates BEFORE it answers.
+        for update in history {
+            self.send(session_update(&id, update)).await;
+        }
+        self.send(available_commands(&id)).await;
+        Ok(json!({"modes": modes(&mode)}))
+    }
+
+    fn list_sessions(&self, params: &Value) -> Result<Value, RpcError> {
+        let cwd = params.get("cwd").and_then(Value::as_str);
+        let mut all =
+            self.store.all().map_err(|e| RpcError::internal(format!("cannot list sessions: {e}")))?;
+        all.retain(|s| cwd.is_none_or(|c| c == s.cwd));
+        all.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.id.cmp(&b.id)));
+        let sessions: Vec<Value> = all
+            .iter()
+            .map(|s| {
+                json!({"sessionId": s.id, "cwd": s.cwd, "title": s.title,
+                       "updatedAt": zcode_shared::time::iso8601(s.updated_at)})
+            })
+            .collect();
+        Ok(json!({"sessions": sessions, "nextCursor": null}))
+    }
+
+    async fn set_mode(&self, params: &Value) -> Result<Value, RpcError> {
+        let id = jsonrpc::required_str(params, "sessionId")?;
+        let mode = jsonrpc::required_str(params, "modeId")?;
+        if !MODES.iter().any(|(m, _)| *m == mode) {
+            return Err(RpcError::invalid_params(format!(
+                "unknown mode `{mode}`: the demo has default and plan"
+            )));
+        }
+        match self.state().sessions.get_mut(id) {
+            Some(live) => live.mode = mode.to_owned(),
+            None => return Err(session_not_found(id)),
+        }
+        self.update(id, json!({"sessionUpdate": "current_mode_update", "currentModeId": mode})).await;
+        Ok(json!({}))
+    }
+
+    /// Looks a session up for a prompt: its turn lock and its cwd.
+    pub(crate) fn begin_turn(&self, id: &str) -> Result<(Arc<tokio::sync::Mutex<()>>, String), RpcError> {
+        let st = self.state();
+        let live = st.sessions.get(id).ok_or_else(|| session_not_found(id))?;
+        Ok((live.turn_lock.clone(), live.stored.cwd.clone()))
+    }
+
+    /// Marks a turn as running (under the session's turn lock); returns its number and token.
+    pub(crate) fn start_turn(&self, id: &str, text: &str) -> (u64, CancellationToken) {
+        let token = CancellationToken::new();
+        let now = zcode_shared::time::now_ms();
+        let mut st = self.state();
+        let Some(live) = st.sessions.get_mut(id) else { return (0, token) };
+        live.turns += 1;
+        live.cancel = Some(token.clone());
+        live.stored.updated_at = now;
+        let mut rec = json!({"updatedAt": now});
+        if live.stored.title.is_none() {
+            let title = turn::title_of(text);
+            if !title.is_empty() {
+                live.stored.title = Some(title.clone());
+                rec["title"] = title.into();
+            }
+        }
+        let n = live.turns;
+        drop(st);
+        let _ = self.store.append(id, &rec);
+        (n, token)
+    }
+
+    /// Clears the running turn's cancel token.
+    pub(crate) fn end_turn(&self, id: &str) {
+        if let Some(live) = self.state().sessions.get_mut(id) {
+            live.cancel = None;
+        }
+    }
+
+    /// The delay between streamed chunks.
+    pub(crate) fn delay(&self) -> Duration {
+        self.opts.delay
+    }
+}
+
+impl Live {
+    fn new(stored: StoredSession) -> Live {
+        let turns =
+            stored.history.iter().filter(|u| u["sessionUpdate"] == "user_message_chunk").count() as u64;
+        Live { stored, mode: "default".into(), turns, turn_lock: Arc::default(), cancel: None }
+    }
+}
+
+const MODES: [(&str, &str); 2] = [("default", "Default"), ("plan", "Plan")];
+
+fn modes(current: &str) -> Value {
+    let available: Vec<Value> = MODES.iter().map(|(id, name)| json!({"id": id, "name": name})).collect();
+    json!({"currentModeId": current, "availableModes": available})
+}
+
+fn available_commands(session_id: &str) -> Value {
+    let cmds = [
+        ("permission", "ask for a permission"),
+        ("long", "a long turn to cancel"),
+        ("fail", "fail the turn with an error"),
+    ];
+    let list: Vec<Value> = cmds.iter().map(|(n, d)| json!({"name": n, "description": d})).collect();
+    session_update(
+        session_id,
+        json!({"sessionUpdate": "available_commands_update", "availableCommands": list}),
+    )
+}
+
+fn session_update(session_id: &str, update: Value) -> Value {
+    jsonrpc::notification("session/update", json!({"sessionId": session_id, "update": update}))
+}
+
+pub(crate) fn session_not_found(id: &str) -> RpcError {
+    RpcError::new(jsonrpc::RESOURCE_NOT_FOUND, format!("session not found: {id}"))
+}
+
+fn check_mcp_servers(params: &Value) -> Result<(), RpcError> {
+    match jsonrpc::required(params, "mcpServers")? {
+        Value::Array(_) => Ok(()),
+        _ => Err(RpcError::invalid_params("`mcpServers` must be an array")),
+    }
+}
+
+fn initialize(params: &Value) -> Result<Value, RpcError> {
+    match jsonrpc::required(params, "protocolVersion")? {
+        Value::Number(_) => {}
+        _ => return Err(RpcError::invalid_params("`protocolVersion` must be a number")),
+    }
+    Ok(json!({
+        "protocolVersion": 1,
+        "agentCapabilities": {
+            "loadSession": true,
+            "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+            "mcpCapabilities": {"http": false, "sse": false},
+            "sessionCapabilities": {"list": {}},
+        },
+        "authMethods": [],
+        "agentInfo": {
+            "name": "zcode-acp-demo",
+            "title": "zcode-acp demo agent (scripted, no model)",
+            "version": zcode_shared::VERSION,
+        },
+    }))
+}

@@ -1,0 +1,351 @@
+//! One scripted turn of the demo agent (`session/prompt`): what it streams, and the keywords
+//! that ask for permissions, client file access, a long cancellable turn or a failure.
+
+use super::{Agent, session_not_found};
+use serde_json::{Value, json};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use zcode_shared::jsonrpc::{self, RpcError};
+
+/// Chunks in a `long` turn.
+const LONG_CHUNKS: usize = 600;
+/// The shortest pause between chunks of a `long` turn, so it stays long at delay 0.
+const LONG_MIN_DELAY: Duration = Duration::from_millis(20);
+
+/// Why a turn stopped early.
+enum Stop {
+    Cancelled,
+    Failed(RpcError),
+}
+
+/// What the prompt's keywords ask for.
+#[derive(Debug, Default, PartialEq)]
+struct Script {
+    permission: bool,
+    long: bool,
+    fail: bool,
+    reads: Vec<String>,
+    writes: Vec<String>,
+}
+
+fn script_of(text: &str) -> Script {
+    let mut s = Script::default();
+    for raw in text.split_whitespace() {
+        let word = raw.strip_prefix('/').unwrap_or(raw);
+        if let Some(p) = word.strip_prefix("read:").filter(|p| !p.is_empty()) {
+            s.reads.push(p.to_owned());
+            continue;
+        }
+        if let Some(p) = word.strip_prefix("write:").filter(|p| !p.is_empty()) {
+            s.writes.push(p.to_owned());
+            continue;
+        }
+        match word.trim_end_matches(['.', ',', ';', '!', '?']).to_ascii_lowercase().as_str() {
+            "permission" => s.permission = true,
+            "long" => s.long = true,
+            "fail" => s.fail = true,
+            _ => {}
+        }
+    }
+    s
+}
+
+/// A session title from a prompt: first non-empty line, whitespace flattened, 80 chars.
+pub(crate) fn title_of(text: &str) -> String {
+    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    line.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(80).collect()
+}
+
+/// Runs `session/prompt`: the answer is `{stopReason}` or a JSON-RPC error.
+pub(crate) async fn prompt(agent: &Agent, params: &Value) -> Result<Value, RpcError> {
+    let sid = jsonrpc::required_str(params, "sessionId")?;
+    let blocks = jsonrpc::required(params, "prompt")?
+        .as_array()
+        .ok_or_else(|| RpcError::invalid_params("`prompt` must be an array of content blocks"))?;
+    let text: Vec<&str> =
+        blocks.iter().filter(|b| b["type"] == "text").filter_map(|b| b["text"].as_str()).collect();
+    let text = text.join("\n");
+    let (lock, cwd) = agent.begin_turn(sid)?;
+    let _one_turn_at_a_time = lock.lock().await;
+    let (n, cancel) = agent.start_turn(sid, &text);
+    if n == 0 {
+        return Err(session_not_found(sid));
+    }
+    agent.record(
+        sid,
+        &json!({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": text}}),
+    );
+    let turn = Turn { agent, sid, n, cwd, cancel };
+    let outcome = turn.run(&text).await;
+    agent.end_turn(sid);
+    match outcome {
+        Ok(()) => Ok(json!({"stopReason": "end_turn"})),
+        Err(Stop::Cancelled) => Ok(json!({"stopReason": "cancelled"})),
+        Err(Stop::Failed(e)) => Err(e),
+    }
+}
+
+struct Turn<'a> {
+    agent: &'a Agent,
+    sid: &'a str,
+    n: u64,
+    cwd: String,
+    cancel: CancellationToken,
+}
+
+impl Turn<'_> {
+    async fn run(&self, text: &str) -> Result<(), Stop> {
+        let script = script_of(text);
+        self.update(
+            json!({"sessionUpdate": "agent_thought_chunk", "messageId": format!("thought_{}", self.n),
+            "content": {"type": "text", "text": format!("The user asked: {}", title_of(text))}}),
+        )
+        .await?;
+        if script.fail {
+            self.say("Failing this turn, as the `fail` keyword asks.").await?;
+            return Err(Stop::Failed(RpcError::internal(
+                "the demo agent failed this turn on purpose (keyword `fail`)",
+            )));
+        }
+        self.update(plan(&["Read the prompt", "Answer"], 1)).await?;
+        let call = format!("call_{}_think", self.n);
+        self.update(json!({"sessionUpdate": "tool_call", "toolCallId": call, "title": "Count the words",
+            "kind": "think", "status": "pending"}))
+            .await?;
+        self.update(
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": call, "status": "in_progress"}),
+        )
+        .await?;
+        let words = text.split_whitespace().count();
+        self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": call, "status": "completed",
+            "content": [text_content(&format!("{words} words"))]}))
+            .await?;
+        if script.permission {
+            self.permission().await?;
+        }
+        for path in &script.reads {
+            self.read(path).await?;
+        }
+        for path in &script.writes {
+            self.write(path).await?;
+        }
+        if script.long {
+            self.long().await?;
+        }
+        self.say(&format!(
+            "This is the zcode-acp demo agent, a script with no model behind it. You said: \"{}\".",
+            title_of(text)
+        ))
+        .await?;
+        self.update(plan(&["Read the prompt", "Answer"], 2)).await?;
+        self.update(json!({"sessionUpdate": "usage_update", "used": 1000 * self.n + text.len() as u64,
+            "size": 200_000}))
+            .await
+    }
+
+    /// Waits the configured delay, or stops if the turn is cancelled.
+    async fn pause(&self, delay: Duration) -> Result<(), Stop> {
+        if self.cancel.is_cancelled() {
+            return Err(Stop::Cancelled);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(delay) => Ok(()),
+            () = self.cancel.cancelled() => Err(Stop::Cancelled),
+        }
+    }
+
+    async fn update(&self, update: Value) -> Result<(), Stop> {
+        self.pause(self.agent.delay()).await?;
+        self.agent.update(self.sid, update).await;
+        Ok(())
+    }
+
+    /// Streams `text` as agent message chunks of a few words each, under one messageId.
+    async fn say(&self, text: &str) -> Result<(), Stop> {
+        let words: Vec<&str> = text.split_inclusive(' ').collect();
+        for chunk in words.chunks(4) {
+            self.update(
+                json!({"sessionUpdate": "agent_message_chunk", "messageId": format!("msg_{}", self.n),
+                "content": {"type": "text", "text": chunk.concat()}}),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Sends a request to the client; a cancel of the turn stops waiting for it.
+    async fn ask(&self, method: &str, params: Value) -> Result<Result<Value, RpcError>, Stop> {
+        tokio::select! {
+            r = self.agent.request(method, params) => Ok(r),
+            () = self.cancel.cancelled() => Err(Stop::Cancelled),
+        }
+    }
+
+    async fn permission(&self) -> Result<(), Stop> {
+        let call = format!("call_{}_permission", self.n);
+        let tool = json!({"toolCallId": call, "title": "Touch demo.txt (needs your permission)",
+            "kind": "edit", "status": "pending"});
+        let mut announce = tool.clone();
+        announce["sessionUpdate"] = "tool_call".into();
+        self.update(announce).await?;
+        let options = json!([
+            {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+            {"optionId": "allow_always", "name": "Always allow", "kind": "allow_always"},
+            {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+        ]);
+        let answer = self
+            .ask(
+                "session/request_permission",
+                json!({"sessionId": self.sid, "toolCall": tool, "options": options}),
+            )
+            .await?;
+        let outcome = match answer {
+            Ok(v) => v,
+            Err(e) => {
+                self.finish_tool(&call, "failed", &format!("permission request failed: {}", e.message))
+                    .await?;
+                return self.say(&format!("The permission request failed: {}. ", e.message)).await;
+            }
+        };
+        match (outcome["outcome"]["outcome"].as_str(), outcome["outcome"]["optionId"].as_str()) {
+            (Some("selected"), Some(opt @ ("allow" | "allow_always"))) => {
+                self.finish_tool(&call, "completed", &format!("allowed ({opt})")).await?;
+                self.say(&format!("Permission granted ({opt}). ")).await
+            }
+            (Some("selected"), Some(opt)) => {
+                self.finish_tool(&call, "failed", &format!("rejected ({opt})")).await?;
+                self.say(&format!("Permission denied ({opt}). ")).await
+            }
+            (Some("cancelled"), _) => {
+                self.agent.update(self.sid, tool_update(&call, "failed", "cancelled")).await;
+                Err(Stop::Cancelled)
+            }
+            _ => {
+                self.finish_tool(&call, "failed", "unreadable permission outcome").await?;
+                self.say("The permission answer was not understood; treating it as a rejection. ").await
+            }
+        }
+    }
+
+    async fn finish_tool(&self, call: &str, status: &str, text: &str) -> Result<(), Stop> {
+        self.update(tool_update(call, status, text)).await
+    }
+
+    fn resolve(&self, path: &str) -> String {
+        if path.starts_with('/') {
+            path.to_owned()
+        } else {
+            format!("{}/{path}", self.cwd.trim_end_matches('/'))
+        }
+    }
+
+    async fn read(&self, path: &str) -> Result<(), Stop> {
+        let abs = self.resolve(path);
+        let call = format!("call_{}_read_{}", self.n, path.len());
+        self.update(
+            json!({"sessionUpdate": "tool_call", "toolCallId": call, "title": format!("Read {path}"),
+            "kind": "read", "status": "in_progress", "locations": [{"path": abs}]}),
+        )
+        .await?;
+        match self.ask("fs/read_text_file", json!({"sessionId": self.sid, "path": abs})).await? {
+            Ok(v) => {
+                let content = v["content"].as_str().unwrap_or_default();
+                let first = content.lines().next().unwrap_or("");
+                let lines = content.lines().count();
+                self.finish_tool(&call, "completed", &format!("{lines} lines")).await?;
+                self.say(&format!("{path} has {lines} lines; the first is \"{first}\". ")).await
+            }
+            Err(e) => {
+                self.finish_tool(&call, "failed", &e.message).await?;
+                self.say(&format!("Could not read {path}: {}. ", e.message)).await
+            }
+        }
+    }
+
+    async fn write(&self, path: &str) -> Result<(), Stop> {
+        let abs = self.resolve(path);
+        let content = format!("written by the zcode-acp demo agent, turn {}\n", self.n);
+        let call = format!("call_{}_write_{}", self.n, path.len());
+        self.update(
+            json!({"sessionUpdate": "tool_call", "toolCallId": call, "title": format!("Write {path}"),
+            "kind": "edit", "status": "in_progress", "locations": [{"path": abs}],
+            "content": [{"type": "diff", "path": abs, "oldText": null, "newText": content}]}),
+        )
+        .await?;
+        let params = json!({"sessionId": self.sid, "path": abs, "content": content});
+        match self.ask("fs/write_text_file", params).await? {
+            Ok(_) => {
+                self.finish_tool(&call, "completed", "written").await?;
+                self.say(&format!("Wrote {path}. ")).await
+            }
+            Err(e) => {
+                self.finish_tool(&call, "failed", &e.message).await?;
+                self.say(&format!("Could not write {path}: {}. ", e.message)).await
+            }
+        }
+    }
+
+    async fn long(&self) -> Result<(), Stop> {
+        let delay = self.agent.delay().max(LONG_MIN_DELAY);
+        for i in 1..=LONG_CHUNKS {
+            self.pause(delay).await?;
+            self.agent
+                .update(
+                    self.sid,
+                    json!({"sessionUpdate": "agent_message_chunk",
+                    "messageId": format!("msg_{}_long", self.n),
+                    "content": {"type": "text", "text": format!("tick {i} ")}}),
+                )
+                .await;
+        }
+        Ok(())
+    }
+}
+
+fn text_content(text: &str) -> Value {
+    json!({"type": "content", "content": {"type": "text", "text": text}})
+}
+
+fn tool_update(call: &str, status: &str, text: &str) -> Value {
+    json!({"sessionUpdate": "tool_call_update", "toolCallId": call, "status": status,
+        "content": [text_content(text)]})
+}
+
+/// A two-step plan with the first `done` entries completed and the next one in progress.
+fn plan(steps: &[&str], done: usize) -> Value {
+    let entries: Vec<Value> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let status = match i.cmp(&done) {
+                std::cmp::Ordering::Less => "completed",
+                std::cmp::Ordering::Equal => "in_progress",
+                std::cmp::Ordering::Greater => "pending",
+            };
+            json!({"content": s, "priority": "medium", "status": status})
+        })
+        .collect();
+    json!({"sessionUpdate": "plan", "entries": entries})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keywords_are_whole_words_with_optional_slash() {
+        let s = script_of("please ask /permission, then read:a.txt write:/tmp/b and go long!");
+        assert!(s.permission && s.long && !s.fail);
+        assert_eq!(s.reads, vec!["a.txt"]);
+        assert_eq!(s.writes, vec!["/tmp/b"]);
+        assert_eq!(script_of("permissions are fine; failure too"), Script::default());
+        assert!(script_of("/fail").fail);
+    }
+
+    #[test]
+    fn titles_take_the_first_non_empty_line_flattened_to_80_chars() {
+        assert_eq!(title_of("\n\n  Fix   the\tlogin bug  \nmore"), "Fix the login bug");
+        assert_eq!(title_of(&"é".repeat(100)).chars().count(), 80);
+        assert_eq!(title_of("   \n  "), "");
+    }
+}

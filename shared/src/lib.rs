@@ -1,0 +1,18 @@
+//! `zcode-shared`: what the hub, the bridge and the binary all need.
+//!
+//! - [`jsonrpc`]: the JSON-RPC 2.0 envelope (the only module that knows its shape).
+//! - [`paths`]: where config, data, token, logs and port files live.
+//! - [`config`]: the one config struct, environment over file over default.
+//! - [`token`]: the remote token, its generation and rotation.
+//! - [`logging`]: tracing setup (stderr only: stdout carries ACP).
+//! - [`time`]: epoch milliseconds and ISO 8601.
+
+pub mod config;
+pub mod jsonrpc;
+pub mod logging;
+pub mod paths;
+pub mod time;
+pub mod token;
+
+/// The version of this build, reported to peers (`agentInfo`, registration).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

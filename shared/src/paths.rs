@@ -1,0 +1,104 @@
+//! Where everything lives on disk.
+//!
+//! `ZCODE_ACP_HOME`, when set, holds every path (config, data, token, logs, port files), so
+//! tests and several installs never collide. Otherwise the XDG directories (via `directories`).
+
+use crate::config::Env;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The environment variable that roots every path.
+pub const HOME_VAR: &str = "ZCODE_ACP_HOME";
+
+/// The resolved locations of the machine's zcode-acp files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Paths {
+    /// `config.json`.
+    pub config_file: PathBuf,
+    /// The generated token file (used when neither env nor config set a token).
+    pub token_file: PathBuf,
+    /// Durable data: the SQLite store, the demo agent's sessions.
+    pub data_dir: PathBuf,
+    /// Log files.
+    pub log_dir: PathBuf,
+    /// Port and pid files (the hub's bound port, spawn locks).
+    pub run_dir: PathBuf,
+}
+
+/// Why no paths could be worked out.
+#[derive(Debug, thiserror::Error)]
+pub enum PathsError {
+    /// Neither `ZCODE_ACP_HOME` nor a home directory is known.
+    #[error("cannot find a home directory: set ZCODE_ACP_HOME to a directory zcode-acp may use")]
+    NoHome,
+    /// `ZCODE_ACP_HOME` is set but not absolute.
+    #[error("ZCODE_ACP_HOME must be an absolute path, got {0:?}")]
+    RelativeHome(String),
+}
+
+impl Paths {
+    /// Every path under one root (what `ZCODE_ACP_HOME` selects).
+    pub fn under(root: &Path) -> Paths {
+        Paths {
+            config_file: root.join("config.json"),
+            token_file: root.join("token"),
+            data_dir: root.join("data"),
+            log_dir: root.join("logs"),
+            run_dir: root.join("run"),
+        }
+    }
+
+    /// Resolves the paths from the environment: `ZCODE_ACP_HOME`, else the XDG directories.
+    pub fn resolve(env: &dyn Env) -> Result<Paths, PathsError> {
+        if let Some(home) = env.get(HOME_VAR).filter(|h| !h.is_empty()) {
+            let root = PathBuf::from(&home);
+            if !root.is_absolute() {
+                return Err(PathsError::RelativeHome(home));
+            }
+            return Ok(Paths::under(&root));
+        }
+        let dirs = directories::ProjectDirs::from("", "", "zcode-acp").ok_or(PathsError::NoHome)?;
+        let data_dir = dirs.data_dir().to_path_buf();
+        let log_dir = dirs.state_dir().map_or_else(|| data_dir.join("logs"), |s| s.join("logs"));
+        Ok(Paths {
+            config_file: dirs.config_dir().join("config.json"),
+            token_file: dirs.config_dir().join("token"),
+            run_dir: data_dir.join("run"),
+            data_dir,
+            log_dir,
+        })
+    }
+
+    /// The file a hub started with port 0 writes its bound port to.
+    pub fn hub_port_file(&self) -> PathBuf {
+        self.run_dir.join("hub.port")
+    }
+
+    /// Creates `dir` (and parents) private to this user.
+    pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn home_var_roots_every_path() {
+        let env = HashMap::from([(HOME_VAR.to_owned(), "/tmp/zh".to_owned())]);
+        let p = Paths::resolve(&env).unwrap();
+        for path in [&p.config_file, &p.token_file, &p.data_dir, &p.log_dir, &p.run_dir] {
+            assert!(path.starts_with("/tmp/zh"), "{path:?}");
+        }
+        assert!(p.hub_port_file().starts_with("/tmp/zh"));
+    }
+
+    #[test]
+    fn relative_home_is_refused() {
+        let env = HashMap::from([(HOME_VAR.to_owned(), "rel/dir".to_owned())]);
+        assert!(matches!(Paths::resolve(&env), Err(PathsError::RelativeHome(_))));
+    }
+}
