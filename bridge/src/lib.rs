@@ -1,7 +1,76 @@
 //! `zcode-bridge`: what an editor spawns instead of its agent.
 //!
+//! - [`router`]: the one task that owns routing state (clients, sessions, the agent link).
+//! - [`upstream`]: the agent process.
+//! - [`stdio`]: the editor's connection; [`server`]: the loopback WebSocket + HTTP server.
+//! - [`local`]: the bridge's own `fs/*` and `terminal/*` service, confined to session directories.
 //! - [`demo`]: the built-in scripted ACP agent (the embedded default and the tests' fixture).
-//!
-//! The multiplexer itself (router, upstream, remote endpoint) is built by the bridge issue.
 
 pub mod demo;
+pub mod local;
+pub mod router;
+pub mod server;
+pub mod stdio;
+pub mod upstream;
+
+pub use router::AgentSpec;
+
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use zcode_shared::config::Config;
+
+/// Why a bridge could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BridgeError {
+    /// The token could not be read or generated.
+    #[error(transparent)]
+    Token(#[from] zcode_shared::token::TokenError),
+    /// No loopback port could be bound.
+    #[error("cannot bind a loopback port from {port}: {source}")]
+    Bind {
+        /// The first port tried.
+        port: u16,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Another I/O failure at start.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Runs an editor-origin bridge: the editor on stdio, remote clients on the loopback server,
+/// `spec` as the upstream agent. Returns when the editor closes stdin or `stop` fires; by then
+/// the agent's process group is killed and remote sockets are closed.
+pub async fn run(cfg: &Config, spec: AgentSpec, stop: CancellationToken) -> Result<(), BridgeError> {
+    let (token, _) = zcode_shared::token::resolve(cfg)?;
+    let start = cfg.remote.bridge_port;
+    let listener =
+        server::bind_loopback(start).await.map_err(|source| BridgeError::Bind { port: start, source })?;
+    let port = listener.local_addr()?.port();
+    let port_file = cfg.paths.run_dir.join(format!("bridge-{}.port", std::process::id()));
+    zcode_shared::paths::Paths::ensure_private_dir(&cfg.paths.run_dir)?;
+    std::fs::write(&port_file, format!("{port}\n"))?;
+    tracing::info!(port, agent = %spec.display, "bridge listening on 127.0.0.1");
+
+    let shutdown = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    let (router, events) = router::Router::new(spec);
+    let ctx = server::Ctx::new(events.clone(), &token, shutdown.clone(), tracker.clone());
+    tracker.spawn(server::serve(listener, ctx));
+    stdio::connect_editor(events.clone(), &tracker).await;
+    let stop_events = events.clone();
+    tokio::spawn(async move {
+        stop.cancelled().await;
+        let _ = stop_events.send(router::Event::Shutdown).await;
+    });
+    drop(events);
+    router.run().await;
+
+    shutdown.cancel();
+    tracker.close();
+    // Close frames go out to remote clients; the stdin reader may still block, so do not wait long.
+    let _ = tokio::time::timeout(Duration::from_millis(1000), tracker.wait()).await;
+    let _ = std::fs::remove_file(&port_file);
+    Ok(())
+}

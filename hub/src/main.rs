@@ -62,9 +62,7 @@ fn main() -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::DemoAgent { delay_ms } => demo_agent(delay_ms),
         Command::Token { rotate } => token(rotate),
-        Command::Bridge { .. } => {
-            not_built("bridge", "#3 (Bridge: one upstream ACP agent shared by many clients)")
-        }
+        Command::Bridge { agent } => bridge(agent),
         Command::Serve { .. } => not_built("serve", "#6 (Projects and the session lifecycle)"),
         Command::Hub => not_built("hub", "#4 (Hub: discovery, registry and WebSocket relay)"),
         Command::Chat { .. } => not_built("chat", "#6 (Projects and the session lifecycle)"),
@@ -90,6 +88,69 @@ fn demo_agent(delay_ms: u64) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(zcode_bridge::demo::run_stdio(opts)).context("demo agent")?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn bridge(agent: Vec<String>) -> anyhow::Result<ExitCode> {
+    let cfg = Config::load()?;
+    zcode_shared::logging::init(cfg.debug);
+    let spec = agent_spec(&cfg, agent)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let result = rt.block_on(async {
+        let stop = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(stop_on_signals(stop.clone()));
+        zcode_bridge::run(&cfg, spec, stop).await
+    });
+    // The stdin reader may still be blocked in a read: do not wait for it.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    result.context("bridge")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The upstream agent: the arguments after `--`, else the configured default, else the
+/// built-in demo agent (said on stderr, so nobody mistakes it for a real one).
+fn agent_spec(cfg: &Config, args: Vec<String>) -> anyhow::Result<zcode_bridge::AgentSpec> {
+    if let Some((command, rest)) = args.split_first() {
+        return Ok(zcode_bridge::AgentSpec {
+            display: args.join(" "),
+            command: command.clone(),
+            args: rest.to_vec(),
+            env: Default::default(),
+        });
+    }
+    if let Some(a) = cfg.agents.default_agent() {
+        let display =
+            std::iter::once(a.command.clone()).chain(a.args.iter().cloned()).collect::<Vec<_>>().join(" ");
+        return Ok(zcode_bridge::AgentSpec {
+            command: a.command.clone(),
+            args: a.args.clone(),
+            env: a.env.clone(),
+            display,
+        });
+    }
+    let exe = std::env::current_exe().context("cannot find this executable to run the demo agent")?;
+    eprintln!(
+        "zcode-acp: no agent given after `--` and no default agent in {}: running the built-in demo agent",
+        cfg.paths.config_file.display()
+    );
+    Ok(zcode_bridge::AgentSpec {
+        display: "zcode-acp demo-agent".into(),
+        command: exe.to_string_lossy().into_owned(),
+        args: vec!["demo-agent".into()],
+        env: Default::default(),
+    })
+}
+
+async fn stop_on_signals(stop: tokio_util::sync::CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    stop.cancel();
 }
 
 fn token(rotate: bool) -> anyhow::Result<ExitCode> {

@@ -65,12 +65,37 @@ impl Default for Home {
     }
 }
 
-/// A child process speaking newline-delimited JSON-RPC on stdio, driven by the test.
+/// What a peer's reader thread delivers.
+enum Frame {
+    Text(String),
+    Closed(Option<u16>),
+}
+
+/// How a peer's messages are written.
+enum Writer {
+    Stdin(Option<ChildStdin>),
+    Ws(std::sync::mpsc::Sender<WsCmd>),
+}
+
+/// Commands to a WebSocket peer's thread.
+enum WsCmd {
+    Text(String),
+    /// A text message of this many bytes, sent as 1 MiB fragments, reading between them.
+    Fragmented(usize),
+    Binary(Vec<u8>),
+    Pause(bool),
+    Close,
+}
+
+/// A JSON-RPC peer driven by the test: a child on stdio (newline-delimited), or a WebSocket
+/// client (one message per text frame).
 pub struct Peer {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
+    child: Option<Child>,
+    writer: Writer,
+    lines: Receiver<Frame>,
     next_id: u64,
+    /// The close code the other side sent, once the connection closed.
+    pub closed: Option<Option<u16>>,
 }
 
 impl Peer {
@@ -87,19 +112,152 @@ impl Peer {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
+                if tx.send(Frame::Text(line)).is_err() {
+                    return;
+                }
+            }
+            let _ = tx.send(Frame::Closed(None));
+        });
+        Peer {
+            writer: Writer::Stdin(child.stdin.take()),
+            child: Some(child),
+            lines,
+            next_id: 1000,
+            closed: None,
+        }
+    }
+
+    /// Connects a WebSocket client to `ws://127.0.0.1:{port}{path}`, with `token` as a Bearer
+    /// header when given. An HTTP refusal comes back as its status code.
+    pub fn connect_ws(port: u16, path: &str, token: Option<&str>) -> Result<Peer, u16> {
+        use tungstenite::client::IntoClientRequest;
+        let mut req = format!("ws://127.0.0.1:{port}{path}").into_client_request().expect("request");
+        if let Some(t) = token {
+            req.headers_mut().insert("authorization", format!("Bearer {t}").parse().expect("header"));
+        }
+        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("tcp connect");
+        let mut ws = match tungstenite::client::client(req, stream) {
+            Ok((ws, _)) => ws,
+            Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(resp))) => {
+                return Err(resp.status().as_u16());
+            }
+            Err(e) => panic!("websocket handshake failed: {e}"),
+        };
+        ws.get_mut().set_read_timeout(Some(Duration::from_millis(5))).expect("timeout");
+        let (tx, lines) = channel();
+        let (cmd_tx, cmd_rx) = channel::<WsCmd>();
+        std::thread::spawn(move || {
+            let mut paused = false;
+            loop {
+                while let Ok(cmd) = cmd_rx.try_recv() {
+                    let r = match cmd {
+                        WsCmd::Text(t) => ws.send(tungstenite::Message::text(t)),
+                        WsCmd::Fragmented(size) => {
+                            use tungstenite::protocol::frame::{
+                                Frame as WsFrame,
+                                coding::{Data, OpCode},
+                            };
+                            let chunk = 1 << 20;
+                            let mut sent = 0;
+                            let mut result = Ok(());
+                            while sent < size && result.is_ok() {
+                                let n = chunk.min(size - sent);
+                                let op = if sent == 0 {
+                                    OpCode::Data(Data::Text)
+                                } else {
+                                    OpCode::Data(Data::Continue)
+                                };
+                                let frame = WsFrame::message(vec![b'x'; n], op, sent + n == size);
+                                result =
+                                    ws.write(tungstenite::Message::Frame(frame)).and_then(|()| ws.flush());
+                                sent += n;
+                                // The server may refuse mid-message: look for its close frame.
+                                if let Ok(tungstenite::Message::Close(f)) = ws.read() {
+                                    let _ = tx.send(Frame::Closed(f.map(|f| u16::from(f.code))));
+                                    return;
+                                }
+                            }
+                            result
+                        }
+                        WsCmd::Binary(b) => ws.send(tungstenite::Message::binary(b)),
+                        WsCmd::Close => ws.close(None),
+                        WsCmd::Pause(p) => {
+                            paused = p;
+                            Ok(())
+                        }
+                    };
+                    if r.is_err() {
+                        let _ = tx.send(Frame::Closed(None));
+                        return;
+                    }
+                }
+                if paused {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+                match ws.read() {
+                    Ok(tungstenite::Message::Text(t)) => {
+                        if tx.send(Frame::Text(t.to_string())).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(tungstenite::Message::Close(f)) => {
+                        let _ = tx.send(Frame::Closed(f.map(|f| u16::from(f.code))));
+                        let _ = ws.flush();
+                        return;
+                    }
+                    Ok(_) => {}
+                    Err(tungstenite::Error::Io(e))
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) => {}
+                    Err(_) => {
+                        let _ = tx.send(Frame::Closed(None));
+                        return;
+                    }
                 }
             }
         });
-        Peer { stdin: child.stdin.take(), child, lines, next_id: 1000 }
+        Ok(Peer { child: None, writer: Writer::Ws(cmd_tx), lines, next_id: 5000, closed: None })
     }
 
-    /// Writes one raw line.
+    /// Stops (or resumes) reading a WebSocket peer: a client that does not read.
+    pub fn pause_reading(&mut self, paused: bool) {
+        if let Writer::Ws(tx) = &self.writer {
+            let _ = tx.send(WsCmd::Pause(paused));
+        }
+    }
+
+    /// Sends a text message of `size` bytes in 1 MiB fragments (WebSocket peers only).
+    pub fn send_fragmented(&mut self, size: usize) {
+        if let Writer::Ws(tx) = &self.writer {
+            let _ = tx.send(WsCmd::Fragmented(size));
+        }
+    }
+
+    /// Sends a binary frame (WebSocket peers only).
+    pub fn send_binary(&mut self, bytes: Vec<u8>) {
+        if let Writer::Ws(tx) = &self.writer {
+            let _ = tx.send(WsCmd::Binary(bytes));
+        }
+    }
+
+    /// Writes one raw line (or text frame).
     pub fn send_raw(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        stdin.write_all(line.as_bytes()).and_then(|()| stdin.write_all(b"\n")).expect("write to peer");
-        stdin.flush().expect("flush");
+        match &mut self.writer {
+            Writer::Stdin(stdin) => {
+                let stdin = stdin.as_mut().expect("stdin open");
+                stdin
+                    .write_all(line.as_bytes())
+                    .and_then(|()| stdin.write_all(b"\n"))
+                    .expect("write to peer");
+                stdin.flush().expect("flush");
+            }
+            Writer::Ws(tx) => {
+                let _ = tx.send(WsCmd::Text(line.to_owned()));
+            }
+        }
     }
 
     /// Writes one message.
@@ -110,17 +268,57 @@ impl Peer {
     /// The next message, or a panic naming what was awaited after [`WAIT`].
     pub fn recv(&mut self, what: &str) -> Value {
         match self.lines.recv_timeout(WAIT) {
-            Ok(line) => {
+            Ok(Frame::Text(line)) => {
                 serde_json::from_str(&line).unwrap_or_else(|e| panic!("peer wrote non-JSON {line:?}: {e}"))
             }
+            Ok(Frame::Closed(code)) => {
+                self.closed = Some(code);
+                panic!("peer closed (code {code:?}) while waiting for {what}")
+            }
             Err(RecvTimeoutError::Timeout) => panic!("timed out waiting for {what}"),
-            Err(RecvTimeoutError::Disconnected) => panic!("peer closed stdout while waiting for {what}"),
+            Err(RecvTimeoutError::Disconnected) => panic!("peer gone while waiting for {what}"),
         }
     }
 
-    /// Whether nothing arrives within `d`.
+    /// The next message as the raw text it arrived as.
+    pub fn recv_raw(&mut self, what: &str) -> String {
+        match self.lines.recv_timeout(WAIT) {
+            Ok(Frame::Text(line)) => line,
+            Ok(Frame::Closed(code)) => panic!("peer closed (code {code:?}) while waiting for {what}"),
+            Err(_) => panic!("timed out waiting for {what}"),
+        }
+    }
+
+    /// The next message if one arrives within `d`.
     pub fn quiet_for(&mut self, d: Duration) -> Option<Value> {
-        self.lines.recv_timeout(d).ok().map(|l| serde_json::from_str(&l).expect("JSON"))
+        match self.lines.recv_timeout(d) {
+            Ok(Frame::Text(l)) => Some(serde_json::from_str(&l).expect("JSON")),
+            Ok(Frame::Closed(code)) => {
+                self.closed = Some(code);
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Reads (and discards messages) until the connection closes; returns the close code.
+    pub fn wait_closed(&mut self, within: Duration) -> Option<u16> {
+        if let Some(code) = self.closed {
+            return code;
+        }
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(Frame::Text(_)) => {}
+                Ok(Frame::Closed(code)) => {
+                    self.closed = Some(code);
+                    return code;
+                }
+                Err(RecvTimeoutError::Disconnected) => return None,
+                Err(RecvTimeoutError::Timeout) => panic!("connection still open after {within:?}"),
+            }
+        }
     }
 
     /// Sends a request with a fresh id; returns the id.
@@ -138,16 +336,14 @@ impl Peer {
 
     /// Reads until the response to `id`, returning it and every other message seen before it.
     pub fn response_to(&mut self, id: &Value) -> (Value, Vec<Value>) {
-        let deadline = Instant::now() + WAIT;
         let mut seen = vec![];
-        while Instant::now() < deadline {
+        loop {
             let msg = self.recv(&format!("the response to request {id}"));
             if msg.get("id") == Some(id) && msg.get("method").is_none() {
                 return (msg, seen);
             }
             seen.push(msg);
         }
-        panic!("no response to {id}; saw {seen:?}");
     }
 
     /// Sends a request and waits for its response: (response, messages seen before it).
@@ -168,24 +364,47 @@ impl Peer {
         }
     }
 
+    /// The child's process id (stdio peers).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("a child process").id()
+    }
+
     /// Closes stdin and waits for the process to exit; returns whether it exited cleanly.
     pub fn close(mut self) -> bool {
-        drop(self.stdin.take());
-        let deadline = Instant::now() + WAIT;
+        self.close_stdin();
+        self.wait_exit(WAIT).expect("peer did not exit after stdin closed").success()
+    }
+
+    /// Closes the child's stdin (an editor going away).
+    pub fn close_stdin(&mut self) {
+        if let Writer::Stdin(stdin) = &mut self.writer {
+            drop(stdin.take());
+        }
+    }
+
+    /// Waits up to `within` for the child to exit.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut()?;
+        let deadline = Instant::now() + within;
         while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.success();
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        panic!("peer did not exit after stdin closed");
+        None
     }
 }
 
 impl Drop for Peer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Writer::Ws(tx) = &self.writer {
+            let _ = tx.send(WsCmd::Close);
+        }
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -235,4 +454,118 @@ pub fn acpx_command(home: &Home, cwd: &Path, agent: &str) -> Command {
 /// Every JSON line of an `acpx --format json` run's stdout.
 pub fn json_lines(stdout: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// The token every test bridge and hub is given.
+pub const TEST_TOKEN: &str = "zcode-test-token-0123456789abcdef";
+
+/// The ACP SDK 1.9.0 example agent (bundled with the pinned acpx).
+pub fn sdk_example_agent() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("peers/node_modules/@agentclientprotocol/sdk/dist/examples/agent.js");
+    assert!(
+        path.exists(),
+        "the ACP SDK example agent is missing: run scripts/test (or scripts/install-test-deps)"
+    );
+    path
+}
+
+/// The demo agent as an upstream command line, streaming with `delay_ms` between chunks.
+pub fn demo_agent(delay_ms: u64) -> Vec<String> {
+    vec![bin().display().to_string(), "demo-agent".into(), "--delay-ms".into(), delay_ms.to_string()]
+}
+
+/// A running `zcode-acp bridge`: the test is its editor on stdio.
+pub struct Bridge {
+    /// The editor's end of the bridge's stdio.
+    pub editor: Peer,
+    /// The loopback port of its WebSocket / HTTP server.
+    pub port: u16,
+}
+
+impl Bridge {
+    /// Starts `zcode-acp bridge -- <agent>` on an ephemeral port with [`TEST_TOKEN`].
+    pub fn start(home: &Home, agent: &[String]) -> Bridge {
+        let mut args = vec!["bridge", "--"];
+        args.extend(agent.iter().map(String::as_str));
+        let mut cmd = home.command(&args);
+        cmd.env("ZCODE_ACP_REMOTE_PORT", "0").env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN);
+        let editor = Peer::spawn(cmd);
+        let file = home.path().join("run").join(format!("bridge-{}.port", editor.pid()));
+        let deadline = Instant::now() + WAIT;
+        let port = loop {
+            if let Some(p) = std::fs::read_to_string(&file).ok().and_then(|s| s.trim().parse().ok()) {
+                break p;
+            }
+            assert!(Instant::now() < deadline, "the bridge never wrote {}", file.display());
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        Bridge { editor, port }
+    }
+
+    /// A remote client connected to `/acp` with the right token.
+    pub fn remote(&self) -> Peer {
+        Peer::connect_ws(self.port, "/acp", Some(TEST_TOKEN)).expect("remote client connects")
+    }
+
+    /// `GET {path}` on the bridge's loopback server: (status, body).
+    pub fn http_get(&self, path: &str, token: Option<&str>) -> (u16, String) {
+        http_get(self.port, path, token)
+    }
+}
+
+/// A minimal HTTP/1.1 GET over loopback: (status, body).
+pub fn http_get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(WAIT)).expect("timeout");
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n").expect("write");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read");
+    let status = raw.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("status line");
+    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+/// `initialize` with the given client capabilities; returns the result.
+pub fn initialize(p: &mut Peer, caps: Value) -> Value {
+    let (resp, _) = p.call("initialize", json!({"protocolVersion": 1, "clientCapabilities": caps}));
+    assert!(resp["result"].is_object(), "initialize failed: {resp}");
+    resp["result"].clone()
+}
+
+/// `session/new` in `cwd`; returns the session id.
+pub fn new_session(p: &mut Peer, cwd: &Path) -> String {
+    let (resp, _) = p.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+    resp["result"]["sessionId"].as_str().unwrap_or_else(|| panic!("session/new failed: {resp}")).to_owned()
+}
+
+/// `session/prompt` params with one text block.
+pub fn prompt(sid: &str, text: &str) -> Value {
+    json!({"sessionId": sid, "prompt": [{"type": "text", "text": text}]})
+}
+
+/// The child processes of `pid` (from `/proc`).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = vec![];
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return out };
+    for t in tasks.flatten() {
+        if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
+            out.extend(s.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+        }
+    }
+    out
+}
+
+/// Whether process `pid` exists (and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit(')').next().and_then(|r| r.split_whitespace().next()) != Some("Z"))
+}
+
+/// Sends SIGKILL to `pid`.
+pub fn kill9(pid: u32) {
+    let status = Command::new("kill").args(["-9", &pid.to_string()]).status().expect("kill");
+    assert!(status.success(), "kill -9 {pid} failed");
 }

@@ -39,7 +39,7 @@ fn help_lists_every_subcommand_with_a_description() {
 #[test]
 fn unbuilt_subcommands_say_so_and_fail() {
     let home = Home::new();
-    for args in [&["bridge"][..], &["serve"], &["hub"], &["chat"], &["up"]] {
+    for args in [&["serve"][..], &["hub"], &["chat"], &["up"]] {
         let (code, out, err) = run(&home, args, &[]);
         assert_ne!(code, 0, "{args:?} pretended to work");
         assert!(err.contains("not built yet"), "{args:?}: {err}");

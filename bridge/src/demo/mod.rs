@@ -33,7 +33,12 @@ usage update. Words in the prompt (alone, or with a leading `/`) script the rest
                 `session/cancel`
   fail          the turn fails with a JSON-RPC error (-32603)
 
-Sessions are kept under <data dir>/demo-agent/, so `session/load` replays them after a restart.";
+Sessions are kept under <data dir>/demo-agent/, so `session/load` replays them after a restart.
+
+For testing pass-through, the extension method `_demo/echo` answers {\"params\": \"<its params exactly
+as received, as a string>\"} and, when the params name a sessionId, first sends that session a
+`session/update` of a kind no ACP version defines, with `_meta` and number spellings a re-encoder
+would change.";
 
 /// How the demo agent runs.
 #[derive(Clone, Debug)]
@@ -55,7 +60,7 @@ where
     R: tokio::io::AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (tx, rx) = mpsc::channel::<Value>(1024);
+    let (tx, rx) = mpsc::channel::<String>(1024);
     let writer = tokio::spawn(write_lines(rx, output));
     let agent = Arc::new(Agent {
         store: Store::new(&opts.data_dir),
@@ -77,9 +82,8 @@ where
     Ok(())
 }
 
-async fn write_lines<W: AsyncWrite + Unpin>(mut rx: mpsc::Receiver<Value>, mut out: W) {
-    while let Some(msg) = rx.recv().await {
-        let mut line = msg.to_string();
+async fn write_lines<W: AsyncWrite + Unpin>(mut rx: mpsc::Receiver<String>, mut out: W) {
+    while let Some(mut line) = rx.recv().await {
         line.push('\n');
         if out.write_all(line.as_bytes()).await.is_err() || out.flush().await.is_err() {
             return;
@@ -110,15 +114,34 @@ struct State {
 pub(crate) struct Agent {
     opts: DemoOptions,
     store: Store,
-    out: mpsc::Sender<Value>,
+    out: mpsc::Sender<String>,
     next_id: AtomicU64,
     state: Mutex<State>,
 }
 
 impl Agent {
     async fn send(&self, msg: Value) {
+        self.send_line(msg.to_string()).await;
+    }
+
+    async fn send_line(&self, line: String) {
         // The writer only stops when stdout is gone; nothing left to tell anyone then.
-        let _ = self.out.send(msg).await;
+        let _ = self.out.send(line).await;
+    }
+
+    /// `_demo/echo`: the params as received, byte for byte, and an update of an unknown kind.
+    async fn echo(&self, line: &str) {
+        let Ok(raw) = jsonrpc::RawMessage::parse(line) else { return };
+        let Some(id) = raw.id.clone() else { return };
+        if let Some(sid) = raw.session_id() {
+            let sid = Value::from(sid);
+            self.send_line(format!(
+                r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{sid},"update":{{"sessionUpdate":"zz_future_kind","_meta":{{"zcode-test":[1.50,2e3]}},"value":123456789012345678901234567890}}}}}}"#
+            ))
+            .await;
+        }
+        let params = raw.params.as_deref().map_or("", |p| p.get());
+        self.send(jsonrpc::response(&id, json!({"params": params}))).await;
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -134,6 +157,7 @@ impl Agent {
             }
         };
         match jsonrpc::classify(&msg) {
+            Ok(Kind::Request { method: "_demo/echo", .. }) => self.echo(line).await,
             Ok(Kind::Request { id, method }) => {
                 let params = msg.get("params").cloned().unwrap_or(Value::Null);
                 let method = method.to_owned();

@@ -7,6 +7,9 @@
 use serde_json::{Map, Value, json};
 use std::fmt;
 
+mod raw;
+pub use raw::{ParseError, RawKind, RawMessage, raw};
+
 /// Invalid JSON was received.
 pub const PARSE_ERROR: i64 = -32700;
 /// The JSON sent is not a valid request object.

@@ -1,0 +1,222 @@
+//! The router's link to the upstream agent: its process, generation, handshake state, the
+//! bridge-side ids of requests in flight, and the messages held while it (re)starts.
+
+use super::Event;
+use super::client::ClientId;
+use crate::upstream::AgentProcess;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use tokio::sync::mpsc;
+use zcode_shared::jsonrpc::{Id, RawMessage};
+
+/// How to start the upstream agent.
+#[derive(Clone, Debug)]
+pub struct AgentSpec {
+    /// The program.
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Extra environment.
+    pub env: BTreeMap<String, String>,
+    /// A human name for logs and errors (the command line).
+    pub display: String,
+}
+
+/// Why the bridge sent a request upstream: decides what its answer does.
+#[derive(Debug)]
+pub enum Purpose {
+    /// The bridge's own `initialize`.
+    Initialize,
+    /// A client's request, answered back to it as is.
+    Forward,
+    /// A client's `session/new`: the answer creates the session.
+    NewSession {
+        /// The session's directory.
+        cwd: PathBuf,
+        /// `additionalDirectories`.
+        dirs: Vec<PathBuf>,
+    },
+    /// A client's `session/load` of a session not live here.
+    Load {
+        /// The session.
+        session: String,
+    },
+    /// The bridge re-loading a session into a restarted agent.
+    Reattach {
+        /// The session.
+        session: String,
+    },
+    /// A `session/prompt`: its answer ends the session's turn.
+    Prompt {
+        /// The session.
+        session: String,
+    },
+}
+
+/// A request the agent has not answered yet.
+#[derive(Debug)]
+pub struct Pending {
+    /// The client that asked, and its id, if a client asked.
+    pub client: Option<(ClientId, Id)>,
+    /// The method, for error messages.
+    pub method: String,
+    /// What the answer does.
+    pub purpose: Purpose,
+}
+
+/// Where the agent is.
+#[derive(Debug)]
+pub enum LinkState {
+    /// No process (never started, or exited).
+    Down,
+    /// Spawned; the bridge's `initialize` is in flight.
+    Starting,
+    /// Initialized: the agent's `initialize` result (patched for clients).
+    Ready {
+        /// What clients get as their `initialize` result.
+        for_clients: Value,
+        /// The agent's own result, to read its capabilities.
+        agent: Value,
+    },
+}
+
+/// The link to the upstream agent.
+pub struct AgentLink {
+    spec: AgentSpec,
+    /// Incremented on every spawn; events of an older generation are stale.
+    pub generation: u64,
+    /// Handshake state.
+    pub state: LinkState,
+    process: Option<AgentProcess>,
+    next_id: u64,
+    /// Requests in flight, by bridge id.
+    pub pending: HashMap<u64, Pending>,
+    /// Client messages held until the agent is ready.
+    pub deferred: Vec<(ClientId, RawMessage)>,
+}
+
+impl AgentLink {
+    /// A link that starts the agent on first need.
+    pub fn new(spec: AgentSpec) -> AgentLink {
+        AgentLink {
+            spec,
+            generation: 0,
+            state: LinkState::Down,
+            process: None,
+            next_id: 1,
+            pending: HashMap::new(),
+            deferred: Vec::new(),
+        }
+    }
+
+    /// Whether the agent is initialized.
+    pub fn ready(&self) -> bool {
+        matches!(self.state, LinkState::Ready { .. })
+    }
+
+    /// The agent's own `initialize` result, once ready.
+    pub fn capabilities(&self) -> Option<&Value> {
+        match &self.state {
+            LinkState::Ready { agent, .. } => Some(&agent["agentCapabilities"]),
+            _ => None,
+        }
+    }
+
+    /// Spawns the agent and sends the bridge's `initialize`, if it is down. An error means
+    /// it could not be spawned at all.
+    pub fn ensure_started(&mut self, events: &mpsc::Sender<Event>) -> Result<(), String> {
+        if !matches!(self.state, LinkState::Down) {
+            return Ok(());
+        }
+        self.generation += 1;
+        let process = AgentProcess::spawn(&self.spec, self.generation, events.clone())
+            .map_err(|e| format!("cannot start the agent `{}`: {e}", self.spec.display))?;
+        tracing::info!(agent = %self.spec.display, pid = process.pid(), generation = self.generation, "agent started");
+        self.process = Some(process);
+        self.state = LinkState::Starting;
+        let params = json!({
+            "protocolVersion": 1,
+            "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": true},
+            "clientInfo": {"name": "zcode-acp", "title": "zcode-acp bridge", "version": zcode_shared::VERSION},
+        });
+        self.request_value(
+            "initialize",
+            &params,
+            Pending { client: None, method: "initialize".into(), purpose: Purpose::Initialize },
+        );
+        Ok(())
+    }
+
+    /// Sends `msg` upstream under a fresh bridge id; returns that id.
+    pub fn forward(&mut self, msg: &RawMessage, pending: Pending) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.write(msg.line_with_id(Some(&Id::from(id))));
+        self.pending.insert(id, pending);
+        id
+    }
+
+    /// Sends a request the bridge builds itself; returns its bridge id.
+    pub fn request_value(&mut self, method: &str, params: &Value, pending: Pending) -> u64 {
+        let msg = RawMessage {
+            id: None,
+            method: Some(method.to_owned()),
+            params: Some(zcode_shared::jsonrpc::raw(params)),
+            result: None,
+            error: None,
+        };
+        self.forward(&msg, pending)
+    }
+
+    /// Sends a line to the agent as is (notifications, answers to its requests).
+    pub fn write(&mut self, line: String) {
+        if let Some(p) = &self.process {
+            p.send(line);
+        }
+    }
+
+    /// Answers one of the agent's requests.
+    pub fn answer(&mut self, id: &Id, result: Result<&RawValue, Value>) {
+        let mut line = String::from("{\"jsonrpc\":\"2.0\",\"id\":");
+        id.write_json(&mut line);
+        match result {
+            Ok(raw) => {
+                line.push_str(",\"result\":");
+                line.push_str(raw.get());
+            }
+            Err(err) => {
+                line.push_str(",\"error\":");
+                line.push_str(&err.to_string());
+            }
+        }
+        line.push('}');
+        self.write(line);
+    }
+
+    /// The agent process exited: forget it. Returns the requests that were in flight.
+    pub fn exited(&mut self) -> Vec<Pending> {
+        self.process = None;
+        self.state = LinkState::Down;
+        self.pending.drain().map(|(_, p)| p).collect()
+    }
+
+    /// Kills the agent's process group without waiting (an agent that failed its handshake).
+    /// Returns the requests that were in flight; later events of this generation are stale.
+    pub fn kill(&mut self) -> Vec<Pending> {
+        if let Some(p) = self.process.take() {
+            p.kill();
+        }
+        self.generation += 1;
+        self.exited()
+    }
+
+    /// Terminates the agent's process group and waits for it (shutdown).
+    pub async fn terminate(&mut self) {
+        if let Some(p) = self.process.take() {
+            p.terminate().await;
+        }
+        self.state = LinkState::Down;
+    }
+}

@@ -1,0 +1,176 @@
+//! The router's view of one connected client: its outbox, what it advertised, what it is
+//! attached to, and which of the agent's requests it holds copies of.
+
+use bytes::Bytes;
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use zcode_shared::jsonrpc::Id;
+
+/// A client's id inside this bridge. The editor is always [`EDITOR`].
+pub type ClientId = u64;
+
+/// The editor on stdio.
+pub const EDITOR: ClientId = 0;
+
+/// A remote client's queued writes may not pass this many bytes: past it, it is disconnected.
+pub const REMOTE_QUEUE_LIMIT: usize = 8 * 1024 * 1024;
+
+/// Where a client's messages go: a queue drained by the connection's writer task, with a byte
+/// count so a client that stops reading is noticed instead of waited for.
+#[derive(Clone, Debug)]
+pub struct Outbox {
+    tx: mpsc::UnboundedSender<Bytes>,
+    queued: Arc<AtomicUsize>,
+    limit: Option<usize>,
+}
+
+/// The writer's end of an [`Outbox`].
+pub struct OutboxReader {
+    rx: mpsc::UnboundedReceiver<Bytes>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl Outbox {
+    /// A new outbox; `limit` bounds the queued bytes (`None`: the editor, never dropped).
+    pub fn new(limit: Option<usize>) -> (Outbox, OutboxReader) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        (Outbox { tx, queued: queued.clone(), limit }, OutboxReader { rx, queued })
+    }
+
+    /// Queues one message. `false` when the client is gone or over its limit.
+    pub fn send(&self, line: Bytes) -> bool {
+        let total = self.queued.fetch_add(line.len(), Ordering::Relaxed) + line.len();
+        if self.limit.is_some_and(|l| total > l) {
+            return false;
+        }
+        self.tx.send(line).is_ok()
+    }
+}
+
+impl OutboxReader {
+    /// The next message to write; `None` once the router dropped the client.
+    pub async fn recv(&mut self) -> Option<Bytes> {
+        let line = self.rx.recv().await?;
+        self.queued.fetch_sub(line.len(), Ordering::Relaxed);
+        Some(line)
+    }
+}
+
+/// What kind of connection a client is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientKind {
+    /// The editor that spawned the bridge, on stdio.
+    Editor,
+    /// A remote client on the loopback WebSocket (dialled by the hub).
+    Remote,
+}
+
+/// What a client advertised in `initialize`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Caps {
+    /// `fs.readTextFile`.
+    pub read: bool,
+    /// `fs.writeTextFile`.
+    pub write: bool,
+    /// `terminal`.
+    pub terminal: bool,
+}
+
+impl Caps {
+    /// Reads `clientCapabilities` from initialize params.
+    pub fn from_params(params: &serde_json::Value) -> Caps {
+        let c = &params["clientCapabilities"];
+        Caps {
+            read: c["fs"]["readTextFile"] == true,
+            write: c["fs"]["writeTextFile"] == true,
+            terminal: c["terminal"] == true,
+        }
+    }
+
+    /// Whether this client can serve the agent request `method` itself.
+    pub fn serves(&self, method: &str) -> bool {
+        match method {
+            "fs/read_text_file" => self.read,
+            "fs/write_text_file" => self.write,
+            m if m.starts_with("terminal/") => self.terminal,
+            _ => false,
+        }
+    }
+}
+
+/// Where a client is in its handshake.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Init {
+    /// Nothing but `initialize` is accepted yet.
+    No,
+    /// Its `initialize` waits for the upstream agent's.
+    Waiting(Id),
+    /// Initialized.
+    Done,
+}
+
+/// One connected client.
+pub struct Client {
+    /// Editor or remote.
+    pub kind: ClientKind,
+    /// Its queue.
+    pub outbox: Outbox,
+    /// Cancelled to drop the connection (slow reader, shutdown).
+    pub kill: CancellationToken,
+    /// Handshake state.
+    pub init: Init,
+    /// What it advertised.
+    pub caps: Caps,
+    /// Sessions it created or loaded.
+    pub sessions: BTreeSet<String>,
+    /// Agent requests it holds a copy of (by the id it was sent with).
+    pub copies: HashSet<u64>,
+}
+
+impl Client {
+    /// A freshly connected client.
+    pub fn new(kind: ClientKind, outbox: Outbox, kill: CancellationToken) -> Client {
+        Client {
+            kind,
+            outbox,
+            kill,
+            init: Init::No,
+            caps: Caps::default(),
+            sessions: BTreeSet::new(),
+            copies: HashSet::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_remote_outbox_refuses_past_its_limit_and_counts_down_as_it_drains() {
+        let (out, mut reader) = Outbox::new(Some(10));
+        assert!(out.send(Bytes::from_static(b"12345")));
+        assert!(out.send(Bytes::from_static(b"12345")));
+        assert!(!out.send(Bytes::from_static(b"1")), "11 bytes queued is over a 10-byte limit");
+        let (out, mut reader2) = Outbox::new(Some(10));
+        assert!(out.send(Bytes::from_static(b"1234567890")));
+        assert_eq!(reader2.recv().await.unwrap(), Bytes::from_static(b"1234567890"));
+        assert!(out.send(Bytes::from_static(b"1234567890")), "drained bytes no longer count");
+        assert!(reader.recv().await.is_some());
+    }
+
+    #[test]
+    fn capabilities_decide_who_serves_fs_and_terminal() {
+        let caps = Caps::from_params(&serde_json::json!({
+            "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": false}, "terminal": true}
+        }));
+        assert!(caps.serves("fs/read_text_file"));
+        assert!(!caps.serves("fs/write_text_file"));
+        assert!(caps.serves("terminal/create"));
+        assert!(!caps.serves("session/request_permission"));
+    }
+}

@@ -1,0 +1,488 @@
+//! Messages from the agent: answers to the bridge's requests, its own requests (permissions
+//! and elicitations fanned out, fs/terminal routed to the editor or served locally), session
+//! updates fanned out and recorded, and its death.
+
+use super::agent::{LinkState, Pending, Purpose};
+use super::client::{EDITOR, Init};
+use super::session::{Session, Upstream};
+use super::{AgentRequest, ClientId, Event, ORPHAN_LIMIT, Router, TerminalOwner};
+use bytes::Bytes;
+use serde_json::{Value, json};
+use zcode_shared::jsonrpc::{self, Id, ParseError, RawKind, RawMessage, RpcError};
+
+impl Router {
+    pub(super) fn on_agent_frame(&mut self, generation: u64, msg: Result<RawMessage, ParseError>) {
+        if generation != self.agent.generation {
+            return;
+        }
+        let msg = match msg {
+            Ok(m) => m,
+            Err(e) => return tracing::warn!("the agent wrote something that is not JSON-RPC: {e}"),
+        };
+        match msg.kind() {
+            RawKind::Response => self.on_agent_response(msg),
+            RawKind::Request => self.on_agent_request(msg),
+            RawKind::Notification => self.on_agent_notification(msg),
+        }
+    }
+
+    fn on_agent_response(&mut self, msg: RawMessage) {
+        let n = match &msg.id {
+            Some(Id::Number(n)) => n.parse::<u64>().ok(),
+            _ => None,
+        };
+        let Some(pending) = n.and_then(|n| self.agent.pending.remove(&n)) else {
+            return tracing::debug!(id = ?msg.id, "agent answered a request the bridge did not send: dropped");
+        };
+        let ok = msg.error.is_none();
+        match pending.purpose {
+            Purpose::Initialize => self.on_agent_initialized(&msg),
+            Purpose::Forward => self.answer_client(pending.client, &msg),
+            Purpose::NewSession { cwd, dirs } => {
+                let sid = msg.result_as::<Value>().and_then(|r| r["sessionId"].as_str().map(str::to_owned));
+                if let (true, Some(sid)) = (ok, sid) {
+                    let mut s = Session::new(sid.clone(), cwd, dirs, Upstream::Live(self.agent.generation));
+                    s.fresh = true;
+                    s.attach_result = attach_result(&msg);
+                    self.sessions.insert(sid.clone(), s);
+                    if let Some((c, _)) = &pending.client {
+                        self.attach(*c, &sid);
+                    }
+                    self.answer_client(pending.client, &msg);
+                    self.flush_orphans(&sid);
+                } else {
+                    self.answer_client(pending.client, &msg);
+                }
+            }
+            Purpose::Load { session } => self.on_loaded(&session, pending.client, &msg),
+            Purpose::Reattach { session } => self.on_reattached(&session, &msg),
+            Purpose::Prompt { session } => {
+                self.answer_client(pending.client, &msg);
+                if let Some(s) = self.sessions.get_mut(&session) {
+                    s.running = false;
+                    s.updated_at = zcode_shared::time::now_ms();
+                }
+                self.pump(&session);
+            }
+        }
+    }
+
+    /// Sends the agent's answer to the client that asked, under the client's own id.
+    fn answer_client(&mut self, client: Option<(ClientId, Id)>, msg: &RawMessage) {
+        if let Some((c, id)) = client {
+            self.send_to(c, Bytes::from(msg.line_with_id(Some(&id))));
+        }
+    }
+
+    fn on_agent_initialized(&mut self, msg: &RawMessage) {
+        let Some(agent) = msg.result_as::<Value>().filter(|_| msg.error.is_none()) else {
+            let detail =
+                RpcError::from_response(&serde_json::from_str(&msg.to_line()).unwrap_or(Value::Null))
+                    .map_or_else(|| "an unreadable answer".to_owned(), |e| e.message);
+            let reason = format!("the agent refused the bridge's initialize: {detail}");
+            tracing::error!("{reason}");
+            let pending = self.agent.kill();
+            self.fail_pending(pending, &reason);
+            return self.agent_down(&reason);
+        };
+        let mut for_clients = agent.clone();
+        let caps = &mut for_clients["agentCapabilities"];
+        if !caps.is_object() {
+            *caps = json!({});
+        }
+        caps["loadSession"] = json!(true);
+        if !caps["_meta"].is_object() {
+            caps["_meta"] = json!({});
+        }
+        if !caps["_meta"]["zcode"].is_object() {
+            caps["_meta"]["zcode"] = json!({});
+        }
+        caps["_meta"]["zcode"]["fs"] = json!(true);
+        self.agent.state = LinkState::Ready { for_clients: for_clients.clone(), agent };
+        let waiting: Vec<(ClientId, Id)> = self
+            .clients
+            .iter_mut()
+            .filter_map(|(c, client)| match &client.init {
+                Init::Waiting(id) => {
+                    let id = id.clone();
+                    client.init = Init::Done;
+                    Some((*c, id))
+                }
+                _ => None,
+            })
+            .collect();
+        for (c, id) in waiting {
+            self.reply(c, &id, Ok(for_clients.clone()));
+        }
+        let held = std::mem::take(&mut self.agent.deferred);
+        self.redispatch(held);
+        let busy: Vec<String> =
+            self.sessions.values().filter(|s| !s.queue.is_empty()).map(|s| s.id.clone()).collect();
+        for sid in busy {
+            self.pump(&sid);
+        }
+    }
+
+    fn on_loaded(&mut self, sid: &str, client: Option<(ClientId, Id)>, msg: &RawMessage) {
+        if msg.error.is_some() {
+            // Not loadable: forget it, and pass the agent's error on to everyone who asked.
+            let s = self.sessions.remove(sid);
+            self.answer_client(client, msg);
+            if let Some(s) = s {
+                for (c, id) in s.waiting_loads {
+                    self.send_to(c, Bytes::from(msg.line_with_id(Some(&id))));
+                }
+                let err =
+                    RpcError::new(jsonrpc::RESOURCE_NOT_FOUND, format!("session {sid} could not be loaded"));
+                for (c, m) in s.deferred {
+                    if let Some(id) = m.id {
+                        self.reply(c, &id, Err(err.clone()));
+                    }
+                }
+            }
+            return;
+        }
+        let generation = self.agent.generation;
+        let Some(s) = self.sessions.get_mut(sid) else { return };
+        s.upstream = Upstream::Live(generation);
+        s.loader = None;
+        s.attach_result = attach_result(msg);
+        let waiting = std::mem::take(&mut s.waiting_loads);
+        let held = std::mem::take(&mut s.deferred);
+        if let Some((c, _)) = &client {
+            self.attach(*c, sid);
+        }
+        self.answer_client(client, msg);
+        for (c, id) in waiting {
+            self.serve_load(c, &id, sid, true);
+        }
+        self.flush_orphans(sid);
+        self.redispatch(held);
+        self.pump(sid);
+    }
+
+    fn on_reattached(&mut self, sid: &str, msg: &RawMessage) {
+        let generation = self.agent.generation;
+        let Some(s) = self.sessions.get_mut(sid) else { return };
+        if msg.error.is_some() {
+            s.upstream = Upstream::Live(0);
+            let detail = msg.error.as_ref().map_or("", |e| e.get()).to_owned();
+            let err = RpcError::internal(format!(
+                "the agent restarted and could not reload session {sid}: {detail}"
+            ));
+            return self.fail_session_requests(sid, &err);
+        }
+        s.upstream = Upstream::Live(generation);
+        let held = std::mem::take(&mut s.deferred);
+        self.redispatch(held);
+        self.pump(sid);
+    }
+
+    fn on_agent_request(&mut self, msg: RawMessage) {
+        let Some(upstream_id) = msg.id.clone() else { return };
+        let method = msg.method().to_owned();
+        let session = msg.session_id();
+        if method.starts_with("fs/") || method.starts_with("terminal/") {
+            return self.route_client_service(upstream_id, session, msg);
+        }
+        let key = self.new_request(upstream_id.clone(), session.clone(), msg, true);
+        let targets: Vec<ClientId> = match session.as_ref().and_then(|s| self.sessions.get_mut(s)) {
+            Some(s) => {
+                s.requests.push(key);
+                s.attached.iter().copied().collect()
+            }
+            None => {
+                // Not about a session we know: the editor if it is there, else nobody can answer.
+                let editor_ready = self.clients.get(&EDITOR).is_some_and(|c| c.init == Init::Done);
+                if !editor_ready {
+                    self.requests.remove(&key);
+                    let err = RpcError::method_not_found(&method);
+                    return self.agent.answer(&upstream_id, Err(error_value(&err)));
+                }
+                vec![EDITOR]
+            }
+        };
+        // Nobody attached: it waits on the session for the next client that attaches.
+        for c in targets {
+            self.deliver_copy(key, c);
+        }
+    }
+
+    fn new_request(
+        &mut self,
+        upstream_id: Id,
+        session: Option<String>,
+        msg: RawMessage,
+        broadcast: bool,
+    ) -> u64 {
+        let key = self.next_key;
+        self.next_key += 1;
+        let generation = self.agent.generation;
+        self.requests.insert(
+            key,
+            AgentRequest { upstream_id, generation, session, msg, copies: Vec::new(), broadcast },
+        );
+        key
+    }
+
+    /// fs/* and terminal/*: the editor serves them when it advertised the capability and is
+    /// attached to the session; otherwise the bridge does, confined to the session's roots.
+    fn route_client_service(&mut self, upstream_id: Id, session: Option<String>, msg: RawMessage) {
+        let method = msg.method().to_owned();
+        let params = msg.params_value();
+        let owner = match params["terminalId"].as_str() {
+            Some(tid) if method != "terminal/create" => self.terminals.get(tid).copied(),
+            _ => None,
+        };
+        let editor_can = self.clients.get(&EDITOR).is_some_and(|c| {
+            c.init == Init::Done
+                && c.caps.serves(&method)
+                && session.as_ref().is_some_and(|s| c.sessions.contains(s))
+        });
+        let to_editor = match owner {
+            Some(TerminalOwner::Editor) => true,
+            Some(TerminalOwner::Local) => false,
+            None => editor_can,
+        };
+        if to_editor && self.clients.contains_key(&EDITOR) {
+            let key = self.new_request(upstream_id, session, msg, false);
+            let line = Bytes::from(self.requests[&key].msg.line_with_id(Some(&Id::from(key))));
+            if let Some(req) = self.requests.get_mut(&key) {
+                req.copies.push(EDITOR);
+            }
+            if let Some(c) = self.clients.get_mut(&EDITOR) {
+                c.copies.insert(key);
+            }
+            return self.send_to(EDITOR, line);
+        }
+        let Some(roots) = session.as_ref().and_then(|s| self.sessions.get(s)).map(Session::roots) else {
+            let err = RpcError::new(jsonrpc::RESOURCE_NOT_FOUND, format!("{method}: unknown session"));
+            return self.agent.answer(&upstream_id, Err(error_value(&err)));
+        };
+        let generation = self.agent.generation;
+        self.local_inflight.insert(upstream_id.clone());
+        let local = self.local.clone();
+        let events = self.events_tx.clone();
+        tokio::spawn(async move {
+            let result = local.handle(&method, params, roots).await;
+            let _ = events.send(Event::Local { generation, id: upstream_id, method, result }).await;
+        });
+    }
+
+    pub(super) fn on_local_done(
+        &mut self,
+        generation: u64,
+        id: &Id,
+        method: &str,
+        result: Result<Value, RpcError>,
+    ) {
+        if generation != self.agent.generation || !self.local_inflight.remove(id) {
+            return;
+        }
+        if let (Ok(r), "terminal/create") = (&result, method) {
+            if let Some(tid) = r["terminalId"].as_str() {
+                self.terminals.insert(tid.to_owned(), TerminalOwner::Local);
+            }
+        }
+        match result {
+            Ok(v) => {
+                let raw = jsonrpc::raw(&v);
+                self.agent.answer(id, Ok(&raw));
+            }
+            Err(e) => self.agent.answer(id, Err(error_value(&e))),
+        }
+    }
+
+    fn on_agent_notification(&mut self, msg: RawMessage) {
+        match msg.method() {
+            "session/update" => self.on_session_update(msg),
+            "$/cancel_request" => {
+                let Some(target) = msg.params_value().get("requestId").and_then(Id::from_value) else {
+                    return;
+                };
+                let generation = self.agent.generation;
+                let key = self
+                    .requests
+                    .iter()
+                    .find(|(_, r)| r.upstream_id == target && r.generation == generation)
+                    .map(|(k, _)| *k);
+                let withdrawn = key.and_then(|k| self.withdraw(k, None)).is_some();
+                let local = self.local_inflight.remove(&target);
+                if withdrawn || local {
+                    let err = RpcError::new(jsonrpc::REQUEST_CANCELLED, "request cancelled");
+                    self.agent.answer(&target, Err(error_value(&err)));
+                }
+            }
+            _ => {
+                // Anything else (elicitation/complete, extensions): to the session's clients, or
+                // to every initialized client when it names no session we know.
+                let line = Bytes::from(msg.to_line());
+                match msg.session_id().filter(|s| self.sessions.contains_key(s)) {
+                    Some(sid) => self.fan_out(&sid, &line, None),
+                    None => {
+                        let all: Vec<ClientId> = self
+                            .clients
+                            .iter()
+                            .filter(|(_, c)| c.init == Init::Done)
+                            .map(|(id, _)| *id)
+                            .collect();
+                        for c in all {
+                            self.send_to(c, line.clone());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_session_update(&mut self, msg: RawMessage) {
+        let Some(sid) = msg.session_id() else { return };
+        let line = Bytes::from(msg.to_line());
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            // Updates can arrive before the answer that tells us the session (e.g. commands
+            // sent right after session/new): hold a bounded number until it appears.
+            if self.orphan_count < ORPHAN_LIMIT {
+                self.orphan_count += 1;
+                self.orphans.entry(sid).or_default().push(line);
+            }
+            return;
+        };
+        match s.upstream {
+            // The agent replays a session we already hold: we have it, drop the copy.
+            Upstream::Reattaching => {}
+            Upstream::Loading => {
+                let loader = s.loader;
+                self.note_title(&sid, &msg);
+                self.record(&sid, &line);
+                if let Some(c) = loader {
+                    self.send_to(c, line);
+                }
+            }
+            Upstream::Live(_) => {
+                self.note_title(&sid, &msg);
+                self.record(&sid, &line);
+                self.fan_out(&sid, &line, None);
+            }
+        }
+    }
+
+    /// An agent-provided title is taken only when the session has none (a session loaded
+    /// from an earlier life); the bridge's own title, once set, is never changed by it.
+    fn note_title(&mut self, sid: &str, msg: &RawMessage) {
+        let Some(s) = self.sessions.get_mut(sid) else { return };
+        if s.title.is_some() {
+            return;
+        }
+        let params = msg.params_value();
+        let u = &params["update"];
+        if u["sessionUpdate"] == "session_info_update" {
+            if let Some(t) = u["title"].as_str().filter(|t| !t.trim().is_empty()) {
+                s.title = Some(super::session::title_of(t));
+            }
+        }
+    }
+
+    fn flush_orphans(&mut self, sid: &str) {
+        let Some(lines) = self.orphans.remove(sid) else { return };
+        self.orphan_count -= lines.len();
+        for line in lines {
+            self.record(sid, &line);
+            self.fan_out(sid, &line, None);
+        }
+    }
+
+    pub(super) fn on_agent_exited(&mut self, generation: u64, reason: &str) {
+        if generation != self.agent.generation {
+            return;
+        }
+        let pending = self.agent.exited();
+        self.fail_pending(pending, reason);
+        self.agent_down(reason);
+    }
+
+    /// Answers every request that was in flight with an error naming the cause.
+    fn fail_pending(&mut self, pending: Vec<Pending>, reason: &str) {
+        for p in pending {
+            if let Purpose::Prompt { session } = &p.purpose {
+                if let Some(s) = self.sessions.get_mut(session) {
+                    s.running = false;
+                }
+            }
+            if let Some((c, id)) = p.client {
+                let err = RpcError::internal(format!(
+                    "the agent {reason} while handling {}; it restarts on the next request",
+                    p.method
+                ));
+                self.reply(c, &id, Err(err));
+            }
+        }
+    }
+
+    /// The agent is gone (or never came up): fail what waited for it, withdraw its requests,
+    /// and mark every session for a reload into the next agent.
+    pub(super) fn agent_down(&mut self, reason: &str) {
+        let err = RpcError::internal(format!("the agent {reason}; it restarts on the next request"));
+        let waiting: Vec<(ClientId, Id)> = self
+            .clients
+            .iter_mut()
+            .filter_map(|(c, client)| match &client.init {
+                Init::Waiting(id) => {
+                    let id = id.clone();
+                    client.init = Init::No;
+                    Some((*c, id))
+                }
+                _ => None,
+            })
+            .collect();
+        for (c, id) in waiting {
+            self.reply(c, &id, Err(err.clone()));
+        }
+        let held = std::mem::take(&mut self.agent.deferred);
+        for (c, m) in held {
+            if let Some(id) = m.id {
+                self.reply(c, &id, Err(err.clone()));
+            }
+        }
+        let keys: Vec<u64> = self.requests.keys().copied().collect();
+        for key in keys {
+            self.withdraw(key, None);
+        }
+        self.local_inflight.clear();
+        self.local.kill_all();
+        self.terminals.clear();
+        let sids: Vec<String> = self.sessions.keys().cloned().collect();
+        for sid in sids {
+            self.fail_session_requests(&sid, &err);
+            let Some(s) = self.sessions.get_mut(&sid) else { continue };
+            s.running = false;
+            match s.upstream {
+                Upstream::Loading => {
+                    let s = self.sessions.remove(&sid);
+                    for (c, id) in s.map(|s| s.waiting_loads).unwrap_or_default() {
+                        self.reply(c, &id, Err(err.clone()));
+                    }
+                }
+                Upstream::Reattaching => s.upstream = Upstream::Live(0),
+                Upstream::Live(_) => {}
+            }
+        }
+    }
+}
+
+/// The answer to session/new or session/load without its `sessionId`: what a later client
+/// attaching to the live session gets as its `session/load` result.
+fn attach_result(msg: &RawMessage) -> Option<Box<serde_json::value::RawValue>> {
+    let mut v = msg.result_as::<Value>()?;
+    if let Some(o) = v.as_object_mut() {
+        o.remove("sessionId");
+    }
+    Some(jsonrpc::raw(&v))
+}
+
+fn error_value(e: &RpcError) -> Value {
+    let mut v = json!({"code": e.code, "message": e.message});
+    if let Some(d) = &e.data {
+        v["data"] = d.clone();
+    }
+    v
+}

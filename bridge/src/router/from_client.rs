@@ -1,0 +1,439 @@
+//! Messages from clients: the handshake, session creation and loading, prompts, cancels,
+//! answers to the agent's requests, and everything else forwarded with only its id rewritten.
+
+use super::agent::{Pending, Purpose};
+use super::client::{ClientKind, Init};
+use super::session::{QueuedPrompt, Session, Upstream, prompt_text, title_of};
+use super::{ClientId, Router};
+use bytes::Bytes;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use zcode_shared::jsonrpc::{self, Id, ParseError, RawKind, RawMessage, RpcError};
+
+impl Router {
+    pub(super) fn on_frame(&mut self, client: ClientId, msg: Result<RawMessage, ParseError>) {
+        let msg = match msg {
+            Ok(m) => m,
+            Err(e) => {
+                let err = jsonrpc::error_response(None, &RpcError::new(e.code(), e.to_string()));
+                return self.send_msg(client, &err);
+            }
+        };
+        match msg.kind() {
+            RawKind::Request => self.on_request(client, msg),
+            RawKind::Notification => self.on_notification(client, msg),
+            RawKind::Response => self.on_response(client, msg),
+        }
+    }
+
+    fn on_request(&mut self, client: ClientId, msg: RawMessage) {
+        let Some(id) = msg.id.clone() else { return };
+        let Some(c) = self.clients.get(&client) else { return };
+        if msg.method() == "initialize" {
+            return self.on_initialize(client, &id, &msg);
+        }
+        if c.init != Init::Done {
+            let err = RpcError::new(
+                jsonrpc::INVALID_REQUEST,
+                "send `initialize` first: nothing else is accepted before it",
+            );
+            return self.reply(client, &id, Err(err));
+        }
+        match msg.method() {
+            "session/new" => self.on_new_session(client, id, msg),
+            "session/load" | "session/resume" => self.on_load(client, id, msg),
+            "session/prompt" => self.on_prompt(client, id, msg),
+            _ => self.forward_scoped(client, id, msg),
+        }
+    }
+
+    fn on_initialize(&mut self, client: ClientId, id: &Id, msg: &RawMessage) {
+        let params = msg.params_value();
+        match params.get("protocolVersion") {
+            Some(v) if v.as_u64() == Some(1) && v.is_u64() => {}
+            Some(v) => {
+                let e = RpcError::invalid_params(format!("`protocolVersion` must be the number 1, got {v}"));
+                return self.reply(client, id, Err(e));
+            }
+            None => {
+                return self.reply(
+                    client,
+                    id,
+                    Err(RpcError::invalid_params("missing required field `protocolVersion`")),
+                );
+            }
+        }
+        let Some(c) = self.clients.get_mut(&client) else { return };
+        c.caps = super::client::Caps::from_params(&params);
+        if let super::agent::LinkState::Ready { for_clients, .. } = &self.agent.state {
+            let result = for_clients.clone();
+            c.init = Init::Done;
+            return self.reply(client, id, Ok(result));
+        }
+        c.init = Init::Waiting(id.clone());
+        self.start_agent();
+    }
+
+    /// Starts the agent if it is down; a spawn failure fails everything waiting for it.
+    pub(super) fn start_agent(&mut self) {
+        if let Err(reason) = self.agent.ensure_started(&self.events_tx) {
+            tracing::error!("{reason}");
+            self.agent_down(&reason);
+        }
+    }
+
+    fn on_new_session(&mut self, client: ClientId, id: Id, msg: RawMessage) {
+        if !self.agent.ready() {
+            return self.defer(client, msg);
+        }
+        let params = msg.params_value();
+        let Some(cwd) = params["cwd"].as_str().map(PathBuf::from) else {
+            return self.reply(client, &id, Err(RpcError::invalid_params("missing required field `cwd`")));
+        };
+        let dirs = dirs_of(&params);
+        let pending = Pending {
+            client: Some((client, id)),
+            method: msg.method().to_owned(),
+            purpose: Purpose::NewSession { cwd, dirs },
+        };
+        self.agent.forward(&msg, pending);
+    }
+
+    fn on_load(&mut self, client: ClientId, id: Id, msg: RawMessage) {
+        let params = msg.params_value();
+        let Some(sid) = params["sessionId"].as_str().map(str::to_owned) else {
+            return self.reply(
+                client,
+                &id,
+                Err(RpcError::invalid_params("missing required field `sessionId`")),
+            );
+        };
+        let replay = msg.method() == "session/load";
+        if let Some(s) = self.sessions.get_mut(&sid) {
+            if s.upstream == Upstream::Loading {
+                s.waiting_loads.push((client, id));
+                return;
+            }
+            // Live here: never goes upstream. The replay goes to this client alone, and the
+            // router handles nothing else meanwhile, so no live update can land inside it.
+            return self.serve_load(client, &id, &sid, replay);
+        }
+        if !self.agent.ready() {
+            return self.defer(client, msg);
+        }
+        let caps = self.agent.capabilities().cloned().unwrap_or(Value::Null);
+        let method = if caps["loadSession"] == true {
+            "session/load"
+        } else if caps["sessionCapabilities"].get("resume").is_some() {
+            "session/resume"
+        } else {
+            msg.method()
+        };
+        let cwd = params["cwd"].as_str().map(PathBuf::from).unwrap_or_default();
+        let mut session = Session::new(sid.clone(), cwd, dirs_of(&params), Upstream::Loading);
+        session.loader = Some(client);
+        self.sessions.insert(sid.clone(), session);
+        let mut upstream_msg = msg.clone();
+        upstream_msg.method = Some(method.to_owned());
+        let pending = Pending {
+            client: Some((client, id)),
+            method: method.to_owned(),
+            purpose: Purpose::Load { session: sid },
+        };
+        self.agent.forward(&upstream_msg, pending);
+    }
+
+    /// Attaches `client` to a live session and replays its history to it alone, then answers.
+    pub(super) fn serve_load(&mut self, client: ClientId, id: &Id, sid: &str, replay: bool) {
+        let Some(s) = self.sessions.get(sid) else { return };
+        let history = if replay { s.history.clone() } else { Vec::new() };
+        let result = s
+            .attach_result
+            .as_ref()
+            .map_or_else(|| json!({}), |r| serde_json::from_str(r.get()).unwrap_or(json!({})));
+        for line in history {
+            self.send_to(client, line);
+        }
+        self.attach(client, sid);
+        self.reply(client, id, Ok(result));
+    }
+
+    fn on_prompt(&mut self, client: ClientId, id: Id, msg: RawMessage) {
+        let Some(sid) = msg.session_id() else {
+            return self.reply(
+                client,
+                &id,
+                Err(RpcError::invalid_params("missing required field `sessionId`")),
+            );
+        };
+        if !self.sessions.contains_key(&sid) {
+            // Not ours: the agent decides (and most likely says it does not know it).
+            return self.forward_scoped(client, id, msg);
+        }
+        if !self.clients.get(&client).is_some_and(|c| c.sessions.contains(&sid)) {
+            self.attach(client, &sid);
+        }
+        if let Some(s) = self.sessions.get_mut(&sid) {
+            s.queue.push_back(QueuedPrompt { client, id, msg });
+        }
+        self.pump(&sid);
+    }
+
+    /// Starts the session's next queued prompt if nothing runs and the agent can take it.
+    pub(super) fn pump(&mut self, sid: &str) {
+        let Some(s) = self.sessions.get(sid) else { return };
+        if s.running || s.queue.is_empty() {
+            return;
+        }
+        if !self.agent.ready() {
+            return self.start_agent();
+        }
+        if !self.session_ready(sid) {
+            return;
+        }
+        let generation = self.agent.generation;
+        let Some(s) = self.sessions.get_mut(sid) else { return };
+        let Some(p) = s.queue.pop_front() else { return };
+        self.agent.forward(
+            &p.msg,
+            Pending {
+                client: Some((p.client, p.id.clone())),
+                method: "session/prompt".into(),
+                purpose: Purpose::Prompt { session: sid.to_owned() },
+            },
+        );
+        debug_assert_eq!(s.upstream, Upstream::Live(generation));
+        s.running = true;
+        s.turns += 1;
+        s.updated_at = zcode_shared::time::now_ms();
+        let first_fresh_turn = s.fresh && s.turns == 1 && s.title.is_none();
+        let params = p.msg.params_value();
+        self.echo_prompt(sid, p.client, &params);
+        if first_fresh_turn {
+            let title = title_of(&prompt_text(&params));
+            if !title.is_empty() {
+                self.set_title(sid, title);
+            }
+        }
+    }
+
+    /// Sends the prompt to every OTHER attached client as `user_message_chunk`s (`uprompt_`
+    /// messageId) and records it as the start of a turn.
+    fn echo_prompt(&mut self, sid: &str, sender: ClientId, params: &Value) {
+        self.echo_seq += 1;
+        let message_id = format!("uprompt_{}_{}", zcode_shared::time::now_ms(), self.echo_seq);
+        let blocks = params["prompt"].as_array().cloned().unwrap_or_default();
+        for block in blocks {
+            let update =
+                json!({"sessionUpdate": "user_message_chunk", "messageId": message_id, "content": block});
+            let line = Bytes::from(
+                jsonrpc::notification("session/update", json!({"sessionId": sid, "update": update}))
+                    .to_string(),
+            );
+            self.record(sid, &line);
+            self.fan_out(sid, &line, Some(sender));
+        }
+    }
+
+    /// Sets a session's title and tells every attached client (`session_info_update`).
+    pub(super) fn set_title(&mut self, sid: &str, title: String) {
+        let Some(s) = self.sessions.get_mut(sid) else { return };
+        s.title = Some(title.clone());
+        let now = zcode_shared::time::now_ms();
+        s.updated_at = now;
+        let update = json!({"sessionUpdate": "session_info_update", "title": title,
+            "updatedAt": zcode_shared::time::iso8601(now)});
+        let line = Bytes::from(
+            jsonrpc::notification("session/update", json!({"sessionId": sid, "update": update})).to_string(),
+        );
+        self.record(sid, &line);
+        self.fan_out(sid, &line, None);
+    }
+
+    /// Whether a session can take requests now; if not, starts what makes it ready (a reload
+    /// into a restarted agent) and returns `false`.
+    fn session_ready(&mut self, sid: &str) -> bool {
+        let generation = self.agent.generation;
+        let Some(s) = self.sessions.get_mut(sid) else { return true };
+        match s.upstream {
+            Upstream::Live(g) if g == generation => true,
+            Upstream::Loading | Upstream::Reattaching => false,
+            Upstream::Live(_) => {
+                let caps = self.agent.capabilities().cloned().unwrap_or(Value::Null);
+                let method = if caps["loadSession"] == true {
+                    "session/load"
+                } else if caps["sessionCapabilities"].get("resume").is_some() {
+                    "session/resume"
+                } else {
+                    let err = RpcError::internal(
+                        "the agent restarted and cannot reload sessions; start a new session",
+                    );
+                    self.fail_session_requests(sid, &err);
+                    return false;
+                };
+                s.upstream = Upstream::Reattaching;
+                let params = json!({"sessionId": sid, "cwd": s.cwd, "mcpServers": []});
+                tracing::info!(session = sid, method, "reloading the session into the restarted agent");
+                self.agent.request_value(
+                    method,
+                    &params,
+                    Pending {
+                        client: None,
+                        method: method.to_owned(),
+                        purpose: Purpose::Reattach { session: sid.to_owned() },
+                    },
+                );
+                false
+            }
+        }
+    }
+
+    /// Forwards a request upstream, first making sure the agent (and the session it names,
+    /// if it is ours) is ready; held until then otherwise.
+    fn forward_scoped(&mut self, client: ClientId, id: Id, msg: RawMessage) {
+        if !self.agent.ready() {
+            return self.defer(client, msg);
+        }
+        if let Some(sid) = msg.session_id().filter(|s| self.sessions.contains_key(s)) {
+            if !self.session_ready(&sid) {
+                if let Some(s) = self.sessions.get_mut(&sid) {
+                    s.deferred.push((client, msg));
+                }
+                return;
+            }
+        }
+        let method = msg.method().to_owned();
+        self.agent.forward(&msg, Pending { client: Some((client, id)), method, purpose: Purpose::Forward });
+    }
+
+    /// Holds a message until the agent is ready, starting it if needed.
+    fn defer(&mut self, client: ClientId, msg: RawMessage) {
+        self.agent.deferred.push((client, msg));
+        self.start_agent();
+    }
+
+    fn on_notification(&mut self, client: ClientId, msg: RawMessage) {
+        if self.clients.get(&client).is_none_or(|c| c.init != Init::Done) {
+            return;
+        }
+        match msg.method() {
+            "session/cancel" => self.on_cancel(client, msg),
+            "$/cancel_request" => self.on_client_cancel_request(client, &msg),
+            _ => {
+                if self.agent.ready() {
+                    self.agent.write(msg.to_line());
+                } else {
+                    self.defer(client, msg);
+                }
+            }
+        }
+    }
+
+    /// `session/cancel`: forwarded, and the session's pending permissions are answered
+    /// `cancelled` upstream (as ACP requires of the client) and withdrawn from every client.
+    fn on_cancel(&mut self, _client: ClientId, msg: RawMessage) {
+        let Some(sid) = msg.session_id() else { return };
+        let live =
+            self.sessions.get(&sid).is_some_and(|s| s.upstream == Upstream::Live(self.agent.generation));
+        if self.agent.ready() && (live || !self.sessions.contains_key(&sid)) {
+            self.agent.write(msg.to_line());
+        }
+        let keys: Vec<u64> = self.sessions.get(&sid).map(|s| s.requests.clone()).unwrap_or_default();
+        for key in keys {
+            if self.requests.get(&key).is_some_and(|r| r.msg.method() == "session/request_permission") {
+                if let Some(req) = self.withdraw(key, None) {
+                    if req.generation == self.agent.generation {
+                        let cancelled = serde_json::value::RawValue::from_string(
+                            r#"{"outcome":{"outcome":"cancelled"}}"#.to_owned(),
+                        )
+                        .expect("valid JSON");
+                        self.agent.answer(&req.upstream_id, Ok(&cancelled));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A client cancels one of its own requests: a queued prompt is dropped here; a request
+    /// in flight is cancelled upstream under the bridge's id.
+    fn on_client_cancel_request(&mut self, client: ClientId, msg: &RawMessage) {
+        let params = msg.params_value();
+        let Some(target) = params.get("requestId").and_then(Id::from_value) else { return };
+        for s in self.sessions.values_mut() {
+            if let Some(pos) = s.queue.iter().position(|p| p.client == client && p.id == target) {
+                s.queue.remove(pos);
+                let err = RpcError::new(jsonrpc::REQUEST_CANCELLED, "request cancelled before it started");
+                return self.reply(client, &target, Err(err));
+            }
+        }
+        let upstream = self
+            .agent
+            .pending
+            .iter()
+            .find(|(_, p)| p.client.as_ref().is_some_and(|(c, i)| *c == client && *i == target))
+            .map(|(n, _)| *n);
+        if let Some(n) = upstream {
+            let line = jsonrpc::notification("$/cancel_request", json!({"requestId": n}));
+            self.agent.write(line.to_string());
+        }
+    }
+
+    /// A client answers one of the agent's requests: the first answer goes upstream, every
+    /// other holder of a copy gets `$/cancel_request`, a late answer is dropped.
+    fn on_response(&mut self, client: ClientId, msg: RawMessage) {
+        let key = match &msg.id {
+            Some(Id::Number(n)) => n.parse::<u64>().ok(),
+            _ => None,
+        };
+        let held = key.is_some_and(|k| self.clients.get(&client).is_some_and(|c| c.copies.contains(&k)));
+        let (Some(key), true) = (key, held) else {
+            tracing::debug!(client, id = ?msg.id, "answer to a request this client was not sent (or already answered): dropped");
+            return;
+        };
+        let Some(req) = self.withdraw(key, Some(client)) else { return };
+        if req.generation != self.agent.generation {
+            return;
+        }
+        if req.msg.method() == "terminal/create"
+            && self.clients.get(&client).is_some_and(|c| c.kind == ClientKind::Editor)
+        {
+            if let Some(tid) =
+                msg.result_as::<Value>().and_then(|r| r["terminalId"].as_str().map(str::to_owned))
+            {
+                self.terminals.insert(tid, super::TerminalOwner::Editor);
+            }
+        }
+        self.agent.write(msg.line_with_id(Some(&req.upstream_id)));
+    }
+
+    /// Fails every request held for a session (prompts queued, messages deferred).
+    pub(super) fn fail_session_requests(&mut self, sid: &str, err: &RpcError) {
+        let Some(s) = self.sessions.get_mut(sid) else { return };
+        let queued: Vec<(ClientId, Id)> = s.queue.drain(..).map(|p| (p.client, p.id)).collect();
+        let deferred: Vec<(ClientId, Option<Id>)> = s.deferred.drain(..).map(|(c, m)| (c, m.id)).collect();
+        for (c, id) in queued {
+            self.reply(c, &id, Err(err.clone()));
+        }
+        for (c, id) in deferred {
+            if let Some(id) = id {
+                self.reply(c, &id, Err(err.clone()));
+            }
+        }
+    }
+
+    /// Re-dispatches messages that were held (the agent or a session became ready).
+    pub(super) fn redispatch(&mut self, held: Vec<(ClientId, RawMessage)>) {
+        for (client, msg) in held {
+            if self.clients.contains_key(&client) {
+                self.on_frame(client, Ok(msg));
+            }
+        }
+    }
+}
+
+fn dirs_of(params: &Value) -> Vec<PathBuf> {
+    params["additionalDirectories"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).map(PathBuf::from).collect())
+        .unwrap_or_default()
+}

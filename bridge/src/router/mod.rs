@@ -1,0 +1,317 @@
+//! The router: ONE task that owns all routing state and reacts to a closed [`Event`] enum.
+//!
+//! Connections (the editor's stdio, each remote WebSocket, the agent's stdio) have reader tasks
+//! that parse frames and send events here, and writer tasks fed by outboxes. Nothing else
+//! touches routing state, so there are no locks around it.
+//!
+//! Handlers are split by where a message comes from: [`from_client`] and [`from_agent`];
+//! [`agent`] is the link to the upstream process.
+
+mod agent;
+pub mod client;
+mod from_agent;
+mod from_client;
+mod session;
+
+pub use agent::AgentSpec;
+pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
+
+use crate::local::LocalService;
+use agent::AgentLink;
+use bytes::Bytes;
+use client::Client;
+use serde_json::{Value, json};
+use session::Session;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use zcode_shared::jsonrpc::{self, Id, ParseError, RawMessage, RpcError};
+
+/// Everything the router reacts to.
+pub enum Event {
+    /// A client connected (the editor once, remotes any number of times).
+    Connected {
+        /// Its id.
+        client: ClientId,
+        /// Editor or remote.
+        kind: ClientKind,
+        /// Where its messages go.
+        outbox: Outbox,
+        /// Cancelled to drop the connection.
+        kill: CancellationToken,
+    },
+    /// A frame from a client, parsed (or not).
+    Frame {
+        /// Who sent it.
+        client: ClientId,
+        /// The message.
+        msg: Result<RawMessage, ParseError>,
+    },
+    /// A client's connection ended.
+    Closed {
+        /// Who.
+        client: ClientId,
+    },
+    /// A line from the agent of generation `generation`.
+    Agent {
+        /// Which agent process (a restarted agent is a new generation).
+        generation: u64,
+        /// The message.
+        msg: Result<RawMessage, ParseError>,
+    },
+    /// The agent process of `generation` exited.
+    AgentExited {
+        /// Which agent process.
+        generation: u64,
+        /// How it ended, for error messages.
+        reason: String,
+    },
+    /// The bridge's own answer to an agent's fs/terminal request.
+    Local {
+        /// Which agent process asked.
+        generation: u64,
+        /// The agent's request id.
+        id: Id,
+        /// The method, to learn terminal ids.
+        method: String,
+        /// The answer.
+        result: Result<Value, RpcError>,
+    },
+    /// `GET /status`: the listed sessions, from memory.
+    Status(oneshot::Sender<Vec<SessionStatus>>),
+    /// Stop: kill the agent, close every client.
+    Shutdown,
+}
+
+/// One row of `/status` and of the registration's `sessions`.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionStatus {
+    /// The ACP session id.
+    pub session_id: String,
+    /// Its title, if one is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// `running` while a turn is in flight or queued, else `idle`.
+    pub status: &'static str,
+    /// Last activity, epoch ms.
+    pub updated_at: u64,
+}
+
+/// Who serves an agent's terminal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TerminalOwner {
+    Editor,
+    Local,
+}
+
+/// An agent→client request the router is routing (permission, elicitation, fs, terminal…).
+struct AgentRequest {
+    /// The agent's id for it.
+    upstream_id: Id,
+    /// Which agent process asked.
+    generation: u64,
+    /// Its session, if it names one.
+    session: Option<String>,
+    /// The request as received.
+    msg: RawMessage,
+    /// Clients holding a copy (sent with id = the request's key).
+    copies: Vec<ClientId>,
+    /// `true`: to every attached client, first answer wins. `false`: to the editor only.
+    broadcast: bool,
+}
+
+/// Unknown-session updates held until the session appears (bounded).
+const ORPHAN_LIMIT: usize = 1000;
+
+/// The router's state. See the module docs.
+pub struct Router {
+    events: mpsc::Receiver<Event>,
+    events_tx: mpsc::Sender<Event>,
+    clients: HashMap<ClientId, Client>,
+    sessions: HashMap<String, Session>,
+    agent: AgentLink,
+    requests: HashMap<u64, AgentRequest>,
+    next_key: u64,
+    terminals: HashMap<String, TerminalOwner>,
+    local: Arc<LocalService>,
+    /// Agent requests being served locally, by agent id (a cancelled one is removed).
+    local_inflight: HashSet<Id>,
+    orphans: HashMap<String, Vec<Bytes>>,
+    orphan_count: usize,
+    echo_seq: u64,
+}
+
+impl Router {
+    /// A router for `spec`, with the channel its connections send events on.
+    pub fn new(spec: AgentSpec) -> (Router, mpsc::Sender<Event>) {
+        let (events_tx, events) = mpsc::channel(4096);
+        let router = Router {
+            events,
+            events_tx: events_tx.clone(),
+            clients: HashMap::new(),
+            sessions: HashMap::new(),
+            agent: AgentLink::new(spec),
+            requests: HashMap::new(),
+            next_key: 1,
+            terminals: HashMap::new(),
+            local: LocalService::new(),
+            local_inflight: HashSet::new(),
+            orphans: HashMap::new(),
+            orphan_count: 0,
+            echo_seq: 0,
+        };
+        (router, events_tx)
+    }
+
+    /// Runs until [`Event::Shutdown`] (or every sender is gone), then kills the agent and
+    /// drops every client.
+    pub async fn run(mut self) {
+        while let Some(event) = self.events.recv().await {
+            match event {
+                Event::Shutdown => break,
+                Event::Connected { client, kind, outbox, kill } => {
+                    self.clients.insert(client, Client::new(kind, outbox, kill));
+                }
+                Event::Frame { client, msg } => self.on_frame(client, msg),
+                Event::Closed { client } => {
+                    if self.on_closed(client) == ClientKind::Editor {
+                        break;
+                    }
+                }
+                Event::Agent { generation, msg } => self.on_agent_frame(generation, msg),
+                Event::AgentExited { generation, reason } => self.on_agent_exited(generation, &reason),
+                Event::Local { generation, id, method, result } => {
+                    self.on_local_done(generation, &id, &method, result);
+                }
+                Event::Status(reply) => {
+                    let _ = reply.send(self.status());
+                }
+            }
+        }
+        for client in self.clients.values() {
+            client.kill.cancel();
+        }
+        self.local.kill_all();
+        self.agent.terminate().await;
+    }
+
+    fn status(&self) -> Vec<SessionStatus> {
+        let mut rows: Vec<SessionStatus> = self
+            .sessions
+            .values()
+            .filter(|s| s.listed())
+            .map(|s| SessionStatus {
+                session_id: s.id.clone(),
+                title: s.title.clone(),
+                status: if s.busy() { "running" } else { "idle" },
+                updated_at: s.updated_at,
+            })
+            .collect();
+        rows.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.session_id.cmp(&b.session_id)));
+        rows
+    }
+
+    /// Sends one line to a client; a remote client over its queue limit is disconnected.
+    fn send_to(&mut self, client: ClientId, line: Bytes) {
+        let Some(c) = self.clients.get(&client) else { return };
+        if !c.outbox.send(line) {
+            tracing::warn!(client, "client is not reading (queue over its limit): disconnecting it");
+            c.kill.cancel();
+            self.on_closed(client);
+        }
+    }
+
+    fn send_msg(&mut self, client: ClientId, msg: &Value) {
+        self.send_to(client, Bytes::from(msg.to_string()));
+    }
+
+    fn reply(&mut self, client: ClientId, id: &Id, result: Result<Value, RpcError>) {
+        let msg = match result {
+            Ok(v) => jsonrpc::response(id, v),
+            Err(e) => jsonrpc::error_response(Some(id), &e),
+        };
+        self.send_msg(client, &msg);
+    }
+
+    /// Sends `line` to every client attached to `session` except `except`.
+    fn fan_out(&mut self, session: &str, line: &Bytes, except: Option<ClientId>) {
+        let targets: Vec<ClientId> = match self.sessions.get(session) {
+            Some(s) => s.attached.iter().copied().filter(|c| Some(*c) != except).collect(),
+            None => return,
+        };
+        for c in targets {
+            self.send_to(c, line.clone());
+        }
+    }
+
+    /// Records a `session/update` line in the session's history.
+    fn record(&mut self, session: &str, line: &Bytes) {
+        if let Some(s) = self.sessions.get_mut(session) {
+            s.history.push(line.clone());
+            s.updated_at = zcode_shared::time::now_ms();
+        }
+    }
+
+    /// Attaches a client to a session and hands it the session's pending agent requests.
+    fn attach(&mut self, client: ClientId, session: &str) {
+        let Some(s) = self.sessions.get_mut(session) else { return };
+        s.attached.insert(client);
+        let pending = s.requests.clone();
+        let Some(c) = self.clients.get_mut(&client) else { return };
+        c.sessions.insert(session.to_owned());
+        for key in pending {
+            self.deliver_copy(key, client);
+        }
+    }
+
+    /// Sends a copy of agent request `key` to `client` (if it has none yet).
+    fn deliver_copy(&mut self, key: u64, client: ClientId) {
+        let Some(req) = self.requests.get_mut(&key) else { return };
+        if !req.broadcast || req.copies.contains(&client) {
+            return;
+        }
+        req.copies.push(client);
+        let line = Bytes::from(req.msg.line_with_id(Some(&Id::from(key))));
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.copies.insert(key);
+        }
+        self.send_to(client, line);
+    }
+
+    /// Withdraws agent request `key` from every client holding a copy (`$/cancel_request`).
+    fn withdraw(&mut self, key: u64, except: Option<ClientId>) -> Option<AgentRequest> {
+        let req = self.requests.remove(&key)?;
+        if let Some(s) = req.session.as_ref().and_then(|s| self.sessions.get_mut(s)) {
+            s.requests.retain(|k| *k != key);
+        }
+        let cancel = jsonrpc::notification("$/cancel_request", json!({"requestId": key}));
+        for &c in &req.copies {
+            if let Some(client) = self.clients.get_mut(&c) {
+                client.copies.remove(&key);
+            }
+            if Some(c) != except {
+                self.send_msg(c, &cancel);
+            }
+        }
+        Some(req)
+    }
+
+    fn on_closed(&mut self, client: ClientId) -> ClientKind {
+        let Some(c) = self.clients.remove(&client) else { return ClientKind::Remote };
+        for sid in &c.sessions {
+            if let Some(s) = self.sessions.get_mut(sid) {
+                s.attached.remove(&client);
+            }
+        }
+        // Requests it held stay pending on their sessions: the next client to attach gets them.
+        for key in c.copies {
+            if let Some(req) = self.requests.get_mut(&key) {
+                req.copies.retain(|x| *x != client);
+            }
+        }
+        tracing::debug!(client, kind = ?c.kind, "client closed");
+        c.kind
+    }
+}

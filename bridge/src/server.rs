@@ -1,0 +1,270 @@
+//! The bridge's loopback server: the remote ACP endpoint (`/acp`, WebSocket) and the HTTP
+//! routes (`/status`). Bound to 127.0.0.1 only, and every route requires the machine's token
+//! (the hub sends it when it dials): other users' processes must not drive our sessions.
+
+use crate::router::{ClientId, ClientKind, Event, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig, frame::coding::CloseCode};
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes, error::CapacityError};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use zcode_shared::jsonrpc::RawMessage;
+
+/// The largest message a remote client may send (and we accept): 32 MiB.
+pub const MAX_MESSAGE: usize = 32 * 1024 * 1024;
+
+/// Ports scanned from the configured start port.
+const PORT_SCAN: u16 = 100;
+
+/// Binds the first free loopback port from `start` (scanning 100 ports); `0` lets the OS pick.
+pub async fn bind_loopback(start: u16) -> std::io::Result<TcpListener> {
+    if start == 0 {
+        return TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await;
+    }
+    let mut last = None;
+    for port in start..start.saturating_add(PORT_SCAN) {
+        match TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await {
+            Ok(l) => return Ok(l),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no port to try")))
+}
+
+/// What every connection of the server shares.
+pub struct Ctx {
+    /// The router's events.
+    pub events: mpsc::Sender<Event>,
+    /// SHA-256 of the machine's token.
+    pub token_digest: [u8; 32],
+    /// Cancelled on shutdown.
+    pub shutdown: CancellationToken,
+    /// Tracks connection tasks, so shutdown can wait for close frames to go out.
+    pub tracker: TaskTracker,
+    next_client: AtomicU64,
+}
+
+impl Ctx {
+    /// A context for one bridge.
+    pub fn new(
+        events: mpsc::Sender<Event>,
+        token: &str,
+        shutdown: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Arc<Ctx> {
+        Arc::new(Ctx {
+            events,
+            token_digest: zcode_shared::token::digest(token),
+            shutdown,
+            tracker,
+            next_client: AtomicU64::new(1),
+        })
+    }
+}
+
+/// Accepts connections until shutdown.
+pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = ctx.shutdown.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let conn_ctx = ctx.clone();
+        ctx.tracker.spawn(async move {
+            let svc = hyper::service::service_fn(move |req| handle(req, conn_ctx.clone(), peer));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .with_upgrades();
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, "http connection ended: {e}");
+            }
+        });
+    }
+}
+
+type Resp = Response<Full<Bytes>>;
+
+fn text(status: StatusCode, body: &'static str) -> Resp {
+    let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
+
+fn authorized(req: &Request<Incoming>, ctx: &Ctx) -> bool {
+    let Some(value) = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    value.strip_prefix("Bearer ").is_some_and(|t| zcode_shared::token::verify(&ctx.token_digest, t.trim()))
+}
+
+async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>, peer: SocketAddr) -> Result<Resp, Infallible> {
+    if !authorized(&req, &ctx) {
+        tracing::debug!(%peer, path = req.uri().path(), "refused: no valid token");
+        return Ok(text(StatusCode::UNAUTHORIZED, "unauthorized"));
+    }
+    Ok(match (req.method(), req.uri().path()) {
+        (&Method::GET, "/acp") => upgrade(req, ctx),
+        (&Method::GET | &Method::HEAD, "/status") => status(&ctx, req.method() == Method::HEAD).await,
+        _ => text(StatusCode::NOT_FOUND, "not found"),
+    })
+}
+
+async fn status(ctx: &Ctx, head: bool) -> Resp {
+    let (tx, rx) = oneshot::channel();
+    if ctx.events.send(Event::Status(tx)).await.is_err() {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "bridge shutting down");
+    }
+    let Ok(Ok(rows)) = tokio::time::timeout(Duration::from_secs(2), rx).await else {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "bridge busy");
+    };
+    let body = serde_json::json!({"sessions": rows}).to_string();
+    let len = body.len();
+    let mut r = Response::new(Full::new(if head { Bytes::new() } else { Bytes::from(body) }));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    r
+}
+
+fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>) -> Resp {
+    let h = req.headers();
+    let is_upgrade = h
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    let version_ok = h.get(header::SEC_WEBSOCKET_VERSION).is_some_and(|v| v == "13");
+    let Some(key) = h.get(header::SEC_WEBSOCKET_KEY).filter(|_| is_upgrade && version_ok) else {
+        return text(StatusCode::BAD_REQUEST, "a WebSocket upgrade (version 13) is required");
+    };
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let tracker = ctx.tracker.clone();
+    tracker.spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let config = WebSocketConfig::default()
+                    .max_message_size(Some(MAX_MESSAGE))
+                    .max_frame_size(Some(MAX_MESSAGE));
+                let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
+                    .await;
+                remote_client(ws, ctx).await;
+            }
+            Err(e) => tracing::debug!("websocket upgrade failed: {e}"),
+        }
+    });
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let headers = r.headers_mut();
+    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    if let Ok(v) = HeaderValue::from_str(&accept) {
+        headers.insert(header::SEC_WEBSOCKET_ACCEPT, v);
+    }
+    r
+}
+
+/// One remote client: a reader half feeding the router and a writer half draining its
+/// outbox, joined by the client's kill token (the survivor stops when its partner ends).
+async fn remote_client<S>(ws: WebSocketStream<S>, ctx: Arc<Ctx>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let client: ClientId = ctx.next_client.fetch_add(1, Ordering::Relaxed);
+    let (outbox, reader) = Outbox::new(Some(REMOTE_QUEUE_LIMIT));
+    let kill = ctx.shutdown.child_token();
+    let connected = Event::Connected { client, kind: ClientKind::Remote, outbox, kill: kill.clone() };
+    if ctx.events.send(connected).await.is_err() {
+        return;
+    }
+    tracing::debug!(client, "remote client connected");
+    let (sink, mut stream) = ws.split();
+    // The close code the writer sends: normal, or "too big" when the reader saw an oversized frame.
+    let close_code = Arc::new(AtomicU16::new(u16::from(CloseCode::Away)));
+    let writer = tokio::spawn(write_frames(sink, reader, kill.clone(), close_code.clone()));
+    loop {
+        let frame = tokio::select! {
+            () = kill.cancelled() => break,
+            f = stream.next() => f,
+        };
+        match frame {
+            Some(Ok(Message::Text(t))) => {
+                let msg = RawMessage::parse(t.as_str());
+                if ctx.events.send(Event::Frame { client, msg }).await.is_err() {
+                    break;
+                }
+            }
+            // Binary frames are not ACP; pings are answered by the library.
+            Some(Ok(Message::Binary(_) | Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
+            Some(Err(tokio_tungstenite::tungstenite::Error::Capacity(CapacityError::MessageTooLong {
+                size,
+                ..
+            }))) => {
+                tracing::warn!(client, size, "remote client sent a message over 32 MiB: closing it (1009)");
+                close_code.store(u16::from(CloseCode::Size), Ordering::Relaxed);
+                break;
+            }
+            Some(Ok(Message::Close(_))) => {
+                close_code.store(u16::from(CloseCode::Normal), Ordering::Relaxed);
+                break;
+            }
+            Some(Err(_)) | None => break,
+        }
+    }
+    kill.cancel();
+    let _ = ctx.events.send(Event::Closed { client }).await;
+    let _ = writer.await;
+    tracing::debug!(client, "remote client closed");
+}
+
+async fn write_frames<K>(
+    mut sink: K,
+    mut reader: OutboxReader,
+    kill: CancellationToken,
+    close_code: Arc<AtomicU16>,
+) where
+    K: futures_util::Sink<Message> + Unpin,
+{
+    loop {
+        let line = tokio::select! {
+            () = kill.cancelled() => break,
+            l = reader.recv() => match l { Some(l) => l, None => break },
+        };
+        let Ok(text) = Utf8Bytes::try_from(line) else { continue };
+        let sent = tokio::select! {
+            () = kill.cancelled() => break,
+            r = sink.send(Message::Text(text)) => r,
+        };
+        if sent.is_err() {
+            kill.cancel();
+            return;
+        }
+    }
+    let code = CloseCode::from(close_code.load(Ordering::Relaxed));
+    let reason = if code == CloseCode::Size { "message too big" } else { "bridge closing" };
+    let frame = CloseFrame { code, reason: reason.into() };
+    let _ = tokio::time::timeout(Duration::from_millis(500), sink.send(Message::Close(Some(frame)))).await;
+    let _ = tokio::time::timeout(Duration::from_millis(200), sink.close()).await;
+}

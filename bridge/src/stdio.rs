@@ -1,0 +1,52 @@
+//! The editor's connection: JSON-RPC lines on this process's stdin and stdout.
+
+use crate::router::{EDITOR, Event, Outbox, OutboxReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use zcode_shared::jsonrpc::RawMessage;
+
+/// Connects the editor: registers it with the router, then reads stdin (EOF closes the
+/// editor, which ends the bridge) and writes its outbox to stdout.
+pub async fn connect_editor(events: mpsc::Sender<Event>, tracker: &TaskTracker) {
+    let (outbox, reader) = Outbox::new(None);
+    let kill = CancellationToken::new();
+    let _ = events
+        .send(Event::Connected { client: EDITOR, kind: crate::router::ClientKind::Editor, outbox, kill })
+        .await;
+    tracker.spawn(write_stdout(reader));
+    tracker.spawn(async move {
+        let mut lines = BufReader::new(tokio::io::stdin()).lines();
+        loop {
+            match lines.next_line().await {
+                Ok(Some(line)) if line.trim().is_empty() => continue,
+                Ok(Some(line)) => {
+                    let msg = RawMessage::parse(&line);
+                    if events.send(Event::Frame { client: EDITOR, msg }).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!("reading the editor's stdin failed: {e}");
+                    break;
+                }
+            }
+        }
+        tracing::info!("the editor closed stdin: shutting down");
+        let _ = events.send(Event::Closed { client: EDITOR }).await;
+    });
+}
+
+async fn write_stdout(mut reader: OutboxReader) {
+    let mut out = tokio::io::stdout();
+    while let Some(line) = reader.recv().await {
+        if out.write_all(&line).await.is_err()
+            || out.write_all(b"\n").await.is_err()
+            || out.flush().await.is_err()
+        {
+            return;
+        }
+    }
+}

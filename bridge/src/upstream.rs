@@ -1,0 +1,139 @@
+//! The upstream agent process: spawned in its own process group, stdin fed by a writer task,
+//! stdout parsed into router events, stderr copied to our log.
+
+use crate::router::{AgentSpec, Event};
+use bytes::Bytes;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+use tokio::sync::mpsc;
+use zcode_shared::jsonrpc::RawMessage;
+
+/// How long a killed agent gets between SIGTERM and SIGKILL.
+const KILL_GRACE: Duration = Duration::from_millis(500);
+
+/// A running agent process.
+pub struct AgentProcess {
+    pid: u32,
+    stdin: mpsc::UnboundedSender<Bytes>,
+}
+
+impl AgentProcess {
+    /// Spawns the agent; its lines and its exit arrive as events tagged with `generation`.
+    pub fn spawn(
+        spec: &AgentSpec,
+        generation: u64,
+        events: mpsc::Sender<Event>,
+    ) -> std::io::Result<AgentProcess> {
+        let mut cmd = Command::new(&spec.command);
+        cmd.args(&spec.args)
+            .envs(&spec.env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own group, so killing it takes its children (npx → node → …) along.
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = cmd.spawn()?;
+        let pid = child.id().unwrap_or(0);
+        let (Some(mut stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(std::io::Error::other("agent stdio was not captured"));
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+        tokio::spawn(async move {
+            while let Some(line) = rx.recv().await {
+                if stdin.write_all(&line).await.is_err() || stdin.write_all(b"\n").await.is_err() {
+                    break;
+                }
+                if rx.is_empty() && stdin.flush().await.is_err() {
+                    break;
+                }
+            }
+        });
+        let reader_events = events.clone();
+        let reader = tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let msg = RawMessage::parse(&line);
+                if reader_events.send(Event::Agent { generation, msg }).await.is_err() {
+                    break;
+                }
+            }
+        });
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::info!(target: "agent", pid, "{line}");
+            }
+        });
+        tokio::spawn(async move {
+            let reason = match child.wait().await {
+                Ok(status) => describe(status),
+                Err(e) => format!("could not be waited for: {e}"),
+            };
+            // Its last lines come before the news of its death (a grandchild holding stdout
+            // open must not stall us forever).
+            let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
+            tracing::warn!(pid, generation, "agent {reason}");
+            let _ = events.send(Event::AgentExited { generation, reason }).await;
+        });
+        Ok(AgentProcess { pid, stdin: tx })
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Queues one line for its stdin.
+    pub fn send(&self, line: String) {
+        let _ = self.stdin.send(Bytes::from(line));
+    }
+
+    /// SIGTERM to its process group, then SIGKILL after a short grace; returns when done
+    /// (shutdown: the bridge must not exit before its agent's group is gone).
+    pub async fn terminate(self) {
+        let Some(pgid) = self.group() else { return };
+        let _ = killpg(pgid, Signal::SIGTERM);
+        tokio::time::sleep(KILL_GRACE).await;
+        let _ = killpg(pgid, Signal::SIGKILL);
+    }
+
+    fn group(&self) -> Option<Pid> {
+        i32::try_from(self.pid).ok().filter(|p| *p > 0).map(Pid::from_raw)
+    }
+
+    /// SIGTERM to its process group, SIGKILL after a short grace, without waiting.
+    pub fn kill(self) {
+        let Ok(raw) = i32::try_from(self.pid) else { return };
+        if raw <= 0 {
+            return;
+        }
+        let pgid = Pid::from_raw(raw);
+        let _ = killpg(pgid, Signal::SIGTERM);
+        std::thread::spawn(move || {
+            std::thread::sleep(KILL_GRACE);
+            let _ = killpg(pgid, Signal::SIGKILL);
+        });
+    }
+}
+
+fn describe(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => {
+            let name = Signal::try_from(sig).map_or_else(|_| sig.to_string(), |s| s.as_str().to_owned());
+            format!("was killed by {name}")
+        }
+        _ => "exited".to_owned(),
+    }
+}

@@ -1,0 +1,250 @@
+//! The bridge shared by an editor (stdio) and remote clients (loopback WebSocket): fan-out,
+//! permissions (first answer wins), prompt echo, titles, FIFO prompts, headless fs service.
+
+use serde_json::{Value, json};
+use std::time::Duration;
+use zcode_tests::{
+    Bridge, Home, Peer, agent_text, demo_agent, initialize, new_session, prompt, update_kinds,
+};
+
+const EDITOR_CAPS: &str = r#"{"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false}"#;
+
+fn caps() -> Value {
+    serde_json::from_str(EDITOR_CAPS).expect("valid capabilities")
+}
+
+fn load(p: &mut Peer, sid: &str, cwd: &std::path::Path) -> (Value, Vec<Value>) {
+    p.call("session/load", json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}))
+}
+
+#[test]
+fn editor_and_remote_share_a_session_and_the_first_permission_answer_wins() {
+    let home = Home::new();
+    let mut b = Bridge::start(&home, &demo_agent(1));
+    let init = initialize(&mut b.editor, caps());
+    assert_eq!(init["agentCapabilities"]["_meta"]["zcode"]["fs"], true, "{init}");
+    assert_eq!(init["agentCapabilities"]["loadSession"], true);
+    assert!(
+        init["agentInfo"]["title"].as_str().unwrap().contains("demo"),
+        "the agent's own info passes through"
+    );
+    let sid = new_session(&mut b.editor, home.path());
+    let (r, _) = b.editor.call("session/prompt", prompt(&sid, "Fix the login bug\nplease"));
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+
+    // A remote client loads the live session: it gets the history, the agent is not asked.
+    let mut remote = b.remote();
+    let rinit = initialize(&mut remote, json!({}));
+    assert_eq!(rinit, init, "every client gets the same cached initialize result");
+    let (resp, replay) = load(&mut remote, &sid, home.path());
+    assert!(resp["result"].is_object(), "{resp}");
+    assert!(replay.iter().all(|m| m["params"]["sessionId"] == sid.as_str()));
+    let kinds = update_kinds(&replay);
+    assert!(
+        kinds.contains(&"agent_message_chunk".to_owned()) && kinds.contains(&"plan".to_owned()),
+        "{kinds:?}"
+    );
+    assert!(kinds.contains(&"session_info_update".to_owned()), "the title is part of the replay: {kinds:?}");
+
+    // The editor prompts; both see the stream and both get the permission request.
+    let id = b.editor.request("session/prompt", prompt(&sid, "permission"));
+    let (ereq, _) =
+        b.editor.until("permission on the editor", |m| m["method"] == "session/request_permission");
+    let (rreq, rseen) =
+        remote.until("permission on the remote", |m| m["method"] == "session/request_permission");
+    assert!(update_kinds(&rseen).contains(&"tool_call".to_owned()), "the remote sees the live stream");
+    // The remote answers first: the editor's copy is withdrawn.
+    remote.send(&json!({"jsonrpc": "2.0", "id": rreq["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}}));
+    let (cancel, _) = b.editor.until("$/cancel_request on the editor", |m| m["method"] == "$/cancel_request");
+    assert_eq!(cancel["params"]["requestId"], ereq["id"]);
+    // A late answer from the editor is dropped: the agent saw exactly one.
+    b.editor.send(&json!({"jsonrpc": "2.0", "id": ereq["id"], "result": {"outcome": {"outcome": "selected", "optionId": "reject"}}}));
+    let (resp, updates) = b.editor.response_to(&id);
+    assert_eq!(resp["result"]["stopReason"], "end_turn");
+    let text = agent_text(&updates);
+    assert!(text.contains("Permission granted (allow)") && !text.contains("denied"), "{text}");
+    let (_, rupdates) = remote.until("the end of the turn on the remote", |m| {
+        m["params"]["update"]["sessionUpdate"] == "usage_update"
+    });
+    assert!(agent_text(&rupdates).contains("Permission granted (allow)"));
+}
+
+#[test]
+fn a_remote_prompt_is_echoed_to_the_editor_only_and_titles_the_session() {
+    let home = Home::new();
+    let mut b = Bridge::start(&home, &demo_agent(1));
+    initialize(&mut b.editor, caps());
+    let mut remote = b.remote();
+    initialize(&mut remote, json!({}));
+    let sid = new_session(&mut remote, home.path());
+    let (r, _) = load(&mut b.editor, &sid, home.path());
+    assert!(r["result"].is_object(), "{r}");
+
+    let (resp, rseen) =
+        remote.call("session/prompt", prompt(&sid, "  \n  Rename   the\tmodule  \nsecond line"));
+    assert_eq!(resp["result"]["stopReason"], "end_turn");
+    assert!(
+        !rseen.iter().any(|m| m["params"]["update"]["sessionUpdate"] == "user_message_chunk"),
+        "the sender must not get its own prompt echoed"
+    );
+    let title = rseen.iter().find(|m| m["params"]["update"]["sessionUpdate"] == "session_info_update");
+    assert_eq!(title.expect("a title update")["params"]["update"]["title"], "Rename the module");
+
+    let (echo, _) =
+        b.editor.until("the prompt echo", |m| m["params"]["update"]["sessionUpdate"] == "user_message_chunk");
+    let u = &echo["params"]["update"];
+    assert!(u["messageId"].as_str().unwrap().starts_with("uprompt_"), "{u}");
+    assert_eq!(u["content"]["text"], "  \n  Rename   the\tmodule  \nsecond line");
+    let (info, _) =
+        b.editor.until("the title", |m| m["params"]["update"]["sessionUpdate"] == "session_info_update");
+    assert_eq!(info["params"]["update"]["title"], "Rename the module");
+
+    // Later turns never change the title.
+    let (_, rseen) = remote.call("session/prompt", prompt(&sid, "another subject"));
+    assert!(!update_kinds(&rseen).contains(&"session_info_update".to_owned()));
+    let (s, body) = b.http_get("/status", Some(zcode_tests::TEST_TOKEN));
+    assert_eq!(s, 200);
+    let status: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["sessions"][0]["title"], "Rename the module", "{status}");
+}
+
+#[test]
+fn prompts_from_two_clients_run_one_after_the_other() {
+    let home = Home::new();
+    let mut b = Bridge::start(&home, &demo_agent(3));
+    initialize(&mut b.editor, caps());
+    let sid = new_session(&mut b.editor, home.path());
+    let mut remote = b.remote();
+    initialize(&mut remote, json!({}));
+    load(&mut remote, &sid, home.path());
+
+    let first = b.editor.request("session/prompt", prompt(&sid, "first from the editor"));
+    let second = remote.request("session/prompt", prompt(&sid, "second from the remote"));
+    let (r1, before_first) = b.editor.response_to(&first);
+    assert_eq!(r1["result"]["stopReason"], "end_turn");
+    // Nothing of the second turn reached the editor before the first turn ended.
+    assert!(
+        !before_first.iter().any(|m| m["params"]["update"]["sessionUpdate"] == "user_message_chunk"),
+        "the second prompt started while the first was running"
+    );
+    let ids: Vec<&str> = before_first
+        .iter()
+        .filter_map(|m| m["params"]["update"]["messageId"].as_str())
+        .filter(|id| id.starts_with("msg_"))
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] == w[1]), "chunks of two turns interleaved: {ids:?}");
+    let (r2, _) = remote.response_to(&second);
+    assert_eq!(r2["result"]["stopReason"], "end_turn");
+    // The editor then sees the second turn: its echo, then its chunks.
+    let (echo, _) = b.editor.until("the echo of the second prompt", |m| {
+        m["params"]["update"]["sessionUpdate"] == "user_message_chunk"
+    });
+    assert_eq!(echo["params"]["update"]["content"]["text"], "second from the remote");
+}
+
+#[test]
+fn a_headless_session_writes_inside_its_cwd_and_is_refused_outside() {
+    let home = Home::new();
+    let project = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let b = Bridge::start(&home, &demo_agent(0));
+    let mut remote = b.remote();
+    // Even a remote advertising fs is not asked: only the editor serves fs, else the bridge.
+    initialize(&mut remote, json!({"fs": {"readTextFile": true, "writeTextFile": true}}));
+    let sid = new_session(&mut remote, project.path());
+    let escape = outside.path().join("escaped.txt");
+    let text = format!("write:inside.txt write:{} read:../../etc/passwd", escape.display());
+    let (resp, seen) = remote.call("session/prompt", prompt(&sid, &text));
+    assert_eq!(resp["result"]["stopReason"], "end_turn", "{resp}");
+    assert!(
+        !seen.iter().any(|m| m["method"].as_str().is_some_and(|m| m.starts_with("fs/"))),
+        "fs went to the remote"
+    );
+    let written = std::fs::read_to_string(project.path().join("inside.txt")).unwrap();
+    assert!(written.contains("demo agent"), "{written}");
+    assert!(!escape.exists(), "a write outside the session's cwd landed");
+    let said = agent_text(&seen);
+    assert!(said.contains("Wrote inside.txt"), "{said}");
+    assert!(said.contains(&format!("Could not write {}", escape.display())), "{said}");
+    assert!(said.contains("Could not read ../../etc/passwd: path is outside"), "{said}");
+    let (_, seen) = remote.call("session/prompt", prompt(&sid, "read:inside.txt"));
+    assert!(agent_text(&seen).contains("inside.txt has 1 lines"), "{}", agent_text(&seen));
+}
+
+#[test]
+fn a_permission_nobody_sees_waits_for_the_next_client_and_cancel_withdraws_it() {
+    let home = Home::new();
+    let b = Bridge::start(&home, &demo_agent(0));
+    let mut first = b.remote();
+    initialize(&mut first, json!({}));
+    let sid = new_session(&mut first, home.path());
+    let id = first.request("session/prompt", prompt(&sid, "permission"));
+    first.until("the permission", |m| m["method"] == "session/request_permission");
+    drop(first);
+
+    // A client attaching later gets the pending request too.
+    let mut second = b.remote();
+    initialize(&mut second, json!({}));
+    let (_, replay) = load(&mut second, &sid, home.path());
+    let pending = replay.iter().any(|m| m["method"] == "session/request_permission");
+    let req = if pending {
+        replay.into_iter().find(|m| m["method"] == "session/request_permission").unwrap()
+    } else {
+        second.until("the pending permission", |m| m["method"] == "session/request_permission").0
+    };
+    // session/cancel answers it `cancelled` upstream and withdraws it from every client.
+    second.notify("session/cancel", json!({"sessionId": sid}));
+    let (cancel, _) = second.until("$/cancel_request", |m| m["method"] == "$/cancel_request");
+    assert_eq!(cancel["params"]["requestId"], req["id"]);
+    let _ = id;
+    // The turn ends `cancelled`; the next prompt works.
+    let (r, _) = second.call("session/prompt", prompt(&sid, "hello again"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    assert!(
+        second
+            .quiet_for(Duration::from_millis(100))
+            .is_none_or(|m| m["method"] != "session/request_permission")
+    );
+}
+
+#[test]
+fn messages_pass_through_untouched_but_for_their_ids() {
+    let home = Home::new();
+    let mut b = Bridge::start(&home, &demo_agent(0));
+    initialize(&mut b.editor, caps());
+    let sid = new_session(&mut b.editor, home.path());
+    let mut remote = b.remote();
+    initialize(&mut remote, json!({}));
+    load(&mut remote, &sid, home.path());
+    while b.editor.quiet_for(Duration::from_millis(50)).is_some() {}
+
+    // Client → agent: params arrive byte for byte (key order, number spellings, `_meta`).
+    let params = format!(
+        r#"{{"sessionId":"{sid}","z":1,"a":{{"_meta":{{"k":[1.50,2e3,-0.0]}}}},"big":123456789012345678901234567890}}"#
+    );
+    remote.send_raw(&format!(r#"{{"jsonrpc":"2.0","id":"str-id","method":"_demo/echo","params":{params}}}"#));
+    // Agent → clients: an update of an unknown kind reaches every attached client as sent.
+    let want = r#"{"sessionUpdate":"zz_future_kind","_meta":{"zcode-test":[1.50,2e3]},"value":123456789012345678901234567890}"#;
+    for peer in [&mut b.editor, &mut remote] {
+        let raw = peer.recv_raw("the unknown update");
+        assert!(raw.contains(want), "{raw}");
+    }
+    let answer: Value = serde_json::from_str(&remote.recv_raw("the echo")).unwrap();
+    assert_eq!(answer["id"], "str-id");
+    assert_eq!(answer["result"]["params"], params.as_str());
+}
+
+#[test]
+fn fs_requests_go_to_an_editor_that_can_serve_them() {
+    let home = Home::new();
+    let mut b = Bridge::start(&home, &demo_agent(0));
+    initialize(&mut b.editor, json!({"fs": {"readTextFile": true, "writeTextFile": true}}));
+    let sid = new_session(&mut b.editor, std::path::Path::new("/nonexistent/project"));
+    let id = b.editor.request("session/prompt", prompt(&sid, "read:notes.md"));
+    let (req, _) = b.editor.until("fs/read_text_file on the editor", |m| m["method"] == "fs/read_text_file");
+    assert_eq!(req["params"]["path"], "/nonexistent/project/notes.md");
+    b.editor.send(&json!({"jsonrpc": "2.0", "id": req["id"], "result": {"content": "from the editor\n"}}));
+    let (r, seen) = b.editor.response_to(&id);
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    assert!(agent_text(&seen).contains("the first is \"from the editor\""), "{}", agent_text(&seen));
+}
