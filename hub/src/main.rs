@@ -54,13 +54,16 @@ enum Command {
         /// Milliseconds between streamed chunks
         #[arg(long, env = "ZCODE_ACP_DEMO_DELAY_MS", default_value_t = 30)]
         delay_ms: u64,
+        /// Offer session/resume (no replay) instead of session/load, like agents that cannot replay
+        #[arg(long)]
+        resume_only: bool,
     },
 }
 
 fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
-        Command::DemoAgent { delay_ms } => demo_agent(delay_ms),
+        Command::DemoAgent { delay_ms, resume_only } => demo_agent(delay_ms, resume_only),
         Command::Token { rotate } => token(rotate),
         Command::Bridge { agent } => bridge(agent),
         Command::Serve { .. } => not_built("serve", "#6 (Projects and the session lifecycle)"),
@@ -79,12 +82,15 @@ fn not_built(name: &str, issue: &str) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(2))
 }
 
-fn demo_agent(delay_ms: u64) -> anyhow::Result<ExitCode> {
+fn demo_agent(delay_ms: u64, resume_only: bool) -> anyhow::Result<ExitCode> {
     // The demo agent needs only the paths: a broken config.json must not break an editor's agent.
     let paths = zcode_shared::paths::Paths::resolve(&ProcessEnv)?;
     zcode_shared::logging::init(false);
-    let opts =
-        zcode_bridge::demo::DemoOptions { delay: Duration::from_millis(delay_ms), data_dir: paths.data_dir };
+    let opts = zcode_bridge::demo::DemoOptions {
+        delay: Duration::from_millis(delay_ms),
+        data_dir: paths.data_dir,
+        resume_only,
+    };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(zcode_bridge::demo::run_stdio(opts)).context("demo agent")?;
     Ok(ExitCode::SUCCESS)

@@ -375,6 +375,12 @@ impl Peer {
         self.wait_exit(WAIT).expect("peer did not exit after stdin closed").success()
     }
 
+    /// Closes stdin and waits (up to [`WAIT`]) for a clean exit, keeping the peer.
+    pub fn close_then_exited(&mut self) -> bool {
+        self.close_stdin();
+        self.wait_exit(WAIT).is_some_and(|s| s.success())
+    }
+
     /// Closes the child's stdin (an editor going away).
     pub fn close_stdin(&mut self) {
         if let Writer::Stdin(stdin) = &mut self.writer {
@@ -516,11 +522,17 @@ impl Bridge {
 
 /// A minimal HTTP/1.1 GET over loopback: (status, body).
 pub fn http_get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
+    http_request(port, "GET", path, token)
+}
+
+/// A minimal bodiless HTTP/1.1 request over loopback: (status, body).
+pub fn http_request(port: u16, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
     use std::io::Read;
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     s.set_read_timeout(Some(WAIT)).expect("timeout");
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n").expect("write");
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n")
+        .expect("write");
     let mut raw = String::new();
     s.read_to_string(&mut raw).expect("read");
     let status = raw.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("status line");

@@ -109,6 +109,7 @@ fn the_loopback_server_requires_the_token() {
     assert_eq!(b.http_get("/status", None).0, 401);
     assert_eq!(b.http_get("/status", Some("wrong")).0, 401);
     assert_eq!(b.http_get("/nope", Some(TEST_TOKEN)).0, 404);
+    assert_eq!(zcode_tests::http_request(b.port, "HEAD", "/status", Some(TEST_TOKEN)), (200, String::new()));
 
     // /status lists a session once its first turn started, running while the turn runs.
     initialize(&mut b.editor, json!({}));

@@ -248,3 +248,130 @@ fn fs_requests_go_to_an_editor_that_can_serve_them() {
     assert_eq!(r["result"]["stopReason"], "end_turn");
     assert!(agent_text(&seen).contains("the first is \"from the editor\""), "{}", agent_text(&seen));
 }
+
+#[test]
+fn an_elicitation_goes_to_every_client_and_the_first_answer_wins() {
+    let home = Home::new();
+    let mut b = Bridge::start(&home, &demo_agent(0));
+    initialize(&mut b.editor, caps());
+    let sid = new_session(&mut b.editor, home.path());
+    let mut remote = b.remote();
+    initialize(&mut remote, json!({}));
+    load(&mut remote, &sid, home.path());
+    let id = remote.request("session/prompt", prompt(&sid, "elicit"));
+    let (ereq, _) = b.editor.until("the elicitation on the editor", |m| m["method"] == "elicitation/create");
+    let (rreq, _) = remote.until("the elicitation on the remote", |m| m["method"] == "elicitation/create");
+    assert_eq!(ereq["params"], rreq["params"]);
+    b.editor.send(&json!({"jsonrpc": "2.0", "id": ereq["id"], "result": {"action": "accept", "content": {"name": "Ada"}}}));
+    let (cancel, _) = remote.until("$/cancel_request on the remote", |m| m["method"] == "$/cancel_request");
+    assert_eq!(cancel["params"]["requestId"], rreq["id"]);
+    let (r, seen) = remote.response_to(&id);
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    assert!(agent_text(&seen).contains(r#"You answered {"name":"Ada"}"#), "{}", agent_text(&seen));
+}
+
+#[test]
+fn terminals_run_locally_for_a_headless_session_and_on_an_editor_that_offers_them() {
+    let home = Home::new();
+    let mut b = Bridge::start(&home, &demo_agent(0));
+    let mut remote = b.remote();
+    initialize(&mut remote, json!({"terminal": true}));
+    let sid = new_session(&mut remote, home.path());
+    let (r, seen) = remote.call("session/prompt", prompt(&sid, "terminal"));
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    assert!(
+        !seen.iter().any(|m| m["method"] == "terminal/create"),
+        "a remote client was asked to run a terminal"
+    );
+    assert!(
+        agent_text(&seen).contains("printed \"zcode terminal says hi\" and exited with 0"),
+        "{}",
+        agent_text(&seen)
+    );
+
+    initialize(&mut b.editor, json!({"terminal": true}));
+    let esid = new_session(&mut b.editor, home.path());
+    let id = b.editor.request("session/prompt", prompt(&esid, "terminal"));
+    let (create, _) = b.editor.until("terminal/create on the editor", |m| m["method"] == "terminal/create");
+    assert_eq!(create["params"]["command"], "echo");
+    b.editor.send(&json!({"jsonrpc": "2.0", "id": create["id"], "result": {"terminalId": "ed-1"}}));
+    let (wait, _) =
+        b.editor.until("wait_for_exit on the editor", |m| m["method"] == "terminal/wait_for_exit");
+    assert_eq!(wait["params"]["terminalId"], "ed-1");
+    b.editor.send(&json!({"jsonrpc": "2.0", "id": wait["id"], "result": {"exitCode": 0, "signal": null}}));
+    let (out, _) = b.editor.until("terminal/output on the editor", |m| m["method"] == "terminal/output");
+    b.editor.send(&json!({"jsonrpc": "2.0", "id": out["id"], "result": {"output": "from the editor\n", "truncated": false}}));
+    let (rel, _) = b.editor.until("terminal/release on the editor", |m| m["method"] == "terminal/release");
+    b.editor.send(&json!({"jsonrpc": "2.0", "id": rel["id"], "result": null}));
+    let (r, seen) = b.editor.response_to(&id);
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    assert!(agent_text(&seen).contains("printed \"from the editor\""), "{}", agent_text(&seen));
+}
+
+#[test]
+fn a_live_session_loads_from_the_bridge_and_a_closed_one_from_the_agent() {
+    let home = Home::new();
+    let sid;
+    {
+        let mut b = Bridge::start(&home, &demo_agent(0));
+        initialize(&mut b.editor, caps());
+        sid = new_session(&mut b.editor, home.path());
+        b.editor.call("session/prompt", prompt(&sid, "first life"));
+        let mut remote = b.remote();
+        initialize(&mut remote, json!({}));
+        let (_, replay) = load(&mut remote, &sid, home.path());
+        // Served from the bridge: its own record of the prompt (an uprompt_ message), not the
+        // agent's replay.
+        let users: Vec<&Value> = replay
+            .iter()
+            .filter(|m| m["params"]["update"]["sessionUpdate"] == "user_message_chunk")
+            .collect();
+        assert_eq!(users.len(), 1, "{replay:?}");
+        assert!(users[0]["params"]["update"]["messageId"].as_str().unwrap().starts_with("uprompt_"));
+        assert!(b.editor.close_then_exited());
+    }
+    // A new bridge does not hold it: the load goes upstream and the agent replays it.
+    let b = Bridge::start(&home, &demo_agent(0));
+    let mut remote = b.remote();
+    initialize(&mut remote, json!({}));
+    let (r, replay) = load(&mut remote, &sid, home.path());
+    assert!(r["result"].is_object(), "{r}");
+    let text: Vec<&str> =
+        replay.iter().filter_map(|m| m["params"]["update"]["content"]["text"].as_str()).collect();
+    assert!(text.contains(&"first life"), "{text:?}");
+    let (r, _) = remote.call("session/prompt", prompt(&sid, "second life"));
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    // A second client loading it now gets the bridge's copy, which holds both lives.
+    let mut other = b.remote();
+    initialize(&mut other, json!({}));
+    let (_, replay) = load(&mut other, &sid, home.path());
+    let text: Vec<&str> =
+        replay.iter().filter_map(|m| m["params"]["update"]["content"]["text"].as_str()).collect();
+    assert!(text.contains(&"first life") && text.contains(&"second life"), "{text:?}");
+}
+
+#[test]
+fn an_agent_that_can_only_resume_is_resumed() {
+    let home = Home::new();
+    let mut agent = demo_agent(0);
+    agent.push("--resume-only".into());
+    let sid;
+    {
+        let mut b = Bridge::start(&home, &agent);
+        let init = initialize(&mut b.editor, caps());
+        assert_eq!(
+            init["agentCapabilities"]["loadSession"], true,
+            "clients can always load through the bridge"
+        );
+        sid = new_session(&mut b.editor, home.path());
+        b.editor.call("session/prompt", prompt(&sid, "before"));
+        assert!(b.editor.close_then_exited());
+    }
+    let b = Bridge::start(&home, &agent);
+    let mut remote = b.remote();
+    initialize(&mut remote, json!({}));
+    let (r, _) = load(&mut remote, &sid, home.path());
+    assert!(r["result"].is_object(), "session/load was not turned into session/resume: {r}");
+    let (r, _) = remote.call("session/prompt", prompt(&sid, "after"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+}

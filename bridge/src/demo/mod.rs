@@ -32,6 +32,9 @@ usage update. Words in the prompt (alone, or with a leading `/`) script the rest
   long          a long turn (hundreds of chunks) that stops with stopReason `cancelled` on
                 `session/cancel`
   fail          the turn fails with a JSON-RPC error (-32603)
+  elicit        ask `elicitation/create` (a form with one `name` field); the reply says what came back
+  terminal      run `echo` through the client's terminal (`terminal/create`, `wait_for_exit`,
+                `output`, `release`) and report its output
 
 Sessions are kept under <data dir>/demo-agent/, so `session/load` replays them after a restart.
 
@@ -47,6 +50,9 @@ pub struct DemoOptions {
     pub delay: Duration,
     /// Where its sessions are kept (`<data dir>/demo-agent`).
     pub data_dir: PathBuf,
+    /// Offer `session/resume` (no replay) instead of `session/load`, like agents that cannot
+    /// replay history.
+    pub resume_only: bool,
 }
 
 /// Runs the agent on this process's stdin and stdout until stdin closes.
@@ -250,10 +256,11 @@ impl Agent {
 
     async fn call(&self, method: &str, params: &Value) -> Result<Value, RpcError> {
         match method {
-            "initialize" => initialize(params),
+            "initialize" => initialize(params, self.opts.resume_only),
             "authenticate" => Ok(json!({})),
             "session/new" => self.new_session(params).await,
-            "session/load" => self.load_session(params).await,
+            "session/load" if !self.opts.resume_only => self.load_session(params, true).await,
+            "session/resume" if self.opts.resume_only => self.load_session(params, false).await,
             "session/list" => self.list_sessions(params),
             "session/set_mode" => self.set_mode(params).await,
             _ => Err(RpcError::method_not_found(method)),
@@ -278,7 +285,8 @@ impl Agent {
         Ok(json!({"sessionId": id, "modes": modes("default")}))
     }
 
-    async fn load_session(&self, params: &Value) -> Result<Value, RpcError> {
+    /// `session/load` (`replay`: the history is sent first) or `session/resume` (no replay).
+    async fn load_session(&self, params: &Value, replay: bool) -> Result<Value, RpcError> {
         let id = jsonrpc::required_str(params, "sessionId")?.to_owned();
         jsonrpc::required_str(params, "cwd")?;
         check_mcp_servers(params)?;
@@ -299,7 +307,7 @@ impl Agent {
             }
         };
         // ACP: the agent replays the whole history as updates BEFORE it answers.
-        for update in history {
+        for update in history.into_iter().filter(|_| replay) {
             self.send(session_update(&id, update)).await;
         }
         self.send(available_commands(&id)).await;
@@ -424,7 +432,7 @@ fn check_mcp_servers(params: &Value) -> Result<(), RpcError> {
     }
 }
 
-fn initialize(params: &Value) -> Result<Value, RpcError> {
+fn initialize(params: &Value, resume_only: bool) -> Result<Value, RpcError> {
     match jsonrpc::required(params, "protocolVersion")? {
         Value::Number(_) => {}
         _ => return Err(RpcError::invalid_params("`protocolVersion` must be a number")),
@@ -432,10 +440,10 @@ fn initialize(params: &Value) -> Result<Value, RpcError> {
     Ok(json!({
         "protocolVersion": 1,
         "agentCapabilities": {
-            "loadSession": true,
+            "loadSession": !resume_only,
             "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
             "mcpCapabilities": {"http": false, "sse": false},
-            "sessionCapabilities": {"list": {}},
+            "sessionCapabilities": if resume_only { json!({"list": {}, "resume": {}}) } else { json!({"list": {}}) },
         },
         "authMethods": [],
         "agentInfo": {

@@ -24,6 +24,8 @@ struct Script {
     permission: bool,
     long: bool,
     fail: bool,
+    elicit: bool,
+    terminal: bool,
     reads: Vec<String>,
     writes: Vec<String>,
 }
@@ -44,6 +46,8 @@ fn script_of(text: &str) -> Script {
             "permission" => s.permission = true,
             "long" => s.long = true,
             "fail" => s.fail = true,
+            "elicit" => s.elicit = true,
+            "terminal" => s.terminal = true,
             _ => {}
         }
     }
@@ -122,6 +126,12 @@ impl Turn<'_> {
             .await?;
         if script.permission {
             self.permission().await?;
+        }
+        if script.elicit {
+            self.elicit().await?;
+        }
+        if script.terminal {
+            self.terminal().await?;
         }
         for path in &script.reads {
             self.read(path).await?;
@@ -224,6 +234,44 @@ impl Turn<'_> {
                 self.finish_tool(&call, "failed", "unreadable permission outcome").await?;
                 self.say("The permission answer was not understood; treating it as a rejection. ").await
             }
+        }
+    }
+
+    async fn elicit(&self) -> Result<(), Stop> {
+        let params = json!({"sessionId": self.sid, "mode": "form", "message": "What is your name?",
+            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}});
+        match self.ask("elicitation/create", params).await? {
+            Ok(v) => match v["action"].as_str() {
+                Some("accept") => self.say(&format!("You answered {}. ", v["content"])).await,
+                Some(other) => self.say(&format!("The question was answered with `{other}`. ")).await,
+                None => self.say("The answer to the question was not understood. ").await,
+            },
+            Err(e) => self.say(&format!("The question failed: {}. ", e.message)).await,
+        }
+    }
+
+    async fn terminal(&self) -> Result<(), Stop> {
+        let created = self
+            .ask(
+                "terminal/create",
+                json!({"sessionId": self.sid, "command": "echo", "args": ["zcode terminal says hi"]}),
+            )
+            .await?;
+        let tid = match created {
+            Ok(v) => v["terminalId"].as_str().unwrap_or_default().to_owned(),
+            Err(e) => return self.say(&format!("Could not start a terminal: {}. ", e.message)).await,
+        };
+        let ids = json!({"sessionId": self.sid, "terminalId": tid});
+        let exit = self.ask("terminal/wait_for_exit", ids.clone()).await?;
+        let output = self.ask("terminal/output", ids.clone()).await?;
+        let _ = self.ask("terminal/release", ids).await?;
+        match (exit, output) {
+            (Ok(exit), Ok(out)) => {
+                let text = out["output"].as_str().unwrap_or_default().trim().to_owned();
+                self.say(&format!("The terminal printed \"{text}\" and exited with {}. ", exit["exitCode"]))
+                    .await
+            }
+            (Err(e), _) | (_, Err(e)) => self.say(&format!("The terminal failed: {}. ", e.message)).await,
         }
     }
 
