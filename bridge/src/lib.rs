@@ -7,6 +7,7 @@
 //! - [`demo`]: the built-in scripted ACP agent (the embedded default and the tests' fixture).
 
 pub mod demo;
+pub mod journal;
 pub mod local;
 pub mod router;
 pub mod server;
@@ -39,6 +40,20 @@ pub enum BridgeError {
     Io(#[from] std::io::Error),
 }
 
+/// Opens the machine's journal; a corrupt or foreign store is reported (naming the file) and
+/// the bridge goes on without remote history rather than failing the editor.
+fn open_journal(cfg: &Config) -> journal::Journal {
+    let retention = journal::Retention { max_messages: cfg.journal_max_messages };
+    match journal::Journal::open(&cfg.paths.data_dir, retention) {
+        Ok(j) => j,
+        Err(e) => {
+            tracing::error!("{e}; remote clients get no history until it is fixed");
+            eprintln!("zcode-acp: {e}; remote clients get no history until it is fixed");
+            journal::Journal::disabled()
+        }
+    }
+}
+
 /// Runs an editor-origin bridge: the editor on stdio, remote clients on the loopback server,
 /// `spec` as the upstream agent. Returns when the editor closes stdin or `stop` fires; by then
 /// the agent's process group is killed and remote sockets are closed.
@@ -55,7 +70,8 @@ pub async fn run(cfg: &Config, spec: AgentSpec, stop: CancellationToken) -> Resu
 
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();
-    let (router, events) = router::Router::new(spec);
+    let journal = open_journal(cfg);
+    let (router, events) = router::Router::new(spec, journal, "editor");
     let ctx = server::Ctx::new(events.clone(), &token, shutdown.clone(), tracker.clone());
     tracker.spawn(server::serve(listener, ctx));
     stdio::connect_editor(events.clone(), &tracker).await;

@@ -6,11 +6,13 @@
 //! - [`token`]: the remote token, its generation and rotation.
 //! - [`logging`]: tracing setup (stderr only: stdout carries ACP).
 //! - [`time`]: epoch milliseconds and ISO 8601.
+//! - [`store`]: the SQLite store (journal and tasks index): the only SQL in the workspace.
 
 pub mod config;
 pub mod jsonrpc;
 pub mod logging;
 pub mod paths;
+pub mod store;
 pub mod time;
 pub mod token;
 

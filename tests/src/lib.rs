@@ -13,10 +13,13 @@ use std::time::{Duration, Instant};
 pub const WAIT: Duration = Duration::from_secs(20);
 
 /// The path of the `zcode-acp` binary, built (debug) on first use so the suite never runs a
-/// stale one.
+/// stale one. `ZCODE_ACP_BIN` names another build (the benchmarks use the release one).
 pub fn bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        if let Some(path) = std::env::var_os("ZCODE_ACP_BIN") {
+            return PathBuf::from(path);
+        }
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_owned();
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
@@ -100,13 +103,14 @@ pub struct Peer {
 
 impl Peer {
     /// Spawns `cmd` with piped stdio (stderr inherited, so failures show in test output).
-    pub fn spawn(mut cmd: Command) -> Peer {
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn peer");
+    pub fn spawn(cmd: Command) -> Peer {
+        Peer::spawn_with_stderr(cmd, Stdio::inherit())
+    }
+
+    /// Spawns `cmd` with piped stdin/stdout and `stderr` where the test says.
+    pub fn spawn_with_stderr(mut cmd: Command, stderr: Stdio) -> Peer {
+        let mut child =
+            cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr).spawn().expect("spawn peer");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, lines) = channel();
         std::thread::spawn(move || {
@@ -492,11 +496,16 @@ pub struct Bridge {
 impl Bridge {
     /// Starts `zcode-acp bridge -- <agent>` on an ephemeral port with [`TEST_TOKEN`].
     pub fn start(home: &Home, agent: &[String]) -> Bridge {
+        Bridge::start_with_stderr(home, agent, Stdio::inherit())
+    }
+
+    /// Like [`Bridge::start`], with the bridge's stderr sent where the test says.
+    pub fn start_with_stderr(home: &Home, agent: &[String], stderr: Stdio) -> Bridge {
         let mut args = vec!["bridge", "--"];
         args.extend(agent.iter().map(String::as_str));
         let mut cmd = home.command(&args);
         cmd.env("ZCODE_ACP_REMOTE_PORT", "0").env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN);
-        let editor = Peer::spawn(cmd);
+        let editor = Peer::spawn_with_stderr(cmd, stderr);
         let file = home.path().join("run").join(format!("bridge-{}.port", editor.pid()));
         let deadline = Instant::now() + WAIT;
         let port = loop {

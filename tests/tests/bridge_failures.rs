@@ -117,7 +117,7 @@ fn the_loopback_server_requires_the_token() {
     let (s, body) = b.http_get("/status", Some(TEST_TOKEN));
     assert_eq!((s, body.as_str()), (200, r#"{"sessions":[]}"#));
     let id = b.editor.request("session/prompt", prompt(&sid, "long"));
-    b.editor.until("the turn streaming", |m| m["method"] == "session/update");
+    b.editor.until("the turn streaming", |m| m["params"]["update"]["sessionUpdate"] == "agent_thought_chunk");
     let (_, body) = b.http_get("/status", Some(TEST_TOKEN));
     let status: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(status["sessions"][0]["sessionId"], sid.as_str());

@@ -104,8 +104,8 @@ struct Live {
     turns: u64,
     /// Serialises prompts of one session.
     turn_lock: Arc<tokio::sync::Mutex<()>>,
-    /// Cancels the running turn.
-    cancel: Option<CancellationToken>,
+    /// Cancels the prompts received so far (replaced on every session/cancel).
+    cancel: CancellationToken,
 }
 
 #[derive(Default)]
@@ -168,9 +168,12 @@ impl Agent {
                 let params = msg.get("params").cloned().unwrap_or(Value::Null);
                 let method = method.to_owned();
                 if method == "session/prompt" {
+                    // The prompt is bound to the session's cancel token as it arrives, so a
+                    // session/cancel sent after it cancels it even before its turn begins.
+                    let cancel = params["sessionId"].as_str().and_then(|s| self.cancel_token(s));
                     // Turns run beside the input loop so cancels and answers get through.
                     tokio::spawn(async move {
-                        let reply = turn::prompt(&self, &params).await;
+                        let reply = turn::prompt(&self, &params, cancel.unwrap_or_default()).await;
                         self.reply(&id, reply).await;
                     });
                 } else {
@@ -218,10 +221,10 @@ impl Agent {
     fn notify(&self, method: &str, params: Option<&Value>) {
         if method == "session/cancel" {
             let id = params.and_then(|p| p.get("sessionId")).and_then(Value::as_str).unwrap_or_default();
-            if let Some(live) = self.state().sessions.get(id) {
-                if let Some(c) = &live.cancel {
-                    c.cancel();
-                }
+            if let Some(live) = self.state().sessions.get_mut(id) {
+                // Cancels every prompt received so far; later prompts get a fresh token.
+                live.cancel.cancel();
+                live.cancel = CancellationToken::new();
             }
         }
         // Every other notification (including `$/cancel_request`) needs nothing from us.
@@ -353,14 +356,17 @@ impl Agent {
         Ok((live.turn_lock.clone(), live.stored.cwd.clone()))
     }
 
-    /// Marks a turn as running (under the session's turn lock); returns its number and token.
-    pub(crate) fn start_turn(&self, id: &str, text: &str) -> (u64, CancellationToken) {
-        let token = CancellationToken::new();
+    /// The session's current cancel token (what a prompt arriving now is cancelled by).
+    fn cancel_token(&self, id: &str) -> Option<CancellationToken> {
+        self.state().sessions.get(id).map(|l| l.cancel.clone())
+    }
+
+    /// Marks a turn as running (under the session's turn lock); returns its number.
+    pub(crate) fn start_turn(&self, id: &str, text: &str) -> u64 {
         let now = zcode_shared::time::now_ms();
         let mut st = self.state();
-        let Some(live) = st.sessions.get_mut(id) else { return (0, token) };
+        let Some(live) = st.sessions.get_mut(id) else { return 0 };
         live.turns += 1;
-        live.cancel = Some(token.clone());
         live.stored.updated_at = now;
         let mut rec = json!({"updatedAt": now});
         if live.stored.title.is_none() {
@@ -373,14 +379,7 @@ impl Agent {
         let n = live.turns;
         drop(st);
         let _ = self.store.append(id, &rec);
-        (n, token)
-    }
-
-    /// Clears the running turn's cancel token.
-    pub(crate) fn end_turn(&self, id: &str) {
-        if let Some(live) = self.state().sessions.get_mut(id) {
-            live.cancel = None;
-        }
+        n
     }
 
     /// The delay between streamed chunks.
@@ -393,7 +392,13 @@ impl Live {
     fn new(stored: StoredSession) -> Live {
         let turns =
             stored.history.iter().filter(|u| u["sessionUpdate"] == "user_message_chunk").count() as u64;
-        Live { stored, mode: "default".into(), turns, turn_lock: Arc::default(), cancel: None }
+        Live {
+            stored,
+            mode: "default".into(),
+            turns,
+            turn_lock: Arc::default(),
+            cancel: CancellationToken::new(),
+        }
     }
 }
 

@@ -61,7 +61,11 @@ pub(crate) fn title_of(text: &str) -> String {
 }
 
 /// Runs `session/prompt`: the answer is `{stopReason}` or a JSON-RPC error.
-pub(crate) async fn prompt(agent: &Agent, params: &Value) -> Result<Value, RpcError> {
+pub(crate) async fn prompt(
+    agent: &Agent,
+    params: &Value,
+    cancel: CancellationToken,
+) -> Result<Value, RpcError> {
     let sid = jsonrpc::required_str(params, "sessionId")?;
     let blocks = jsonrpc::required(params, "prompt")?
         .as_array()
@@ -71,7 +75,7 @@ pub(crate) async fn prompt(agent: &Agent, params: &Value) -> Result<Value, RpcEr
     let text = text.join("\n");
     let (lock, cwd) = agent.begin_turn(sid)?;
     let _one_turn_at_a_time = lock.lock().await;
-    let (n, cancel) = agent.start_turn(sid, &text);
+    let n = agent.start_turn(sid, &text);
     if n == 0 {
         return Err(session_not_found(sid));
     }
@@ -81,7 +85,6 @@ pub(crate) async fn prompt(agent: &Agent, params: &Value) -> Result<Value, RpcEr
     );
     let turn = Turn { agent, sid, n, cwd, cancel };
     let outcome = turn.run(&text).await;
-    agent.end_turn(sid);
     match outcome {
         Ok(()) => Ok(json!({"stopReason": "end_turn"})),
         Err(Stop::Cancelled) => Ok(json!({"stopReason": "cancelled"})),

@@ -42,6 +42,8 @@ pub enum Purpose {
     Load {
         /// The session.
         session: String,
+        /// What the client asked to be replayed once it is loaded.
+        mode: crate::journal::ReadMode,
     },
     /// The bridge re-loading a session into a restarted agent.
     Reattach {

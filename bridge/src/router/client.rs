@@ -129,6 +129,10 @@ pub struct Client {
     pub sessions: BTreeSet<String>,
     /// Agent requests it holds a copy of (by the id it was sent with).
     pub copies: HashSet<u64>,
+    /// Replays being read for it: while any is, its other messages wait in `held`.
+    pub holds: u32,
+    /// Messages waiting behind a replay.
+    pub held: Vec<Bytes>,
 }
 
 impl Client {
@@ -142,6 +146,8 @@ impl Client {
             caps: Caps::default(),
             sessions: BTreeSet::new(),
             copies: HashSet::new(),
+            holds: 0,
+            held: Vec::new(),
         }
     }
 }

@@ -6,6 +6,7 @@ use super::agent::{LinkState, Pending, Purpose};
 use super::client::{EDITOR, Init};
 use super::session::{Session, Upstream};
 use super::{AgentRequest, ClientId, Event, ORPHAN_LIMIT, Router, TerminalOwner};
+use crate::journal::ReadMode;
 use bytes::Bytes;
 use serde_json::{Value, json};
 use zcode_shared::jsonrpc::{self, Id, ParseError, RawKind, RawMessage, RpcError};
@@ -45,6 +46,7 @@ impl Router {
                     s.fresh = true;
                     s.attach_result = attach_result(&msg);
                     self.sessions.insert(sid.clone(), s);
+                    self.record_meta(&sid);
                     if let Some((c, _)) = &pending.client {
                         self.attach(*c, &sid);
                     }
@@ -54,7 +56,7 @@ impl Router {
                     self.answer_client(pending.client, &msg);
                 }
             }
-            Purpose::Load { session } => self.on_loaded(&session, pending.client, &msg),
+            Purpose::Load { session, mode } => self.on_loaded(&session, pending.client, mode, &msg),
             Purpose::Reattach { session } => self.on_reattached(&session, &msg),
             Purpose::Prompt { session } => {
                 self.answer_client(pending.client, &msg);
@@ -123,13 +125,14 @@ impl Router {
         }
     }
 
-    fn on_loaded(&mut self, sid: &str, client: Option<(ClientId, Id)>, msg: &RawMessage) {
+    fn on_loaded(&mut self, sid: &str, client: Option<(ClientId, Id)>, mode: ReadMode, msg: &RawMessage) {
+        self.journal.end_seed(sid);
         if msg.error.is_some() {
             // Not loadable: forget it, and pass the agent's error on to everyone who asked.
             let s = self.sessions.remove(sid);
             self.answer_client(client, msg);
             if let Some(s) = s {
-                for (c, id) in s.waiting_loads {
+                for (c, id, _) in s.waiting_loads {
                     self.send_to(c, Bytes::from(msg.line_with_id(Some(&id))));
                 }
                 let err =
@@ -149,12 +152,14 @@ impl Router {
         s.attach_result = attach_result(msg);
         let waiting = std::mem::take(&mut s.waiting_loads);
         let held = std::mem::take(&mut s.deferred);
-        if let Some((c, _)) = &client {
-            self.attach(*c, sid);
+        let base = super::from_client::attach_base(s.attach_result.as_deref());
+        // Everyone who asked is served from the journal: the agent's replay seeded it (or was
+        // dropped because the journal already had the history).
+        if let Some((c, id)) = client {
+            self.begin_replay(c, id, sid, mode, Some(base.clone()));
         }
-        self.answer_client(client, msg);
-        for (c, id) in waiting {
-            self.serve_load(c, &id, sid, true);
+        for (c, id, mode) in waiting {
+            self.begin_replay(c, id, sid, mode, Some(base.clone()));
         }
         self.flush_orphans(sid);
         self.redispatch(held);
@@ -350,13 +355,11 @@ impl Router {
         match s.upstream {
             // The agent replays a session we already hold: we have it, drop the copy.
             Upstream::Reattaching => {}
+            // The agent's replay of a session being loaded seeds the journal (when it has
+            // nothing yet); the loader is then served from the journal.
             Upstream::Loading => {
-                let loader = s.loader;
                 self.note_title(&sid, &msg);
-                self.record(&sid, &line);
-                if let Some(c) = loader {
-                    self.send_to(c, line);
-                }
+                self.journal.update(&sid, line, true);
             }
             Upstream::Live(_) => {
                 self.note_title(&sid, &msg);
@@ -458,7 +461,7 @@ impl Router {
             match s.upstream {
                 Upstream::Loading => {
                     let s = self.sessions.remove(&sid);
-                    for (c, id) in s.map(|s| s.waiting_loads).unwrap_or_default() {
+                    for (c, id, _) in s.map(|s| s.waiting_loads).unwrap_or_default() {
                         self.reply(c, &id, Err(err.clone()));
                     }
                 }

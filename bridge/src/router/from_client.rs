@@ -5,6 +5,7 @@ use super::agent::{Pending, Purpose};
 use super::client::{ClientKind, Init};
 use super::session::{QueuedPrompt, Session, Upstream, prompt_text, title_of};
 use super::{ClientId, Router};
+use crate::journal::ReadMode;
 use bytes::Bytes;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -43,6 +44,7 @@ impl Router {
             "session/new" => self.on_new_session(client, id, msg),
             "session/load" | "session/resume" => self.on_load(client, id, msg),
             "session/prompt" => self.on_prompt(client, id, msg),
+            "session/load_earlier" => self.on_load_earlier(client, id, &msg),
             _ => self.forward_scoped(client, id, msg),
         }
     }
@@ -108,15 +110,21 @@ impl Router {
                 Err(RpcError::invalid_params("missing required field `sessionId`")),
             );
         };
-        let replay = msg.method() == "session/load";
+        // session/resume attaches without replay: metadata only.
+        let limit = match (msg.method(), super::replay::tail_limit(&params)) {
+            ("session/resume", _) => Some(0),
+            (_, Ok(limit)) => limit,
+            (_, Err(e)) => return self.reply(client, &id, Err(e)),
+        };
+        let mode = ReadMode::Load { limit };
         if let Some(s) = self.sessions.get_mut(&sid) {
             if s.upstream == Upstream::Loading {
-                s.waiting_loads.push((client, id));
+                s.waiting_loads.push((client, id, mode));
                 return;
             }
-            // Live here: never goes upstream. The replay goes to this client alone, and the
-            // router handles nothing else meanwhile, so no live update can land inside it.
-            return self.serve_load(client, &id, &sid, replay);
+            // Live here: never goes upstream; the client is served from the journal.
+            let base = attach_base(s.attach_result.as_deref());
+            return self.begin_replay(client, id, &sid, mode, Some(base));
         }
         if !self.agent.ready() {
             return self.defer(client, msg);
@@ -133,29 +141,15 @@ impl Router {
         let mut session = Session::new(sid.clone(), cwd, dirs_of(&params), Upstream::Loading);
         session.loader = Some(client);
         self.sessions.insert(sid.clone(), session);
+        self.record_meta(&sid);
         let mut upstream_msg = msg.clone();
         upstream_msg.method = Some(method.to_owned());
         let pending = Pending {
             client: Some((client, id)),
             method: method.to_owned(),
-            purpose: Purpose::Load { session: sid },
+            purpose: Purpose::Load { session: sid, mode },
         };
         self.agent.forward(&upstream_msg, pending);
-    }
-
-    /// Attaches `client` to a live session and replays its history to it alone, then answers.
-    pub(super) fn serve_load(&mut self, client: ClientId, id: &Id, sid: &str, replay: bool) {
-        let Some(s) = self.sessions.get(sid) else { return };
-        let history = if replay { s.history.clone() } else { Vec::new() };
-        let result = s
-            .attach_result
-            .as_ref()
-            .map_or_else(|| json!({}), |r| serde_json::from_str(r.get()).unwrap_or(json!({})));
-        for line in history {
-            self.send_to(client, line);
-        }
-        self.attach(client, sid);
-        self.reply(client, id, Ok(result));
     }
 
     fn on_prompt(&mut self, client: ClientId, id: Id, msg: RawMessage) {
@@ -239,6 +233,7 @@ impl Router {
     pub(super) fn set_title(&mut self, sid: &str, title: String) {
         let Some(s) = self.sessions.get_mut(sid) else { return };
         s.title = Some(title.clone());
+        self.journal.title(sid, &title, false);
         let now = zcode_shared::time::now_ms();
         s.updated_at = now;
         let update = json!({"sessionUpdate": "session_info_update", "title": title,
@@ -429,6 +424,11 @@ impl Router {
             }
         }
     }
+}
+
+/// A live session's `session/load` result: the agent's answer to new/load without its id.
+pub(super) fn attach_base(attach_result: Option<&serde_json::value::RawValue>) -> Value {
+    attach_result.and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_else(|| json!({}))
 }
 
 fn dirs_of(params: &Value) -> Vec<PathBuf> {

@@ -11,11 +11,13 @@ mod agent;
 pub mod client;
 mod from_agent;
 mod from_client;
+mod replay;
 mod session;
 
 pub use agent::AgentSpec;
 pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
 
+use crate::journal::{Journal, ReadError, Slice};
 use crate::local::LocalService;
 use agent::AgentLink;
 use bytes::Bytes;
@@ -77,6 +79,19 @@ pub enum Event {
         method: String,
         /// The answer.
         result: Result<Value, RpcError>,
+    },
+    /// A replay slice read from the journal for a client.
+    Replay {
+        /// Who asked.
+        client: ClientId,
+        /// Its request id.
+        id: Id,
+        /// The session.
+        session: String,
+        /// The load's result to carry `replayMeta` (`None`: load_earlier).
+        base: Option<Value>,
+        /// The slice.
+        result: Result<Slice, ReadError>,
     },
     /// `GET /status`: the listed sessions, from memory.
     Status(oneshot::Sender<Vec<SessionStatus>>),
@@ -141,11 +156,15 @@ pub struct Router {
     orphans: HashMap<String, Vec<Bytes>>,
     orphan_count: usize,
     echo_seq: u64,
+    journal: Journal,
+    /// `editor` or `serve`, recorded in the tasks index.
+    origin: String,
 }
 
 impl Router {
-    /// A router for `spec`, with the channel its connections send events on.
-    pub fn new(spec: AgentSpec) -> (Router, mpsc::Sender<Event>) {
+    /// A router for `spec` journaling into `journal`, with the channel its connections send
+    /// events on. `origin` is `editor` or `serve`.
+    pub fn new(spec: AgentSpec, journal: Journal, origin: &str) -> (Router, mpsc::Sender<Event>) {
         let (events_tx, events) = mpsc::channel(4096);
         let router = Router {
             events,
@@ -161,6 +180,8 @@ impl Router {
             orphans: HashMap::new(),
             orphan_count: 0,
             echo_seq: 0,
+            journal,
+            origin: origin.to_owned(),
         };
         (router, events_tx)
     }
@@ -185,6 +206,9 @@ impl Router {
                 Event::Local { generation, id, method, result } => {
                     self.on_local_done(generation, &id, &method, result);
                 }
+                Event::Replay { client, id, session, base, result } => {
+                    self.on_replay(client, &id, &session, base, result);
+                }
                 Event::Status(reply) => {
                     let _ = reply.send(self.status());
                 }
@@ -195,6 +219,8 @@ impl Router {
         }
         self.local.kill_all();
         self.agent.terminate().await;
+        let journal = self.journal.clone();
+        let _ = tokio::task::spawn_blocking(move || journal.flush()).await;
     }
 
     fn status(&self) -> Vec<SessionStatus> {
@@ -213,8 +239,18 @@ impl Router {
         rows
     }
 
-    /// Sends one line to a client; a remote client over its queue limit is disconnected.
+    /// Sends one line to a client, or holds it while a replay is read for that client.
     fn send_to(&mut self, client: ClientId, line: Bytes) {
+        let Some(c) = self.clients.get_mut(&client) else { return };
+        if c.holds > 0 {
+            c.held.push(line);
+            return;
+        }
+        self.push(client, line);
+    }
+
+    /// Queues one line to a client now; a remote client over its queue limit is disconnected.
+    fn push(&mut self, client: ClientId, line: Bytes) {
         let Some(c) = self.clients.get(&client) else { return };
         if !c.outbox.send(line) {
             tracing::warn!(client, "client is not reading (queue over its limit): disconnecting it");
@@ -246,12 +282,26 @@ impl Router {
         }
     }
 
-    /// Records a `session/update` line in the session's history.
+    /// Records a `session/update` line in the session's history (the journal).
     fn record(&mut self, session: &str, line: &Bytes) {
         if let Some(s) = self.sessions.get_mut(session) {
-            s.history.push(line.clone());
             s.updated_at = zcode_shared::time::now_ms();
         }
+        self.journal.update(session, line.clone(), false);
+    }
+
+    /// Tells the tasks index where a session lives.
+    fn record_meta(&self, session: &str) {
+        let Some(s) = self.sessions.get(session) else { return };
+        let cwd = s.cwd.display().to_string();
+        let workspace =
+            std::fs::canonicalize(&s.cwd).map_or_else(|_| cwd.clone(), |p| p.display().to_string());
+        self.journal.meta(zcode_shared::store::SessionMeta {
+            session_id: session.to_owned(),
+            workspace,
+            cwd,
+            origin: self.origin.clone(),
+        });
     }
 
     /// Attaches a client to a session and hands it the session's pending agent requests.

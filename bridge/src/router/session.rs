@@ -1,8 +1,8 @@
-//! One session as the router holds it: who is attached, its history (in memory until the
-//! journal lands), its prompt queue, its title and the agent requests waiting on it.
+//! One session as the router holds it: who is attached, its prompt queue, its title and the
+//! agent requests waiting on it. Its history lives in the journal, not here.
 
 use super::client::ClientId;
-use bytes::Bytes;
+use crate::journal::ReadMode;
 use serde_json::value::RawValue;
 use std::collections::{BTreeSet, VecDeque};
 use std::path::PathBuf;
@@ -39,8 +39,6 @@ pub struct Session {
     pub dirs: Vec<PathBuf>,
     /// Clients attached to it.
     pub attached: BTreeSet<ClientId>,
-    /// Every `session/update` line (raw, ready to send), in order: the replay.
-    pub history: Vec<Bytes>,
     /// Title from the first prompt (or a rename).
     pub title: Option<String>,
     /// Last activity, epoch ms.
@@ -56,7 +54,7 @@ pub struct Session {
     /// Requests for this session held while it is loading or reattaching.
     pub deferred: Vec<(ClientId, RawMessage)>,
     /// Loads of this session waiting for a load in flight.
-    pub waiting_loads: Vec<(ClientId, Id)>,
+    pub waiting_loads: Vec<(ClientId, Id, ReadMode)>,
     /// The agent's answer to `session/new` / `session/load` (modes, config options), replayed
     /// to clients that attach later, with `sessionId` removed.
     pub attach_result: Option<Box<RawValue>>,
@@ -76,7 +74,6 @@ impl Session {
             cwd,
             dirs,
             attached: BTreeSet::new(),
-            history: Vec::new(),
             title: None,
             updated_at: zcode_shared::time::now_ms(),
             turns: 0,

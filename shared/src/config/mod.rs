@@ -55,7 +55,12 @@ pub struct Config {
     pub timings: Timings,
     /// `ZCODE_ACP_DEBUG`: verbose logs.
     pub debug: bool,
+    /// The most messages the journal keeps per session (older whole turns are dropped).
+    pub journal_max_messages: u64,
 }
+
+/// Default of [`Config::journal_max_messages`].
+pub const DEFAULT_JOURNAL_MAX_MESSAGES: u64 = 200_000;
 
 /// `remote` in the file.
 #[derive(Clone, Debug, PartialEq)]
@@ -238,7 +243,14 @@ impl Config {
             Some(v) => env_bool("ZCODE_ACP_DEBUG", &v)?,
             None => raw.bool("debug")?.unwrap_or(false),
         };
-        Ok(Config { paths, remote, agents: agents(raw)?, timings, debug })
+        let journal_max_messages = match var("ZCODE_ACP_JOURNAL_MAX_MESSAGES") {
+            Some(v) => v.trim().parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| ConfigError::Env {
+                var: "ZCODE_ACP_JOURNAL_MAX_MESSAGES".into(),
+                reason: format!("expected a positive whole number, got {v:?}"),
+            })?,
+            None => raw.u64("journal.maxMessages")?.unwrap_or(DEFAULT_JOURNAL_MAX_MESSAGES),
+        };
+        Ok(Config { paths, remote, agents: agents(raw)?, timings, debug, journal_max_messages })
     }
 }
 

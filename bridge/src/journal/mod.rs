@@ -1,0 +1,339 @@
+//! The journal: every session's history, written to the machine's SQLite store by one thread
+//! per bridge process, merged into the contract's messages, and read back as replay slices.
+//!
+//! The router hands it `session/update` lines as they fan out (cheap: a channel send); the
+//! thread parses, merges ([`merge`]) and commits in small batches (at most 100 ms apart). A read
+//! is queued behind every write the router sent before it, so it sees exactly the history the
+//! router had at that instant: the replay's read and the start of the client's queue are one
+//! atomic step.
+
+pub mod merge;
+pub mod replay;
+
+pub use replay::{MAX_LIMIT, ReadError, ReadMode, Slice};
+
+use bytes::Bytes;
+use merge::{Effect, Merger};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use zcode_shared::store::{NewMessage, SessionMeta, Store, StoreError};
+
+/// The longest a write waits before it is committed.
+pub const BATCH_WINDOW: Duration = Duration::from_millis(100);
+/// A batch is committed early once it holds this many operations.
+const BATCH_MAX: usize = 1000;
+
+/// Where a read's answer goes.
+pub type Reply = Box<dyn FnOnce(Result<Slice, ReadError>) + Send>;
+
+enum Op {
+    Meta(SessionMeta),
+    Title { session: String, title: String, overridden: bool },
+    Update { session: String, line: Bytes, seed: bool },
+    EndSeed { session: String },
+    Read { session: String, mode: ReadMode, reply: Reply },
+    Flush(mpsc::Sender<()>),
+}
+
+/// The handle the router holds. Cloning is cheap; a disabled journal (no store) answers every
+/// read with an empty history, so the bridge keeps serving without one.
+#[derive(Clone)]
+pub struct Journal {
+    tx: Option<mpsc::Sender<Op>>,
+}
+
+/// Retention: a session keeps at most this many messages (older whole turns are dropped).
+#[derive(Clone, Copy, Debug)]
+pub struct Retention {
+    /// The most messages kept per session.
+    pub max_messages: u64,
+}
+
+impl Journal {
+    /// Opens the store in `data_dir` and starts the writer thread.
+    pub fn open(data_dir: &Path, retention: Retention) -> Result<Journal, StoreError> {
+        let store = Store::open_in(data_dir)?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("journal".into())
+            .spawn(move || Worker::new(store, retention).run(&rx))
+            .map_err(|e| StoreError::Open { path: data_dir.to_owned(), reason: e.to_string() })?;
+        Ok(Journal { tx: Some(tx) })
+    }
+
+    /// A journal that keeps nothing (the store could not be opened).
+    pub fn disabled() -> Journal {
+        Journal { tx: None }
+    }
+
+    fn send(&self, op: Op) -> Result<(), Op> {
+        match &self.tx {
+            Some(tx) => tx.send(op).map_err(|e| e.0),
+            None => Err(op),
+        }
+    }
+
+    /// Records where a session lives.
+    pub fn meta(&self, meta: SessionMeta) {
+        let _ = self.send(Op::Meta(meta));
+    }
+
+    /// Records a session's title (`overridden`: a rename, which automatic titles never replace).
+    pub fn title(&self, session: &str, title: &str, overridden: bool) {
+        let _ = self.send(Op::Title { session: session.into(), title: title.into(), overridden });
+    }
+
+    /// Records one `session/update` line. `seed`: it is the agent's replay of a session being
+    /// loaded, kept only if the journal has nothing for that session yet.
+    pub fn update(&self, session: &str, line: Bytes, seed: bool) {
+        let _ = self.send(Op::Update { session: session.into(), line, seed });
+    }
+
+    /// The agent's replay of `session` is over.
+    pub fn end_seed(&self, session: &str) {
+        let _ = self.send(Op::EndSeed { session: session.into() });
+    }
+
+    /// Reads a slice; `reply` runs on the journal thread (or here, when disabled).
+    pub fn read(&self, session: &str, mode: ReadMode, reply: Reply) {
+        if let Err(Op::Read { reply, session, mode }) =
+            self.send(Op::Read { session: session.into(), mode, reply })
+        {
+            reply(empty_slice(&session, &mode));
+        }
+    }
+
+    /// Commits everything sent so far and waits for it (shutdown, tests).
+    pub fn flush(&self) {
+        let (tx, rx) = mpsc::channel();
+        if self.send(Op::Flush(tx)).is_ok() {
+            let _ = rx.recv_timeout(Duration::from_secs(5));
+        }
+    }
+}
+
+fn empty_slice(session: &str, mode: &ReadMode) -> Result<Slice, ReadError> {
+    if let ReadMode::Earlier { .. } = mode {
+        return Err(ReadError::CursorExpired);
+    }
+    let meta = serde_json::json!({"cursor": replay::encode(session, 0, 1), "hasMore": false, "replayedMessages": 0,
+        "replayedTurns": 0, "totalMessages": 0, "totalTurns": 0, "lastMessageId": null});
+    Ok(Slice { lines: vec![], meta, title: None })
+}
+
+/// A write waiting for the next commit.
+enum Write {
+    Meta(SessionMeta),
+    Title { session: String, title: String, overridden: bool },
+    Append { session: String, key: u64, msg_id: String, kind: &'static str },
+    Body { session: String, key: u64 },
+    State { session: String, kind: String, body: String },
+}
+
+/// Per-session state of the writer.
+struct SessionState {
+    merger: Merger,
+    /// Seqs of messages the merger may still rewrite.
+    seqs: HashMap<u64, i64>,
+    /// While the agent replays a session being loaded: keep its replay (journal was empty)?
+    seeding: Option<bool>,
+}
+
+struct Worker {
+    store: Store,
+    retention: Retention,
+    sessions: HashMap<String, SessionState>,
+    batch: Vec<Write>,
+    /// Latest merged body per (session, key) of this batch.
+    bodies: HashMap<(String, u64), Value>,
+    since: Option<Instant>,
+    prefix: String,
+}
+
+impl Worker {
+    fn new(store: Store, retention: Retention) -> Worker {
+        let prefix = format!("{:x}", zcode_shared::time::now_ms());
+        Worker {
+            store,
+            retention,
+            sessions: HashMap::new(),
+            batch: vec![],
+            bodies: HashMap::new(),
+            since: None,
+            prefix,
+        }
+    }
+
+    fn run(mut self, rx: &mpsc::Receiver<Op>) {
+        loop {
+            let op = match self.since {
+                None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+                Some(t) => rx.recv_timeout(BATCH_WINDOW.saturating_sub(t.elapsed())),
+            };
+            match op {
+                Ok(op) => self.handle(op),
+                Err(mpsc::RecvTimeoutError::Timeout) => self.commit(),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    self.commit();
+                    return;
+                }
+            }
+            if self.batch.len() >= BATCH_MAX || self.since.is_some_and(|t| t.elapsed() >= BATCH_WINDOW) {
+                self.commit();
+            }
+        }
+    }
+
+    fn queue(&mut self, w: Write) {
+        self.batch.push(w);
+        self.since.get_or_insert_with(Instant::now);
+    }
+
+    fn handle(&mut self, op: Op) {
+        match op {
+            Op::Meta(m) => self.queue(Write::Meta(m)),
+            Op::Title { session, title, overridden } => {
+                self.queue(Write::Title { session, title, overridden })
+            }
+            Op::Update { session, line, seed } => self.update(session, &line, seed),
+            Op::EndSeed { session } => {
+                if let Some(s) = self.sessions.get_mut(&session) {
+                    s.seeding = None;
+                }
+            }
+            Op::Read { session, mode, reply } => {
+                self.commit();
+                reply(replay::read(&self.store, &session, &mode));
+            }
+            Op::Flush(done) => {
+                self.commit();
+                let _ = done.send(());
+            }
+        }
+    }
+
+    fn state(&mut self, session: &str) -> &mut SessionState {
+        let prefix = &self.prefix;
+        self.sessions.entry(session.to_owned()).or_insert_with(|| SessionState {
+            merger: Merger::new(format!("{prefix}{:x}", session.len())),
+            seqs: HashMap::new(),
+            seeding: None,
+        })
+    }
+
+    fn update(&mut self, session: String, line: &Bytes, seed: bool) {
+        if seed && !self.keep_seed(&session) {
+            return;
+        }
+        let Ok(msg) = serde_json::from_slice::<Value>(line) else { return };
+        let Some(update) = msg.pointer("/params/update").cloned() else { return };
+        let effects = self.state(&session).merger.apply(update);
+        for e in effects {
+            match e {
+                Effect::New { key, msg_id, kind, body } => {
+                    self.bodies.insert((session.clone(), key), body);
+                    self.queue(Write::Append { session: session.clone(), key, msg_id, kind });
+                }
+                Effect::Update { key, body } => {
+                    self.bodies.insert((session.clone(), key), body);
+                    self.queue(Write::Body { session: session.clone(), key });
+                }
+                Effect::State { kind, body } => {
+                    self.queue(Write::State { session: session.clone(), kind, body: body.to_string() });
+                }
+            }
+        }
+    }
+
+    /// Whether to keep the agent's replay of `session`: only when the journal has nothing.
+    fn keep_seed(&mut self, session: &str) -> bool {
+        if let Some(keep) = self.sessions.get(session).and_then(|s| s.seeding) {
+            return keep;
+        }
+        self.commit();
+        let has = self.store.counters(session).ok().flatten().is_some_and(|c| c.next_seq > c.first_seq);
+        self.state(session).seeding = Some(!has);
+        !has
+    }
+
+    fn commit(&mut self) {
+        self.since = None;
+        if self.batch.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.batch);
+        let bodies = std::mem::take(&mut self.bodies);
+        let now = zcode_shared::time::now_ms();
+        let sessions = &mut self.sessions;
+        let mut touched: HashSet<String> = HashSet::new();
+        let result = self.store.write(|w| {
+            let mut appended: HashSet<(String, u64)> = HashSet::new();
+            let mut rewritten: HashSet<(String, u64)> = HashSet::new();
+            for write in &batch {
+                match write {
+                    Write::Meta(m) => w.set_meta(m, now)?,
+                    Write::Title { session, title, overridden } => {
+                        w.set_title(session, title, *overridden, now)?
+                    }
+                    Write::State { session, kind, body } => w.put_state(session, kind, body, now)?,
+                    Write::Append { session, key, msg_id, kind } => {
+                        let k = (session.clone(), *key);
+                        let body = bodies.get(&k).map(Value::to_string).unwrap_or_default();
+                        let seq = w.append(
+                            session,
+                            &NewMessage { msg_id: msg_id.clone(), kind: (*kind).into(), body },
+                            now,
+                        )?;
+                        if let Some(s) = sessions.get_mut(session) {
+                            s.seqs.insert(*key, seq);
+                        }
+                        touched.insert(session.clone());
+                        appended.insert(k);
+                    }
+                    Write::Body { session, key } => {
+                        let k = (session.clone(), *key);
+                        if appended.contains(&k) || !rewritten.insert(k.clone()) {
+                            continue;
+                        }
+                        let seq = sessions.get(session).and_then(|s| s.seqs.get(key)).copied();
+                        if let (Some(seq), Some(body)) = (seq, bodies.get(&k)) {
+                            w.update_body(session, seq, &body.to_string())?;
+                        }
+                    }
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = result {
+            tracing::error!("journal commit failed, {} writes lost: {e}", batch.len());
+        }
+        for s in self.sessions.values_mut() {
+            let open: HashSet<u64> = s.merger.open_keys().into_iter().collect();
+            s.seqs.retain(|k, _| open.contains(k));
+        }
+        for session in touched {
+            self.enforce_retention(&session);
+        }
+    }
+
+    /// Drops the oldest whole turns of a session over its retention, bumping its epoch.
+    fn enforce_retention(&mut self, session: &str) {
+        let Ok(Some(c)) = self.store.counters(session) else { return };
+        let max = self.retention.max_messages as i64;
+        if c.next_seq - c.first_seq <= max {
+            return;
+        }
+        // Keep 90% of the cap, cut at a turn boundary so no turn is left without its prompt.
+        let cut = c.next_seq - max * 9 / 10;
+        let cut = self.store.next_turn_start(session, cut).ok().flatten().unwrap_or(cut);
+        if let Err(e) = self.store.write(|w| w.truncate_before(session, cut)) {
+            tracing::warn!(session, "journal retention failed: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,148 @@
+//! The journal thread end to end on a real store: merging, seeding, retention, reads.
+
+use super::*;
+use proptest::prelude::*;
+use serde_json::json;
+use std::sync::mpsc as std_mpsc;
+
+fn line(session: &str, update: Value) -> Bytes {
+    Bytes::from(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session, "update": update}}).to_string())
+}
+
+fn read_now(j: &Journal, session: &str, mode: ReadMode) -> Result<Slice, ReadError> {
+    let (tx, rx) = std_mpsc::channel();
+    j.read(session, mode, Box::new(move |r| tx.send(r).unwrap()));
+    rx.recv().unwrap()
+}
+
+fn updates(slice: &Slice) -> Vec<Value> {
+    slice
+        .lines
+        .iter()
+        .map(|l| serde_json::from_slice::<Value>(l).unwrap()["params"]["update"].clone())
+        .collect()
+}
+
+fn agent(text: &str) -> Value {
+    json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
+}
+
+fn user(text: &str) -> Value {
+    json!({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": text}})
+}
+
+#[test]
+fn a_read_sees_every_update_sent_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = Journal::open(dir.path(), Retention { max_messages: 1000 }).unwrap();
+    j.update("s", line("s", user("hi")), false);
+    j.update("s", line("s", agent("Hel")), false);
+    j.update("s", line("s", agent("lo")), false);
+    j.update("s", line("s", json!({"sessionUpdate": "usage_update", "used": 5})), false);
+    j.title("s", "hi", false);
+    let slice = read_now(&j, "s", ReadMode::Load { limit: None }).unwrap();
+    let u = updates(&slice);
+    assert_eq!(u.len(), 3);
+    assert_eq!(u[1]["content"]["text"], "Hello");
+    assert_eq!(u[2]["sessionUpdate"], "usage_update");
+    assert_eq!(slice.title.as_deref(), Some("hi"));
+    assert_eq!(slice.meta["totalTurns"], 1);
+    assert_eq!(slice.meta["lastMessageId"], u[1]["messageId"]);
+    // More chunks of the same message later rewrite it, not append.
+    j.update("s", line("s", agent("!")), false);
+    let slice = read_now(&j, "s", ReadMode::Load { limit: None }).unwrap();
+    assert_eq!(updates(&slice)[1]["content"]["text"], "Hello!");
+    assert_eq!(slice.meta["totalMessages"], 2);
+}
+
+#[test]
+fn the_agents_replay_seeds_an_empty_journal_and_is_dropped_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = Journal::open(dir.path(), Retention { max_messages: 1000 }).unwrap();
+    j.update("s", line("s", user("from the agent")), true);
+    j.update("s", line("s", agent("answer")), true);
+    j.end_seed("s");
+    let slice = read_now(&j, "s", ReadMode::Load { limit: None }).unwrap();
+    assert_eq!(slice.meta["totalMessages"], 2);
+    // A second load of the same session: the agent replays again; the journal has it already.
+    j.update("s", line("s", user("from the agent")), true);
+    j.update("s", line("s", agent("answer")), true);
+    j.end_seed("s");
+    let slice = read_now(&j, "s", ReadMode::Load { limit: None }).unwrap();
+    assert_eq!(slice.meta["totalMessages"], 2, "the replay was recorded twice");
+}
+
+#[test]
+fn retention_drops_whole_old_turns_and_expires_cursors() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = Journal::open(dir.path(), Retention { max_messages: 20 }).unwrap();
+    j.update("s", line("s", user("q0")), false);
+    j.update("s", line("s", agent("a0")), false);
+    let first = read_now(&j, "s", ReadMode::Load { limit: Some(1) }).unwrap();
+    let cursor = first.meta["cursor"].as_str().unwrap().to_owned();
+    for t in 1..15 {
+        j.update("s", line("s", user(&format!("q{t}"))), false);
+        j.update("s", line("s", json!({"sessionUpdate": "tool_call", "toolCallId": format!("c{t}")})), false);
+    }
+    j.flush();
+    let all = read_now(&j, "s", ReadMode::Load { limit: None }).unwrap();
+    let u = updates(&all);
+    assert!(u.len() <= 20, "{}", u.len());
+    assert_eq!(u[0]["sessionUpdate"], "user_message_chunk", "history starts at a turn");
+    assert!(matches!(
+        read_now(&j, "s", ReadMode::Earlier { cursor, limit: 5 }),
+        Err(ReadError::CursorExpired)
+    ));
+}
+
+#[test]
+fn a_disabled_journal_answers_empty_histories() {
+    let j = Journal::disabled();
+    j.update("s", line("s", user("x")), false);
+    let slice = read_now(&j, "s", ReadMode::Load { limit: Some(5) }).unwrap();
+    assert!(slice.lines.is_empty());
+    assert_eq!(slice.meta["totalMessages"], 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever the interleaving, merged messages lose and duplicate no text, and the pages of
+    /// load_earlier concatenate to the full history.
+    #[test]
+    fn merging_and_paging_lose_nothing(
+        steps in proptest::collection::vec((0u8..5, "[a-z]{1,3}"), 1..60),
+        limit in 1u64..7,
+        page in 1u64..7,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::open(dir.path(), Retention { max_messages: 100_000 }).unwrap();
+        let mut sent = String::new();
+        for (i, (kind, text)) in steps.iter().enumerate() {
+            let u = match kind {
+                0 => user(text),
+                1 | 2 => agent(text),
+                3 => json!({"sessionUpdate": "agent_message_chunk", "messageId": format!("m{}", i / 3), "content": {"type": "text", "text": text}}),
+                _ => json!({"sessionUpdate": "tool_call", "toolCallId": format!("c{i}"), "title": text}),
+            };
+            if *kind < 4 { sent.push_str(text); }
+            j.update("s", line("s", u), false);
+        }
+        let full = read_now(&j, "s", ReadMode::Load { limit: None }).unwrap();
+        let got: String = updates(&full).iter().filter_map(|u| u["content"]["text"].as_str()).collect();
+        prop_assert_eq!(&got, &sent);
+
+        let tail = read_now(&j, "s", ReadMode::Load { limit: Some(limit) }).unwrap();
+        let mut pages = updates(&tail);
+        let mut meta = tail.meta.clone();
+        while meta["hasMore"] == true {
+            let p = read_now(&j, "s", ReadMode::Earlier { cursor: meta["cursor"].as_str().unwrap().into(), limit: page }).unwrap();
+            prop_assert!(p.meta["replayedMessages"].as_u64().unwrap() <= page);
+            let mut u = updates(&p);
+            u.append(&mut pages);
+            pages = u;
+            meta = p.meta;
+        }
+        prop_assert_eq!(pages, updates(&full));
+    }
+}

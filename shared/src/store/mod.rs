@@ -1,0 +1,172 @@
+//! The machine's SQLite store: the journal (session history) and the tasks index (sessions
+//! and their projects). This module tree is the only place in the workspace with SQL in it.
+//!
+//! One file per machine (`<data dir>/zcode-acp.sqlite3`), WAL mode, `busy_timeout` 5 s, every
+//! write in `BEGIN IMMEDIATE`, so several bridges write at once without "database is locked".
+//! The schema is versioned by `PRAGMA user_version` and migrated forward on open.
+
+mod journal;
+
+pub use journal::{MessageRow, NewMessage, SessionCounters, SessionMeta};
+
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// `PRAGMA application_id` of our files ("zcod"), to tell them from foreign SQLite files.
+const APPLICATION_ID: i64 = 0x7a63_6f64;
+
+/// The file name under the data directory.
+pub const FILE_NAME: &str = "zcode-acp.sqlite3";
+
+/// Migrations, in order; `user_version` is the number applied.
+const MIGRATIONS: &[&str] = &[
+    // 1: sessions (tasks index + journal counters), messages, latest session state.
+    "CREATE TABLE sessions (
+        session_id TEXT PRIMARY KEY,
+        workspace TEXT NOT NULL DEFAULT '',
+        cwd TEXT NOT NULL DEFAULT '',
+        title TEXT,
+        title_overridden INTEGER NOT NULL DEFAULT 0,
+        origin TEXT NOT NULL DEFAULT 'editor',
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        archived INTEGER NOT NULL DEFAULT 0,
+        deleted INTEGER NOT NULL DEFAULT 0,
+        epoch INTEGER NOT NULL DEFAULT 0,
+        first_seq INTEGER NOT NULL DEFAULT 1,
+        next_seq INTEGER NOT NULL DEFAULT 1,
+        turns INTEGER NOT NULL DEFAULT 0
+     );
+     CREATE INDEX sessions_by_workspace ON sessions(workspace, updated_at);
+     CREATE TABLE messages (
+        session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        msg_id TEXT NOT NULL,
+        turn INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+     ) WITHOUT ROWID;
+     CREATE INDEX messages_by_turn ON messages(session_id, turn, seq);
+     CREATE INDEX messages_by_id ON messages(session_id, msg_id);
+     CREATE TABLE session_state (
+        session_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (session_id, kind)
+     ) WITHOUT ROWID;",
+];
+
+/// What went wrong with the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The file could not be opened, is corrupt, or is not ours.
+    #[error("journal {}: {reason}", path.display())]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, for a person.
+        reason: String,
+    },
+    /// A query failed.
+    #[error("journal query failed: {0}")]
+    Sql(#[from] rusqlite::Error),
+}
+
+/// A connection to the store.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store in `data_dir`.
+    pub fn open_in(data_dir: &Path) -> Result<Store, StoreError> {
+        let _ = crate::paths::Paths::ensure_private_dir(data_dir);
+        Store::open(&data_dir.join(FILE_NAME))
+    }
+
+    /// Opens (creating if needed) the store at `path`, migrating it to the current schema.
+    /// A corrupt or foreign file is an error naming the file; it is never overwritten.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let fail = |reason: String| StoreError::Open { path: path.to_owned(), reason };
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| fail(e.to_string()))?;
+        conn.busy_timeout(Duration::from_secs(5)).map_err(|e| fail(e.to_string()))?;
+        let mut store = Store { conn, path: path.to_owned() };
+        store.prepare().map_err(|e| fail(describe(&e)))?;
+        Ok(store)
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn prepare(&mut self) -> Result<(), rusqlite::Error> {
+        // Reading the header first turns "file is not a database" into an error here.
+        let app: i64 = self.conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+        let tables: i64 =
+            self.conn
+                .query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table'", [], |r| r.get(0))?;
+        if app != APPLICATION_ID && (app != 0 || tables > 0) {
+            return Err(rusqlite::Error::InvalidParameterName(
+                "this SQLite file belongs to another program (not a zcode-acp journal)".into(),
+            ));
+        }
+        self.conn.pragma_update(None, "journal_mode", "WAL")?;
+        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        self.conn.pragma_update(None, "foreign_keys", "ON")?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let known = MIGRATIONS.len() as i64;
+        if version > known {
+            return Err(rusqlite::Error::InvalidParameterName(format!(
+                "schema version {version} is newer than this zcode-acp knows ({known}): upgrade zcode-acp"
+            )));
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", i as i64 + 1)?;
+        }
+        tx.pragma_update(None, "application_id", APPLICATION_ID)?;
+        tx.commit()
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction, committed if it returns `Ok`.
+    pub fn write<T>(
+        &mut self,
+        f: impl FnOnce(&Writer<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let out = f(&Writer { tx: &tx })?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// The connection, for the read queries of the submodules.
+    fn conn(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+/// A write transaction in progress.
+pub struct Writer<'a> {
+    tx: &'a rusqlite::Transaction<'a>,
+}
+
+fn describe(e: &rusqlite::Error) -> String {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::NotADatabase => {
+            "not a SQLite database (corrupt, or another kind of file)".to_owned()
+        }
+        rusqlite::Error::InvalidParameterName(reason) => reason.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

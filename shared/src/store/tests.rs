@@ -1,0 +1,115 @@
+//! The store: opening, migrations, foreign and corrupt files, appends, reads, truncation, and
+//! several writers at once.
+
+use super::*;
+
+fn msg(kind: &str, id: &str) -> NewMessage {
+    NewMessage { msg_id: id.into(), kind: kind.into(), body: format!("{{\"id\":\"{id}\"}}") }
+}
+
+#[test]
+fn opens_migrates_and_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open_in(dir.path()).unwrap();
+    let v: i64 = s.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!(v, MIGRATIONS.len() as i64);
+    let mode: String = s.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+    assert_eq!(mode, "wal");
+    drop(s);
+    Store::open_in(dir.path()).unwrap();
+}
+
+#[test]
+fn foreign_and_corrupt_files_are_refused_by_name_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let foreign = dir.path().join("foreign.db");
+    let c = rusqlite::Connection::open(&foreign).unwrap();
+    c.execute_batch("CREATE TABLE notes (x TEXT); INSERT INTO notes VALUES ('mine');").unwrap();
+    drop(c);
+    let err = Store::open(&foreign).err().unwrap().to_string();
+    assert!(err.contains("foreign.db") && err.contains("another program"), "{err}");
+    let c = rusqlite::Connection::open(&foreign).unwrap();
+    let x: String = c.query_row("SELECT x FROM notes", [], |r| r.get(0)).unwrap();
+    assert_eq!(x, "mine");
+
+    let corrupt = dir.path().join("corrupt.db");
+    std::fs::write(&corrupt, b"this is not a database at all, just text that goes on and on".repeat(100))
+        .unwrap();
+    let err = Store::open(&corrupt).err().unwrap().to_string();
+    assert!(err.contains("corrupt.db") && err.contains("not a SQLite database"), "{err}");
+}
+
+#[test]
+fn appends_number_messages_and_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open_in(dir.path()).unwrap();
+    s.write(|w| {
+        w.append("s", &msg("other", "m0"), 1)?;
+        for t in 0..4 {
+            w.append("s", &msg("user", &format!("u{t}")), 1)?;
+            w.append("s", &msg("agent", &format!("a{t}")), 1)?;
+        }
+        w.put_state("s", "usage_update", "{}", 1)?;
+        Ok(())
+    })
+    .unwrap();
+    let c = s.counters("s").unwrap().unwrap();
+    assert_eq!((c.first_seq, c.next_seq, c.turns, c.epoch), (1, 10, 4, 0));
+    let tail = s.messages_before("s", c.next_seq, 3).unwrap();
+    let ids: Vec<_> = tail.iter().map(|m| (m.msg_id.as_str(), m.turn)).collect();
+    assert_eq!(ids, [("a2", 3), ("u3", 4), ("a3", 4)]);
+    assert_eq!(s.turn_start("s", 3).unwrap(), Some(6));
+    assert_eq!(s.messages_between("s", 1, 3).unwrap().len(), 2);
+    assert_eq!(s.message_by_id("s", "u1").unwrap().unwrap().seq, 4);
+    assert_eq!(s.states("s").unwrap(), vec![("usage_update".to_owned(), "{}".to_owned())]);
+    assert!(s.counters("nope").unwrap().is_none());
+
+    s.write(|w| w.truncate_before("s", 6)).unwrap();
+    let c = s.counters("s").unwrap().unwrap();
+    assert_eq!((c.first_seq, c.next_seq, c.turns, c.epoch), (6, 10, 2, 1));
+}
+
+#[test]
+fn a_rename_beats_the_automatic_title() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open_in(dir.path()).unwrap();
+    s.write(|w| w.set_title("s", "auto", false, 1)).unwrap();
+    s.write(|w| w.set_title("s", "renamed", true, 1)).unwrap();
+    s.write(|w| w.set_title("s", "auto again", false, 1)).unwrap();
+    assert_eq!(s.counters("s").unwrap().unwrap().title.as_deref(), Some("renamed"));
+}
+
+#[test]
+fn several_writers_at_once_never_see_database_is_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    Store::open_in(dir.path()).unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let path = dir.path().to_owned();
+            std::thread::spawn(move || {
+                let mut s = Store::open_in(&path).unwrap();
+                for batch in 0..50 {
+                    s.write(|w| {
+                        for i in 0..10 {
+                            w.append(&format!("s{t}"), &msg("agent", &format!("{batch}-{i}")), 1)?;
+                            // One session shared by every writer, too.
+                            w.append("shared", &msg("agent", &format!("{t}-{batch}-{i}")), 1)?;
+                        }
+                        Ok(())
+                    })
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let s = Store::open_in(dir.path()).unwrap();
+    for t in 0..4 {
+        assert_eq!(s.counters(&format!("s{t}")).unwrap().unwrap().next_seq, 501);
+    }
+    let shared = s.counters("shared").unwrap().unwrap();
+    assert_eq!(shared.next_seq, 2001);
+    assert_eq!(s.messages_between("shared", 1, 2001).unwrap().len(), 2000);
+}
