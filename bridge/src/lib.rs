@@ -3,11 +3,17 @@
 //! - [`router`]: the one task that owns routing state (clients, sessions, the agent link).
 //! - [`upstream`]: the agent process.
 //! - [`stdio`]: the editor's connection; [`server`]: the loopback WebSocket + HTTP server.
+//! - [`files`]: read-only session files (`/fs/list`, `/fs/file`), confined beneath the root.
+//! - [`lifecycle`]: the close / rename / delete routes.
 //! - [`local`]: the bridge's own `fs/*` and `terminal/*` service, confined to session directories.
+//! - [`chat`]: `zcode-acp chat`, a terminal ACP client on a bridge of its own.
 //! - [`demo`]: the built-in scripted ACP agent (the embedded default and the tests' fixture).
 
+pub mod chat;
 pub mod demo;
+pub mod files;
 pub mod journal;
+pub mod lifecycle;
 pub mod local;
 pub mod router;
 pub mod server;

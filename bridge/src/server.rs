@@ -2,10 +2,10 @@
 //! routes (`/status`). Bound to 127.0.0.1 only, and every route requires the machine's token
 //! (the hub sends it when it dials): other users' processes must not drive our sessions.
 
+use crate::files::{self, Resp, full, text};
 use crate::router::{ClientId, ClientKind, Event, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
@@ -105,15 +105,6 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
     }
 }
 
-type Resp = Response<Full<Bytes>>;
-
-fn text(status: StatusCode, body: &'static str) -> Resp {
-    let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
-    *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    r
-}
-
 fn authorized(req: &Request<Incoming>, ctx: &Ctx) -> bool {
     let Some(value) = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
         return false;
@@ -126,9 +117,17 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>, peer: SocketAddr) -> Resu
         tracing::debug!(%peer, path = req.uri().path(), "refused: no valid token");
         return Ok(text(StatusCode::UNAUTHORIZED, "unauthorized"));
     }
+    if req.uri().path().starts_with("/sessions/") {
+        if let Some(resp) = crate::lifecycle::route(req, &ctx.events).await {
+            return Ok(resp);
+        }
+        return Ok(text(StatusCode::NOT_FOUND, "not found"));
+    }
     Ok(match (req.method(), req.uri().path()) {
         (&Method::GET, "/acp") => upgrade(req, ctx),
         (&Method::GET | &Method::HEAD, "/status") => status(&ctx, req.method() == Method::HEAD).await,
+        (&Method::GET, "/fs/list") => session_files(&req, &ctx, false).await,
+        (&Method::GET | &Method::HEAD, "/fs/file") => session_files(&req, &ctx, true).await,
         _ => text(StatusCode::NOT_FOUND, "not found"),
     })
 }
@@ -143,10 +142,26 @@ async fn status(ctx: &Ctx, head: bool) -> Resp {
     };
     let body = serde_json::json!({"sessions": rows}).to_string();
     let len = body.len();
-    let mut r = Response::new(Full::new(if head { Bytes::new() } else { Bytes::from(body) }));
+    let mut r = Response::new(full(if head { Bytes::new() } else { Bytes::from(body) }));
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     r
+}
+
+/// `/fs/list` and `/fs/file`: the session must be live here; its cwd is the root.
+async fn session_files(req: &Request<Incoming>, ctx: &Ctx, file: bool) -> Resp {
+    let (q, sid) = match files::session_query(req.uri().query()) {
+        Ok(x) => x,
+        Err(resp) => return *resp,
+    };
+    let (tx, rx) = oneshot::channel();
+    if ctx.events.send(Event::SessionRoot { session: sid.clone(), reply: tx }).await.is_err() {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "bridge shutting down");
+    }
+    let Ok(Ok(Some(cwd))) = tokio::time::timeout(Duration::from_secs(2), rx).await else {
+        return text(StatusCode::FORBIDDEN, format!("unknown session: {sid}"));
+    };
+    if file { files::file(q, cwd, req.method() == Method::HEAD).await } else { files::list(q, cwd).await }
 }
 
 fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>) -> Resp {
@@ -175,7 +190,7 @@ fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>) -> Resp {
             Err(e) => tracing::debug!("websocket upgrade failed: {e}"),
         }
     });
-    let mut r = Response::new(Full::new(Bytes::new()));
+    let mut r = Response::new(full(Bytes::new()));
     *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let headers = r.headers_mut();
     headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));

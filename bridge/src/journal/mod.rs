@@ -29,12 +29,16 @@ const BATCH_MAX: usize = 1000;
 /// Where a read's answer goes.
 pub type Reply = Box<dyn FnOnce(Result<Slice, ReadError>) + Send>;
 
+/// Where a delete's answer goes.
+pub type DeleteReply = Box<dyn FnOnce(Result<(), String>) + Send>;
+
 enum Op {
     Meta(SessionMeta),
     Title { session: String, title: String, overridden: bool },
     Update { session: String, line: Bytes, seed: bool },
     EndSeed { session: String },
     Read { session: String, mode: ReadMode, reply: Reply },
+    Delete { session: String, reply: DeleteReply },
     Flush(mpsc::Sender<()>),
 }
 
@@ -103,6 +107,13 @@ impl Journal {
             self.send(Op::Read { session: session.into(), mode, reply })
         {
             reply(empty_slice(&session, &mode));
+        }
+    }
+
+    /// Tombstones a session in the tasks index (creating its row if needed).
+    pub fn delete(&self, session: &str, reply: DeleteReply) {
+        if let Err(Op::Delete { reply, .. }) = self.send(Op::Delete { session: session.into(), reply }) {
+            reply(Err("the journal is not available".into()));
         }
     }
 
@@ -207,6 +218,11 @@ impl Worker {
             Op::Read { session, mode, reply } => {
                 self.commit();
                 reply(replay::read(&self.store, &session, &mode));
+            }
+            Op::Delete { session, reply } => {
+                self.commit();
+                let now = zcode_shared::time::now_ms();
+                reply(self.store.write(|w| w.set_deleted(&session, true, now)).map_err(|e| e.to_string()));
             }
             Op::Flush(done) => {
                 self.commit();

@@ -122,7 +122,11 @@ impl Router {
                 s.waiting_loads.push((client, id, mode));
                 return;
             }
-            // Live here: never goes upstream; the client is served from the journal.
+            // Live here: never goes upstream; the client is served from the journal. A load
+            // with history is real use: a closed session comes back.
+            if limit != Some(0) {
+                s.closed = false;
+            }
             let base = attach_base(s.attach_result.as_deref());
             return self.begin_replay(client, id, &sid, mode, Some(base));
         }
@@ -198,6 +202,7 @@ impl Router {
         );
         debug_assert_eq!(s.upstream, Upstream::Live(generation));
         s.running = true;
+        s.closed = false;
         s.turns += 1;
         s.updated_at = zcode_shared::time::now_ms();
         let first_fresh_turn = s.fresh && s.turns == 1 && s.title.is_none();
@@ -206,7 +211,7 @@ impl Router {
         if first_fresh_turn {
             let title = title_of(&prompt_text(&params));
             if !title.is_empty() {
-                self.set_title(sid, title);
+                self.set_title(sid, title, false);
             }
         }
     }
@@ -230,10 +235,11 @@ impl Router {
     }
 
     /// Sets a session's title and tells every attached client (`session_info_update`).
-    pub(super) fn set_title(&mut self, sid: &str, title: String) {
+    /// `overridden`: a rename, which no automatic title replaces.
+    pub(super) fn set_title(&mut self, sid: &str, title: String, overridden: bool) {
         let Some(s) = self.sessions.get_mut(sid) else { return };
         s.title = Some(title.clone());
-        self.journal.title(sid, &title, false);
+        self.journal.title(sid, &title, overridden);
         let now = zcode_shared::time::now_ms();
         s.updated_at = now;
         let update = json!({"sessionUpdate": "session_info_update", "title": title,

@@ -11,11 +11,13 @@ mod agent;
 pub mod client;
 mod from_agent;
 mod from_client;
+mod lifecycle;
 mod replay;
 mod session;
 
 pub use agent::AgentSpec;
 pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
+pub use lifecycle::{Lifecycle, LifecycleReply};
 
 use crate::journal::{Journal, ReadError, Slice};
 use crate::local::LocalService;
@@ -95,6 +97,22 @@ pub enum Event {
     },
     /// `GET /status`: the listed sessions, from memory.
     Status(oneshot::Sender<Vec<SessionStatus>>),
+    /// Close, rename or delete a session (the loopback lifecycle routes).
+    Lifecycle {
+        /// The session.
+        session: String,
+        /// What to do.
+        op: Lifecycle,
+        /// Where the answer goes.
+        reply: LifecycleReply,
+    },
+    /// The root directory of a session live here (`/fs/*`), `None` if it is not.
+    SessionRoot {
+        /// The session.
+        session: String,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Option<std::path::PathBuf>>,
+    },
     /// Stop: kill the agent, close every client.
     Shutdown,
 }
@@ -159,6 +177,8 @@ pub struct Router {
     journal: Journal,
     /// `editor` or `serve`, recorded in the tasks index.
     origin: String,
+    /// Set when the bridge must end after the current event (a serve bridge's last close).
+    stopping: bool,
 }
 
 impl Router {
@@ -182,6 +202,7 @@ impl Router {
             echo_seq: 0,
             journal,
             origin: origin.to_owned(),
+            stopping: false,
         };
         (router, events_tx)
     }
@@ -212,6 +233,15 @@ impl Router {
                 Event::Status(reply) => {
                     let _ = reply.send(self.status());
                 }
+                Event::Lifecycle { session, op, reply } => self.on_lifecycle(&session, op, reply),
+                Event::SessionRoot { session, reply } => {
+                    let root =
+                        self.sessions.get(&session).filter(|s| s.upstream != session::Upstream::Loading);
+                    let _ = reply.send(root.map(|s| s.cwd.clone()));
+                }
+            }
+            if self.stopping {
+                break;
             }
         }
         for client in self.clients.values() {

@@ -64,6 +64,8 @@ pub struct Session {
     pub loader: Option<ClientId>,
     /// Created by `session/new` in this bridge: its first prompt sets the title.
     pub fresh: bool,
+    /// Retired from discovery by a close; real use (a prompt, a load with history) revives it.
+    pub closed: bool,
 }
 
 impl Session {
@@ -86,6 +88,7 @@ impl Session {
             requests: Vec::new(),
             loader: None,
             fresh: false,
+            closed: false,
         }
     }
 
@@ -102,7 +105,8 @@ impl Session {
     /// Whether discovery lists it: someone is on it (attached or a turn in flight), and it is
     /// a conversation: a brand-new session counts from its first turn, a loaded one at once.
     pub fn listed(&self) -> bool {
-        (!self.attached.is_empty() || self.busy())
+        !self.closed
+            && (!self.attached.is_empty() || self.busy())
             && (self.turns > 0 || !self.fresh)
             && self.upstream != Upstream::Loading
     }

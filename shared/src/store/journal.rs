@@ -104,6 +104,15 @@ impl Writer<'_> {
         Ok(())
     }
 
+    /// Tombstones (or revives) a session, creating its row if it predates the index.
+    pub fn set_deleted(&self, session: &str, deleted: bool, now: u64) -> Result<(), StoreError> {
+        self.ensure_session(session, now)?;
+        self.tx
+            .prepare_cached("UPDATE sessions SET deleted = ?2 WHERE session_id = ?1")?
+            .execute(params![session, deleted as i64])?;
+        Ok(())
+    }
+
     /// Appends a message; returns its seq.
     pub fn append(&self, session: &str, msg: &NewMessage, now: u64) -> Result<i64, StoreError> {
         self.ensure_session(session, now)?;
@@ -249,6 +258,16 @@ impl Store {
             )?
             .query_row(params![session, msg_id], row)
             .optional()?)
+    }
+
+    /// Whether a session is tombstoned; `None` if the index never saw it.
+    pub fn is_deleted(&self, session: &str) -> Result<Option<bool>, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT deleted FROM sessions WHERE session_id = ?1")?
+            .query_row(params![session], |r| r.get::<_, i64>(0))
+            .optional()?
+            .map(|d| d != 0))
     }
 
     /// The session's latest state updates: (kind, body).

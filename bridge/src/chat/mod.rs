@@ -1,0 +1,307 @@
+//! `zcode-acp chat`: a terminal ACP client on a bridge of its own (origin `serve`, cwd pinned to
+//! the project). What a remote create opens in a terminal window: the owner types here while a
+//! phone watches (and answers) through the hub, and the other way round.
+//!
+//! Line-oriented, so it works in any terminal (and under tmux send-keys): type a prompt and
+//! Enter; a permission question is answered with its number (whoever answers first wins);
+//! Ctrl-C cancels the running turn, or quits when none runs; Ctrl-D quits.
+
+mod render;
+
+use render::Renderer;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Stdio;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+/// How to run the chat.
+#[derive(Clone, Debug)]
+pub struct ChatOptions {
+    /// The project directory (the bridge's pinned cwd).
+    pub cwd: PathBuf,
+    /// A session to resume (its history tail is shown first).
+    pub resume: Option<String>,
+    /// The `zcode-acp` executable, to start the bridge.
+    pub exe: PathBuf,
+    /// The agent command (after `--`), if given.
+    pub agent: Vec<String>,
+    /// Where the bridge's log goes.
+    pub log: Option<PathBuf>,
+}
+
+/// What a request of ours was for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Purpose {
+    Initialize,
+    Session,
+    Prompt,
+}
+
+struct Chat {
+    out: std::io::Stdout,
+    render: Renderer,
+    to_bridge: tokio::process::ChildStdin,
+    next_id: u64,
+    pending: HashMap<u64, Purpose>,
+    session: Option<String>,
+    running: usize,
+    /// A question waiting for the user's answer: (request id, option ids or empty for a form).
+    question: Option<(Value, Vec<String>)>,
+    opts: ChatOptions,
+}
+
+/// Runs the chat until the user quits or the bridge goes away; returns the exit code.
+pub async fn run(opts: ChatOptions) -> std::io::Result<i32> {
+    let mut cmd = tokio::process::Command::new(&opts.exe);
+    cmd.arg("bridge");
+    if !opts.agent.is_empty() {
+        cmd.arg("--").args(&opts.agent);
+    }
+    let stderr = match &opts.log {
+        Some(p) => Stdio::from(std::fs::OpenOptions::new().create(true).append(true).open(p)?),
+        None => Stdio::null(),
+    };
+    // Its own process group: Ctrl-C in this terminal is the chat's to handle, not the bridge's.
+    let mut child = cmd
+        .current_dir(&opts.cwd)
+        .env("ZCODE_ACP_REMOTE_ORIGIN", "serve")
+        .env("ZCODE_ACP_REMOTE_PIN_CWD", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()?;
+    let (Some(to_bridge), Some(from_bridge)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(std::io::Error::other("the bridge's stdio was not captured"));
+    };
+    let (msg_tx, mut msgs) = mpsc::channel::<Value>(256);
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(from_bridge).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Ok(v) = serde_json::from_str(&line) {
+                if msg_tx.send(v).await.is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let (line_tx, mut lines) = mpsc::channel::<String>(16);
+    tokio::spawn(async move {
+        let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+        while let Ok(Some(line)) = stdin.next_line().await {
+            if line_tx.send(line).await.is_err() {
+                break;
+            }
+        }
+    });
+    let color = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mut chat = Chat {
+        out: std::io::stdout(),
+        render: Renderer::new(color),
+        to_bridge,
+        next_id: 0,
+        pending: HashMap::new(),
+        session: None,
+        running: 0,
+        question: None,
+        opts,
+    };
+    chat.say(&format!("zcode-acp chat in {} — starting the agent…\n", chat.opts.cwd.display()));
+    let init = json!({"protocolVersion": 1, "clientCapabilities": {}, "clientInfo": {"name": "zcode-acp-chat", "version": zcode_shared::VERSION}});
+    chat.request("initialize", init, Purpose::Initialize).await;
+    let code = loop {
+        tokio::select! {
+            m = msgs.recv() => match m {
+                Some(m) => chat.on_message(m).await,
+                None => {
+                    chat.say("\nthe bridge exited\n");
+                    break 1;
+                }
+            },
+            l = lines.recv() => match l {
+                Some(l) => chat.on_line(l).await,
+                None => break 0,
+            },
+            _ = tokio::signal::ctrl_c() => {
+                if chat.running > 0 {
+                    if let Some(sid) = chat.session.clone() {
+                        chat.send(json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})).await;
+                        chat.say("\n(cancelling…)\n");
+                    }
+                } else {
+                    break 0;
+                }
+            }
+        }
+    };
+    // Closing its stdin ends the bridge (and the agent with it).
+    drop(chat);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(3), child.wait()).await;
+    Ok(code)
+}
+
+impl Chat {
+    fn say(&mut self, text: &str) {
+        let _ = self.out.write_all(text.as_bytes());
+        let _ = self.out.flush();
+    }
+
+    async fn send(&mut self, msg: Value) {
+        let mut line = msg.to_string();
+        line.push('\n');
+        let _ = self.to_bridge.write_all(line.as_bytes()).await;
+        let _ = self.to_bridge.flush().await;
+    }
+
+    async fn request(&mut self, method: &str, params: Value, purpose: Purpose) {
+        self.next_id += 1;
+        self.pending.insert(self.next_id, purpose);
+        let msg = json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
+        self.send(msg).await;
+    }
+
+    fn prompt_marker(&mut self) {
+        let b = self.render.break_line();
+        self.say(&format!("{b}› "));
+    }
+
+    async fn on_line(&mut self, line: String) {
+        if let Some((id, options)) = self.question.take() {
+            return self.answer(id, options, line.trim()).await;
+        }
+        let text = line.trim_end().to_owned();
+        let Some(sid) = self.session.clone() else {
+            return self.say("(not ready yet: the session is starting)\n");
+        };
+        if text.trim().is_empty() {
+            return self.prompt_marker();
+        }
+        self.running += 1;
+        self.request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": text}]}),
+            Purpose::Prompt,
+        )
+        .await;
+    }
+
+    async fn answer(&mut self, id: Value, options: Vec<String>, input: &str) {
+        let result = if options.is_empty() {
+            // A form question: one text answer, empty declines.
+            if input.is_empty() {
+                json!({"action": "decline"})
+            } else {
+                json!({"action": "accept", "content": {"answer": input}})
+            }
+        } else {
+            match input.parse::<usize>().ok().and_then(|n| options.get(n.wrapping_sub(1))) {
+                Some(opt) => json!({"outcome": {"outcome": "selected", "optionId": opt}}),
+                None => {
+                    self.say(&format!("answer with a number from 1 to {}: ", options.len()));
+                    self.question = Some((id, options));
+                    return;
+                }
+            }
+        };
+        self.send(json!({"jsonrpc": "2.0", "id": id, "result": result})).await;
+    }
+
+    async fn on_message(&mut self, m: Value) {
+        if let Some(method) = m["method"].as_str() {
+            return self.on_request_or_notification(method, &m).await;
+        }
+        let Some(purpose) = m["id"].as_u64().and_then(|id| self.pending.remove(&id)) else { return };
+        if let Some(err) = m.get("error") {
+            let msg = err["message"].as_str().unwrap_or("error").to_owned();
+            let b = self.render.break_line();
+            self.say(&format!("{b}error: {msg}\n"));
+            match purpose {
+                Purpose::Prompt => {
+                    self.running = self.running.saturating_sub(1);
+                    self.prompt_marker();
+                }
+                Purpose::Initialize | Purpose::Session => {}
+            }
+            return;
+        }
+        match purpose {
+            Purpose::Initialize => {
+                let cwd = self.opts.cwd.display().to_string();
+                match self.opts.resume.clone() {
+                    Some(sid) => {
+                        let params = json!({"sessionId": sid, "cwd": cwd, "mcpServers": [], "_meta": {"zcode": {"limit": 50}}});
+                        self.request("session/load", params, Purpose::Session).await;
+                    }
+                    None => {
+                        self.request("session/new", json!({"cwd": cwd, "mcpServers": []}), Purpose::Session)
+                            .await
+                    }
+                }
+            }
+            Purpose::Session => {
+                let sid =
+                    m["result"]["sessionId"].as_str().map(str::to_owned).or_else(|| self.opts.resume.clone());
+                self.session = sid.clone();
+                let b = self.render.break_line();
+                self.say(&format!(
+                    "{b}session {} — type a prompt and press Enter; Ctrl-C cancels a turn, Ctrl-D quits\n",
+                    sid.unwrap_or_default()
+                ));
+                self.prompt_marker();
+            }
+            Purpose::Prompt => {
+                self.running = self.running.saturating_sub(1);
+                let reason = m["result"]["stopReason"].as_str().unwrap_or("done").to_owned();
+                let b = self.render.break_line();
+                self.say(&format!("{b}[{reason}]\n"));
+                self.prompt_marker();
+            }
+        }
+    }
+
+    async fn on_request_or_notification(&mut self, method: &str, m: &Value) {
+        match method {
+            "session/update" => {
+                let u = &m["params"]["update"];
+                if u["sessionUpdate"] == "session_info_update" {
+                    if let Some(t) = u["title"].as_str() {
+                        let clean: String = t.chars().filter(|c| !c.is_control()).collect();
+                        self.say(&format!("\x1b]0;{clean}\x07"));
+                    }
+                }
+                let text = self.render.update(u);
+                self.say(&text);
+            }
+            "session/request_permission" => {
+                let (q, ids) = render::permission_question(&m["params"]);
+                let b = self.render.break_line();
+                self.say(&format!("{b}{q}"));
+                self.question = Some((m["id"].clone(), ids));
+            }
+            "elicitation/create" => {
+                let msg = m["params"]["message"].as_str().unwrap_or("the agent asks a question").to_owned();
+                let b = self.render.break_line();
+                self.say(&format!("{b}❓ {msg}\nyour answer (empty declines): "));
+                self.question = Some((m["id"].clone(), vec![]));
+            }
+            "$/cancel_request" => {
+                let target = &m["params"]["requestId"];
+                if self.question.as_ref().is_some_and(|(id, _)| id == target) {
+                    self.question = None;
+                    self.say("\n(answered on another device)\n");
+                }
+            }
+            _ => {
+                // Anything else the bridge asks (none expected): say we cannot.
+                if let Some(id) = m.get("id") {
+                    let err = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": format!("the chat cannot answer {method}")}});
+                    self.send(err).await;
+                }
+            }
+        }
+    }
+}

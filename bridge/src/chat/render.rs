@@ -1,0 +1,148 @@
+//! How `zcode-acp chat` shows a session in a terminal: replies streamed as they come, thoughts
+//! dimmed, tool calls and plans on lines of their own, other devices' prompts marked.
+
+use serde_json::Value;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+/// Turns `session/update`s into terminal text.
+#[derive(Default)]
+pub struct Renderer {
+    /// What kind of text the last output was, to know when a new line is needed.
+    last: Option<&'static str>,
+    tools: HashMap<String, String>,
+    color: bool,
+}
+
+impl Renderer {
+    /// A renderer; `color` adds ANSI styles.
+    pub fn new(color: bool) -> Renderer {
+        Renderer { color, ..Renderer::default() }
+    }
+
+    fn style(&self, code: &str, text: &str) -> String {
+        if self.color { format!("\x1b[{code}m{text}\x1b[0m") } else { text.to_owned() }
+    }
+
+    /// Starts a line of its own if the previous output was mid-line.
+    fn line(&mut self, out: &mut String, kind: &'static str) {
+        if self.last.is_some() && self.last != Some(kind) {
+            out.push('\n');
+        }
+        self.last = Some(kind);
+    }
+
+    /// Text for one update (possibly empty).
+    pub fn update(&mut self, u: &Value) -> String {
+        let mut out = String::new();
+        let text = u.pointer("/content/text").and_then(Value::as_str).unwrap_or("");
+        match u["sessionUpdate"].as_str().unwrap_or("") {
+            "agent_message_chunk" => {
+                self.line(&mut out, "agent");
+                out.push_str(text);
+            }
+            "agent_thought_chunk" => {
+                self.line(&mut out, "thought");
+                out.push_str(&self.style("2", text));
+            }
+            "user_message_chunk" => {
+                self.line(&mut out, "user");
+                let _ = write!(out, "{} {text}", self.style("1;36", "you ›"));
+            }
+            "tool_call" => {
+                let title = u["title"].as_str().unwrap_or("tool").to_owned();
+                if let Some(id) = u["toolCallId"].as_str() {
+                    self.tools.insert(id.to_owned(), title.clone());
+                }
+                self.line(&mut out, "tool");
+                let status = u["status"].as_str().unwrap_or("pending");
+                let _ = writeln!(out, "{}", self.style("33", &format!("⚙ {title} ({status})")));
+                self.last = None;
+            }
+            "tool_call_update" => {
+                let status = u["status"].as_str().unwrap_or("");
+                if matches!(status, "completed" | "failed") {
+                    let title = u["toolCallId"]
+                        .as_str()
+                        .and_then(|id| self.tools.get(id))
+                        .cloned()
+                        .unwrap_or_default();
+                    self.line(&mut out, "tool");
+                    let mark = if status == "completed" { "✓" } else { "✗" };
+                    let _ = writeln!(out, "{}", self.style("33", &format!("{mark} {title} ({status})")));
+                    self.last = None;
+                }
+            }
+            "plan" => {
+                self.line(&mut out, "plan");
+                for e in u["entries"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+                    let mark = match e["status"].as_str() {
+                        Some("completed") => "☑",
+                        Some("in_progress") => "▸",
+                        _ => "☐",
+                    };
+                    let _ = writeln!(
+                        out,
+                        "{}",
+                        self.style("34", &format!("{mark} {}", e["content"].as_str().unwrap_or("")))
+                    );
+                }
+                self.last = None;
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// Ends whatever line is open (before a prompt or a question).
+    pub fn break_line(&mut self) -> &'static str {
+        if self.last.take().is_some() { "\n" } else { "" }
+    }
+}
+
+/// A permission question, numbered options.
+pub fn permission_question(params: &Value) -> (String, Vec<String>) {
+    let title =
+        params.pointer("/toolCall/title").and_then(Value::as_str).unwrap_or("the agent asks for permission");
+    let options = params["options"].as_array().cloned().unwrap_or_default();
+    let mut q = format!("🔐 {title}\n");
+    let mut ids = Vec::new();
+    for (i, o) in options.iter().enumerate() {
+        let _ = writeln!(q, "  {}) {}", i + 1, o["name"].as_str().unwrap_or("?"));
+        ids.push(o["optionId"].as_str().unwrap_or("").to_owned());
+    }
+    q.push_str("answer with a number: ");
+    (q, ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn renders_a_turn() {
+        let mut r = Renderer::new(false);
+        let mut s = String::new();
+        s += &r.update(
+            &json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hm"}}),
+        );
+        s += &r.update(
+            &json!({"sessionUpdate": "tool_call", "toolCallId": "c", "title": "Read a", "status": "pending"}),
+        );
+        s += &r
+            .update(&json!({"sessionUpdate": "tool_call_update", "toolCallId": "c", "status": "completed"}));
+        s += &r.update(
+            &json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Hel"}}),
+        );
+        s += &r.update(
+            &json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "lo"}}),
+        );
+        s += r.break_line();
+        assert_eq!(s, "hm\n⚙ Read a (pending)\n✓ Read a (completed)\nHello\n");
+        let (q, ids) = permission_question(&json!({"toolCall": {"title": "Edit x"}, "options": [
+            {"optionId": "allow", "name": "Allow"}, {"optionId": "reject", "name": "Reject"}]}));
+        assert!(q.contains("1) Allow") && q.contains("2) Reject"));
+        assert_eq!(ids, ["allow", "reject"]);
+    }
+}

@@ -1,0 +1,81 @@
+//! Close, rename and delete, as the router sees them: close retires a session from discovery
+//! (409 while a turn runs; real use brings it back; on a serve bridge, closing the last one
+//! ends the bridge), rename pins a title everywhere, delete tombstones it in the tasks index.
+
+use super::Router;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+/// A lifecycle request.
+#[derive(Debug)]
+pub enum Lifecycle {
+    /// Retire from discovery.
+    Close,
+    /// Set the title (normalized like the automatic one).
+    Rename(String),
+    /// Soft-delete (tombstone).
+    Delete,
+}
+
+/// The answer: a JSON body, or (status, message).
+pub type LifecycleReply = oneshot::Sender<Result<Value, (u16, String)>>;
+
+impl Router {
+    pub(super) fn on_lifecycle(&mut self, sid: &str, op: Lifecycle, reply: LifecycleReply) {
+        let answer = match op {
+            Lifecycle::Close => self.close(sid),
+            Lifecycle::Rename(title) => self.rename(sid, &title),
+            Lifecycle::Delete => return self.delete(sid, reply),
+        };
+        let _ = reply.send(answer);
+    }
+
+    fn close(&mut self, sid: &str) -> Result<Value, (u16, String)> {
+        let Some(s) = self.sessions.get_mut(sid) else {
+            return Err((404, format!("unknown session: {sid}")));
+        };
+        if s.busy() {
+            return Err((409, "a turn is running — cancel it first".into()));
+        }
+        s.closed = true;
+        // A serve bridge exists for remote use only: closing its last conversation ends it.
+        if self.origin == "serve"
+            && !self.sessions.values().any(|s| !s.closed && (s.listed() || s.turns == 0 && s.fresh))
+        {
+            tracing::info!("the last session of this serve bridge was closed: exiting");
+            self.stopping = true;
+        }
+        Ok(json!({"ok": true}))
+    }
+
+    fn rename(&mut self, sid: &str, title: &str) -> Result<Value, (u16, String)> {
+        // Flattened to one line (every run of whitespace, newlines too, becomes one space),
+        // trimmed, 80 characters.
+        let title: String = title.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(80).collect();
+        if title.is_empty() {
+            return Err((400, "title required".into()));
+        }
+        if !self.sessions.contains_key(sid) {
+            return Err((404, format!("unknown session: {sid}")));
+        }
+        self.set_title(sid, title.clone(), true);
+        Ok(json!({"ok": true, "title": title}))
+    }
+
+    fn delete(&mut self, sid: &str, reply: LifecycleReply) {
+        if self.sessions.get(sid).is_some_and(|s| !s.closed) {
+            let _ = reply.send(Err((409, "the session is live on this bridge — close it first".into())));
+            return;
+        }
+        self.sessions.remove(sid);
+        self.journal.delete(
+            sid,
+            Box::new(move |r| {
+                let _ = reply.send(match r {
+                    Ok(()) => Ok(json!({"ok": true, "deleted": true})),
+                    Err(e) => Err((503, format!("tasks index unavailable: {e}"))),
+                });
+            }),
+        );
+    }
+}
