@@ -3,8 +3,7 @@
 //! - [`router`]: the one task that owns routing state (clients, sessions, the agent link).
 //! - [`upstream`]: the agent process.
 //! - [`stdio`]: the editor's connection; [`server`]: the loopback WebSocket + HTTP server.
-//! - [`files`]: read-only session files (`/fs/list`, `/fs/file`), confined beneath the root.
-//! - [`lifecycle`]: the close / rename / delete routes.
+//! - [`register`]: registration and heartbeats with the hub (which it starts when none runs).
 //! - [`local`]: the bridge's own `fs/*` and `terminal/*` service, confined to session directories.
 //! - [`chat`]: `zcode-acp chat`, a terminal ACP client on a bridge of its own.
 //! - [`demo`]: the built-in scripted ACP agent (the embedded default and the tests' fixture).
@@ -15,6 +14,7 @@ pub mod files;
 pub mod journal;
 pub mod lifecycle;
 pub mod local;
+pub mod register;
 pub mod router;
 pub mod server;
 pub mod stdio;
@@ -60,10 +60,64 @@ fn open_journal(cfg: &Config) -> journal::Journal {
     }
 }
 
-/// Runs an editor-origin bridge: the editor on stdio, remote clients on the loopback server,
-/// `spec` as the upstream agent. Returns when the editor closes stdin or `stop` fires; by then
-/// the agent's process group is killed and remote sockets are closed.
-pub async fn run(cfg: &Config, spec: AgentSpec, stop: CancellationToken) -> Result<(), BridgeError> {
+/// How a bridge runs.
+#[derive(Clone, Debug)]
+pub struct BridgeOptions {
+    /// `editor` (an editor spawned it) or `serve` (the hub did, for remote use).
+    pub origin: &'static str,
+    /// Whether a client is on stdio (the editor, or `chat`); without one the bridge is headless.
+    pub stdio: bool,
+    /// Session roots pinned here: `session/new` and `session/load` get this cwd.
+    pub pin_cwd: Option<std::path::PathBuf>,
+    /// Pairs the registration with the hub's spawn of this bridge.
+    pub nonce: Option<String>,
+    /// Headless: exit this long after the last client left and the last turn ended.
+    pub idle_exit: Option<Duration>,
+}
+
+impl BridgeOptions {
+    /// An editor's bridge (`zcode-acp bridge`), as shaped by the plumbing variables the hub
+    /// sets when it starts one for a terminal window: `ZCODE_ACP_REMOTE_ORIGIN=serve`,
+    /// `ZCODE_ACP_REMOTE_PIN_CWD=1`, `ZCODE_ACP_SPAWN_NONCE`.
+    pub fn from_env() -> BridgeOptions {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        BridgeOptions {
+            origin: if var("ZCODE_ACP_REMOTE_ORIGIN").as_deref() == Some("serve") {
+                "serve"
+            } else {
+                "editor"
+            },
+            stdio: true,
+            pin_cwd: var("ZCODE_ACP_REMOTE_PIN_CWD")
+                .filter(|v| v == "1")
+                .and_then(|_| std::env::current_dir().ok()),
+            nonce: var("ZCODE_ACP_SPAWN_NONCE"),
+            idle_exit: None,
+        }
+    }
+
+    /// A headless serve bridge in `cwd` (`zcode-acp serve`).
+    pub fn serve(cfg: &Config, cwd: std::path::PathBuf) -> BridgeOptions {
+        BridgeOptions {
+            origin: "serve",
+            stdio: false,
+            pin_cwd: Some(cwd),
+            nonce: std::env::var("ZCODE_ACP_SPAWN_NONCE").ok().filter(|v| !v.is_empty()),
+            idle_exit: Some(cfg.timings.serve_idle),
+        }
+    }
+}
+
+/// Runs a bridge: the editor (if any) on stdio, remote clients on the loopback server, `spec`
+/// as the upstream agent. Returns when the editor closes stdin, a headless bridge has been
+/// idle long enough, or `stop` fires; by then the agent's process group is killed and remote
+/// sockets are closed.
+pub async fn run(
+    cfg: &Config,
+    spec: AgentSpec,
+    opts: BridgeOptions,
+    stop: CancellationToken,
+) -> Result<(), BridgeError> {
     let (token, _) = zcode_shared::token::resolve(cfg)?;
     let start = cfg.remote.bridge_port;
     let listener =
@@ -77,10 +131,26 @@ pub async fn run(cfg: &Config, spec: AgentSpec, stop: CancellationToken) -> Resu
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();
     let journal = open_journal(cfg);
-    let (router, events) = router::Router::new(spec, journal, "editor");
+    let ropts = router::RouterOptions {
+        origin: opts.origin,
+        pin_cwd: opts.pin_cwd.clone(),
+        idle_exit: opts.idle_exit,
+    };
+    let (router, events) = router::Router::new(spec, journal, ropts);
     let ctx = server::Ctx::new(events.clone(), &token, shutdown.clone(), tracker.clone());
     tracker.spawn(server::serve(listener, ctx));
-    stdio::connect_editor(events.clone(), &tracker).await;
+    register::spawn(
+        cfg,
+        &token,
+        port,
+        events.clone(),
+        register::Registrant { origin: opts.origin, nonce: opts.nonce.clone() },
+        shutdown.clone(),
+        &tracker,
+    );
+    if opts.stdio {
+        stdio::connect_editor(events.clone(), &tracker).await;
+    }
     let stop_events = events.clone();
     tokio::spawn(async move {
         stop.cancelled().await;

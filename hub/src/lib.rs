@@ -1,1 +1,142 @@
-//! zcode-hub: the hub library (token auth, registry, relay) arrives with the hub issue.
+//! `zcode-hub`: the machine's single public entry. Token auth, the registry of bridges,
+//! discovery, per-instance HTTP relays and the WebSocket relay to bridges. It keeps no state
+//! that a restart would lose: bridges re-register on their next heartbeat.
+//!
+//! - [`server`]: the accept loop, one task per connection, graceful shutdown.
+//! - [`routes`]: the routing table; one module per route family.
+//! - [`auth`]: the token check, the failed-auth rate limit, the client's address.
+//! - [`registry`]: registered bridges, their TTL and probe marks, the listing's dedupe.
+//! - [`relay`]: the WebSocket relay between a client and its bridge.
+//! - [`upstream`]: connections to a bridge's loopback server (WebSocket dial, HTTP requests).
+//! - [`http`]: response builders, CORS, bounded JSON bodies, log redaction.
+//! - [`spawn`]: starting bridges for remote create (terminal windows, headless serve).
+//! - [`daemon`]: one hub per home (the pid lock), the port file, housekeeping (prune, idle exit).
+//! - [`web`]: the web client's assets, served from memory.
+
+pub mod auth;
+pub mod daemon;
+pub mod http;
+pub mod registry;
+pub mod relay;
+pub mod routes;
+pub mod server;
+pub mod spawn;
+pub mod upstream;
+pub mod web;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use zcode_shared::config::Config;
+
+/// How long shutdown waits for connections to close (their close frames to go out).
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(1500);
+
+/// Why a hub could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    /// The token could not be read or generated.
+    #[error(transparent)]
+    Token(#[from] zcode_shared::token::TokenError),
+    /// An I/O failure at start (the listener's address, the port file).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// What every connection and task of one hub shares.
+pub struct Hub {
+    /// The configuration, resolved once.
+    pub cfg: Config,
+    /// The machine's token, sent to bridges when the hub dials them. Never logged.
+    token: String,
+    /// SHA-256 of the token, what callers' tokens are compared against.
+    digest: [u8; 32],
+    /// Registered bridges.
+    registry: Mutex<registry::Registry>,
+    /// Failed authentications per client address.
+    limiter: Mutex<auth::Limiter>,
+    /// WebSocket relays currently open.
+    relays: AtomicUsize,
+    /// Cancelled to stop the hub (signal, idle exit).
+    pub shutdown: CancellationToken,
+    /// Every connection and relay task, so shutdown can wait for them.
+    pub tracker: TaskTracker,
+}
+
+impl Hub {
+    /// A hub over `cfg` with the machine's `token`, stopped by `shutdown`.
+    pub fn new(cfg: Config, token: String, shutdown: CancellationToken) -> Arc<Hub> {
+        let t = &cfg.timings;
+        let registry = registry::Registry::new(t.instance_ttl, t.probe_grace);
+        Arc::new(Hub {
+            cfg,
+            digest: zcode_shared::token::digest(&token),
+            token,
+            registry: Mutex::new(registry),
+            limiter: Mutex::new(auth::Limiter::default()),
+            relays: AtomicUsize::new(0),
+            shutdown,
+            tracker: TaskTracker::new(),
+        })
+    }
+
+    /// The registry. A `std` mutex is right here: it is never held across an `.await`.
+    pub fn registry(&self) -> MutexGuard<'_, registry::Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn limiter(&self) -> MutexGuard<'_, auth::Limiter> {
+        self.limiter.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The number of WebSocket relays open now.
+    pub fn relay_count(&self) -> usize {
+        self.relays.load(Ordering::Relaxed)
+    }
+
+    /// Counts one relay for as long as the returned guard lives.
+    pub fn relay_guard(self: &Arc<Hub>) -> RelayGuard {
+        self.relays.fetch_add(1, Ordering::Relaxed);
+        RelayGuard(self.clone())
+    }
+}
+
+/// Counts an open relay (see [`Hub::relay_guard`]); dropping it uncounts it.
+pub struct RelayGuard(Arc<Hub>);
+
+impl Drop for RelayGuard {
+    fn drop(&mut self) {
+        self.0.relays.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Runs a hub on `listener` until `shutdown` fires or the hub has been idle (no instances, no
+/// relays) for `cfg.timings.hub_idle`. When `cfg.remote.hub_port` is 0 it writes the bound
+/// port to `cfg.paths.hub_port_file()` (removed again on exit). On the way out it stops
+/// accepting, closes every relay with a close frame and waits at most 1.5 s for them.
+pub async fn run(listener: TcpListener, cfg: Config, shutdown: CancellationToken) -> Result<(), HubError> {
+    let (token, _) = zcode_shared::token::resolve(&cfg)?;
+    let addr = listener.local_addr()?;
+    let port_file = match cfg.remote.hub_port {
+        0 => Some(daemon::PortFile::write(&cfg.paths, addr.port())?),
+        _ => None,
+    };
+    let stop = shutdown.child_token();
+    let hub = Hub::new(cfg, token, stop);
+    tracing::info!(%addr, "hub listening");
+    hub.tracker.spawn(daemon::housekeeping(hub.clone(), port_file.clone()));
+    server::serve(listener, hub.clone()).await;
+
+    hub.tracker.close();
+    if tokio::time::timeout(SHUTDOWN_GRACE, hub.tracker.wait()).await.is_err() {
+        tracing::warn!("some connections did not close in time");
+    }
+    if let Some(f) = port_file {
+        f.remove();
+    }
+    tracing::info!("hub stopped");
+    Ok(())
+}

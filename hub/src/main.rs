@@ -28,9 +28,19 @@ enum Command {
         /// The project directory
         #[arg(long)]
         cwd: Option<PathBuf>,
+        /// The upstream agent command (default: the configured agent, else the demo agent)
+        #[arg(last = true)]
+        agent: Vec<String>,
     },
     /// The long-lived hub: token-gated discovery, project APIs and the WebSocket relay
-    Hub,
+    Hub {
+        /// Start it in the background (own session, log in the logs directory) and return
+        #[arg(long)]
+        background: bool,
+        /// Internal: what --background runs (become a session leader first)
+        #[arg(long, hide = true)]
+        detached: bool,
+    },
     /// A terminal ACP client on its own bridge (what a remote create opens in a window)
     Chat {
         /// The project directory
@@ -39,9 +49,16 @@ enum Command {
         /// A session to resume instead of starting a new one
         #[arg(long)]
         resume: Option<String>,
+        /// The upstream agent command (default: the configured agent, else the demo agent)
+        #[arg(last = true)]
+        agent: Vec<String>,
     },
     /// One-command start: the hub plus a bridge here; prints the URL, token and a QR code
-    Up,
+    Up {
+        /// The address phones use (the tunnel's), for the pairing URL
+        #[arg(long)]
+        public_url: Option<String>,
+    },
     /// Print the remote token (or replace it with --rotate)
     Token {
         /// Replace the token with a new random one
@@ -66,20 +83,11 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::DemoAgent { delay_ms, resume_only } => demo_agent(delay_ms, resume_only),
         Command::Token { rotate } => token(rotate),
         Command::Bridge { agent } => bridge(agent),
-        Command::Serve { .. } => not_built("serve", "#6 (Projects and the session lifecycle)"),
-        Command::Hub => not_built("hub", "#4 (Hub: discovery, registry and WebSocket relay)"),
-        Command::Chat { .. } => not_built("chat", "#6 (Projects and the session lifecycle)"),
-        Command::Up => not_built("up", "#4 (the hub) and #3 (the bridge)"),
+        Command::Serve { cwd, agent } => serve(cwd, agent),
+        Command::Hub { background, detached } => hub(background, detached),
+        Command::Chat { cwd, resume, agent } => chat(cwd, resume, agent),
+        Command::Up { public_url } => up(public_url),
     }
-}
-
-/// A subcommand whose issue has not landed: say so and fail, never pretend.
-fn not_built(name: &str, issue: &str) -> anyhow::Result<ExitCode> {
-    eprintln!(
-        "zcode-acp {name}: not built yet; it arrives with issue {issue}. Nothing was started.\n\
-         What works today: `zcode-acp demo-agent` (an ACP agent on stdio) and `zcode-acp token`."
-    );
-    Ok(ExitCode::from(2))
 }
 
 fn demo_agent(delay_ms: u64, resume_only: bool) -> anyhow::Result<ExitCode> {
@@ -97,6 +105,45 @@ fn demo_agent(delay_ms: u64, resume_only: bool) -> anyhow::Result<ExitCode> {
 }
 
 fn bridge(agent: Vec<String>) -> anyhow::Result<ExitCode> {
+    run_bridge(agent, zcode_bridge::BridgeOptions::from_env())
+}
+
+/// A headless bridge in a project, for remote use: it registers with origin `serve` and exits
+/// after `ZCODE_ACP_SERVE_IDLE_MS` with no client and no turn.
+fn serve(cwd: Option<PathBuf>, agent: Vec<String>) -> anyhow::Result<ExitCode> {
+    let dir = match cwd {
+        Some(d) => d,
+        None => std::env::current_dir()?,
+    };
+    let dir = std::fs::canonicalize(&dir).with_context(|| format!("project directory {}", dir.display()))?;
+    std::env::set_current_dir(&dir).with_context(|| format!("cannot enter {}", dir.display()))?;
+    let cfg = Config::load()?;
+    run_bridge(agent, zcode_bridge::BridgeOptions::serve(&cfg, dir))
+}
+
+/// The terminal client: its own bridge (origin serve, cwd pinned) and a chat on top.
+fn chat(cwd: Option<PathBuf>, resume: Option<String>, agent: Vec<String>) -> anyhow::Result<ExitCode> {
+    let dir = match cwd {
+        Some(d) => d,
+        None => std::env::current_dir()?,
+    };
+    let dir = std::fs::canonicalize(&dir).with_context(|| format!("project directory {}", dir.display()))?;
+    let cfg = Config::load()?;
+    let _ = zcode_shared::paths::Paths::ensure_private_dir(&cfg.paths.log_dir);
+    let opts = zcode_bridge::chat::ChatOptions {
+        cwd: dir,
+        resume,
+        exe: std::env::current_exe().context("cannot find this executable to start the bridge")?,
+        agent,
+        log: Some(cfg.paths.log_dir.join(format!("chat-bridge-{}.log", std::process::id()))),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let code = rt.block_on(zcode_bridge::chat::run(opts)).context("chat")?;
+    rt.shutdown_timeout(Duration::from_millis(100));
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+fn run_bridge(agent: Vec<String>, opts: zcode_bridge::BridgeOptions) -> anyhow::Result<ExitCode> {
     let cfg = Config::load()?;
     zcode_shared::logging::init(cfg.debug);
     let spec = agent_spec(&cfg, agent)?;
@@ -104,7 +151,7 @@ fn bridge(agent: Vec<String>) -> anyhow::Result<ExitCode> {
     let result = rt.block_on(async {
         let stop = tokio_util::sync::CancellationToken::new();
         tokio::spawn(stop_on_signals(stop.clone()));
-        zcode_bridge::run(&cfg, spec, stop).await
+        zcode_bridge::run(&cfg, spec, opts, stop).await
     });
     // The stdin reader may still be blocked in a read: do not wait for it.
     rt.shutdown_timeout(Duration::from_millis(100));
@@ -157,6 +204,120 @@ async fn stop_on_signals(stop: tokio_util::sync::CancellationToken) {
         _ = int.recv() => {}
     }
     stop.cancel();
+}
+
+fn hub(background: bool, detached: bool) -> anyhow::Result<ExitCode> {
+    let cfg = Config::load()?;
+    if background {
+        return hub_background(&cfg);
+    }
+    if detached {
+        // Its own session: an editor closing (SIGHUP to its group) must not take the hub along.
+        let _ = nix::unistd::setsid();
+    }
+    zcode_shared::logging::init(cfg.debug);
+    let (host, port) = (cfg.remote.hub_host.clone(), cfg.remote.hub_port);
+    let _lock = match zcode_hub::daemon::lock(&cfg.paths).context("the hub lock")? {
+        zcode_hub::daemon::Lock::Held(lock) => lock,
+        zcode_hub::daemon::Lock::Running(pid) => {
+            let pid = pid.map_or_else(String::new, |p| format!(" (pid {p})"));
+            eprintln!("zcode-acp hub: a hub is already running{pid} for {}", cfg.paths.run_dir.display());
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let rt = if std::env::var_os("XCT").is_some() {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread().enable_all().build()?
+    };
+    let result = rt.block_on(async {
+        let listener = match tokio::net::TcpListener::bind((host.as_str(), port)).await {
+            Ok(l) => l,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                if zcode_hub::daemon::hub_answers(&host, port).await {
+                    eprintln!("zcode-acp hub: a hub is already running on {host}:{port}");
+                    return Ok(ExitCode::SUCCESS);
+                }
+                anyhow::bail!("{host}:{port} is in use by another program (set ZCODE_ACP_HUB_PORT)");
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("cannot listen on {host}:{port}"))),
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(stop_on_signals(stop.clone()));
+        zcode_hub::run(listener, cfg.clone(), stop).await.context("hub")?;
+        Ok(ExitCode::SUCCESS)
+    });
+    rt.shutdown_timeout(Duration::from_millis(100));
+    result
+}
+
+/// `hub --background`: runs `hub --detached` with its output appended to `<logs>/hub.log`
+/// and returns at once. The detached hub is not our child for long: we exit, it is reparented.
+fn hub_background(cfg: &Config) -> anyhow::Result<ExitCode> {
+    use std::os::unix::fs::OpenOptionsExt;
+    zcode_shared::paths::Paths::ensure_private_dir(&cfg.paths.log_dir)?;
+    let log_path = cfg.paths.log_dir.join("hub.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&log_path)
+        .with_context(|| format!("cannot open {}", log_path.display()))?;
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    // Not waited for: this process exits now and the hub is reparented (and later reaped).
+    #[allow(clippy::zombie_processes)]
+    std::process::Command::new(exe)
+        .args(["hub", "--detached"])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("cannot start the hub")?;
+    eprintln!("zcode-acp hub: starting in the background; log in {}", log_path.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `up`: the hub (started in the background unless one answers), then a serve bridge over the
+/// configured agent (else the demo agent) in the current directory, in the foreground until
+/// Ctrl-C. Prints the pairing URL and the token.
+fn up(public_url: Option<String>) -> anyhow::Result<ExitCode> {
+    let cfg = Config::load()?;
+    let (token, _) = zcode_shared::token::resolve(&cfg)?;
+    let host = cfg.remote.hub_host.clone();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let hub_port = |cfg: &Config| match cfg.remote.hub_port {
+        0 => {
+            std::fs::read_to_string(cfg.paths.hub_port_file()).ok().and_then(|p| p.trim().parse::<u16>().ok())
+        }
+        p => Some(p),
+    };
+    let answers =
+        |port: Option<u16>| port.is_some_and(|p| rt.block_on(zcode_hub::daemon::hub_answers(&host, p)));
+    if !answers(hub_port(&cfg)) {
+        hub_background(&cfg)?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !answers(hub_port(&cfg)) {
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "the hub did not start: see {}",
+                cfg.paths.log_dir.join("hub.log").display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    drop(rt);
+    let port = hub_port(&cfg).context("the hub's port")?;
+    let base = public_url.unwrap_or_else(|| format!("http://{host}:{port}"));
+    let base = base.trim_end_matches('/');
+    println!("zcode-acp is up.");
+    println!("  open:   {base}/#token={token}");
+    println!("  token:  {token}");
+    println!("  hub:    http://{host}:{port} (expose it through a tunnel for phones; see the README)");
+    println!("Ctrl-C stops this bridge; the hub exits by itself when idle.");
+    let dir = std::fs::canonicalize(std::env::current_dir()?)?;
+    let mut opts = zcode_bridge::BridgeOptions::serve(&cfg, dir);
+    opts.idle_exit = None;
+    run_bridge(Vec::new(), opts)
 }
 
 fn token(rotate: bool) -> anyhow::Result<ExitCode> {

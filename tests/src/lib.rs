@@ -1,5 +1,5 @@
 //! Helpers for the end-to-end suite: the real `zcode-acp` binary, a private `ZCODE_ACP_HOME`,
-//! and a raw JSON-RPC peer over a child's stdio.
+//! and a raw JSON-RPC peer over a child's stdio. [`hub`]: the hub's helpers.
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
@@ -49,7 +49,9 @@ impl Home {
         self.dir.path()
     }
 
-    /// A `zcode-acp` command with this home and no inherited `ZCODE_ACP_*` settings.
+    /// A `zcode-acp` command with this home and no inherited `ZCODE_ACP_*` settings, except
+    /// `ZCODE_ACP_HUB_PORT=0`: every bridge registers with (and may start) a hub, and it must
+    /// be this home's own on an OS-picked port, never the machine's 8377.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(bin());
         for (k, _) in std::env::vars_os() {
@@ -57,7 +59,7 @@ impl Home {
                 cmd.env_remove(k);
             }
         }
-        cmd.env("ZCODE_ACP_HOME", self.path()).args(args);
+        cmd.env("ZCODE_ACP_HOME", self.path()).env("ZCODE_ACP_HUB_PORT", "0").args(args);
         cmd
     }
 }
@@ -455,6 +457,8 @@ pub fn acpx_command(home: &Home, cwd: &Path, agent: &str) -> Command {
     }
     cmd.env("HOME", &acpx_home)
         .env("ZCODE_ACP_HOME", home.path())
+        // The bridges acpx starts use this home's own hub (see `Home::command`).
+        .env("ZCODE_ACP_HUB_PORT", "0")
         .env("NO_COLOR", "1")
         .current_dir(cwd)
         .args(["--agent", agent]);
@@ -669,3 +673,5 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
         b = &b[eol + 2 + size + 2..];
     }
 }
+
+pub mod hub;

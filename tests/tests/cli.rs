@@ -6,6 +6,8 @@ use zcode_tests::Home;
 
 fn run(home: &Home, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let mut cmd = home.command(args);
+    // These tests read config.json's own values: the suite's default hub port must not shadow them.
+    cmd.env_remove("ZCODE_ACP_HUB_PORT");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -37,13 +39,45 @@ fn help_lists_every_subcommand_with_a_description() {
 }
 
 #[test]
-fn unbuilt_subcommands_say_so_and_fail() {
+fn up_starts_the_hub_and_a_bridge_and_prints_the_pairing_url() {
+    use std::io::BufRead;
     let home = Home::new();
-    for args in [&["serve"][..], &["hub"], &["chat"], &["up"]] {
-        let (code, out, err) = run(&home, args, &[]);
-        assert_ne!(code, 0, "{args:?} pretended to work");
-        assert!(err.contains("not built yet"), "{args:?}: {err}");
-        assert!(out.is_empty(), "{args:?} wrote to stdout: {out}");
+    let project = tempfile::tempdir().unwrap();
+    let mut cmd = home.command(&["up"]);
+    cmd.env("ZCODE_ACP_REMOTE_PORT", "0").env("ZCODE_ACP_HEARTBEAT_MS", "200").current_dir(project.path());
+    let mut child =
+        cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let open = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.trim_start().starts_with("open:"))
+        .expect("an open: line");
+    let url = open.split_whitespace().nth(1).unwrap().to_owned();
+    let token = url.split("#token=").nth(1).expect("the token in the fragment").to_owned();
+    assert_eq!(token.len(), 43, "{url}");
+    let port: u16 = url.trim_start_matches("http://127.0.0.1:").split('/').next().unwrap().parse().unwrap();
+    // The bridge registers with origin serve, in the project directory.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (s, body) = zcode_tests::http_get(port, "/api/instances", Some(&token));
+        let list: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        let found = list.as_array().into_iter().flatten().any(|i| {
+            i["origin"] == "serve"
+                && i["workspace"] == std::fs::canonicalize(project.path()).unwrap().display().to_string()
+        });
+        if s == 200 && found {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the up bridge never registered: {s} {body}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = std::process::Command::new("kill").arg(child.id().to_string()).status();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    if let Ok(pid) = std::fs::read_to_string(home.path().join("run").join("hub.pid")) {
+        let _ = std::process::Command::new("kill").arg(pid.trim()).status();
     }
 }
 

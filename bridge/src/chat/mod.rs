@@ -50,6 +50,8 @@ struct Chat {
     running: usize,
     /// A question waiting for the user's answer: (request id, option ids or empty for a form).
     question: Option<(Value, Vec<String>)>,
+    /// Prompts typed before the session was ready, sent once it is.
+    early: Vec<String>,
     opts: ChatOptions,
 }
 
@@ -108,6 +110,7 @@ pub async fn run(opts: ChatOptions) -> std::io::Result<i32> {
         session: None,
         running: 0,
         question: None,
+        early: Vec::new(),
         opts,
     };
     chat.say(&format!("zcode-acp chat in {} — starting the agent…\n", chat.opts.cwd.display()));
@@ -175,7 +178,8 @@ impl Chat {
         }
         let text = line.trim_end().to_owned();
         let Some(sid) = self.session.clone() else {
-            return self.say("(not ready yet: the session is starting)\n");
+            self.early.push(text);
+            return;
         };
         if text.trim().is_empty() {
             return self.prompt_marker();
@@ -252,6 +256,9 @@ impl Chat {
                     sid.unwrap_or_default()
                 ));
                 self.prompt_marker();
+                for line in std::mem::take(&mut self.early) {
+                    Box::pin(self.on_line(line)).await;
+                }
             }
             Purpose::Prompt => {
                 self.running = self.running.saturating_sub(1);

@@ -88,6 +88,7 @@ impl Router {
         if !self.agent.ready() {
             return self.defer(client, msg);
         }
+        let msg = self.pinned(msg);
         let params = msg.params_value();
         let Some(cwd) = params["cwd"].as_str().map(PathBuf::from) else {
             return self.reply(client, &id, Err(RpcError::invalid_params("missing required field `cwd`")));
@@ -140,20 +141,31 @@ impl Router {
             "session/resume"
         } else {
             msg.method()
-        };
+        }
+        .to_owned();
+        let msg = self.pinned(msg);
+        let params = msg.params_value();
         let cwd = params["cwd"].as_str().map(PathBuf::from).unwrap_or_default();
         let mut session = Session::new(sid.clone(), cwd, dirs_of(&params), Upstream::Loading);
         session.loader = Some(client);
         self.sessions.insert(sid.clone(), session);
         self.record_meta(&sid);
-        let mut upstream_msg = msg.clone();
-        upstream_msg.method = Some(method.to_owned());
-        let pending = Pending {
-            client: Some((client, id)),
-            method: method.to_owned(),
-            purpose: Purpose::Load { session: sid, mode },
-        };
+        let mut upstream_msg = msg;
+        upstream_msg.method = Some(method.clone());
+        let pending =
+            Pending { client: Some((client, id)), method, purpose: Purpose::Load { session: sid, mode } };
         self.agent.forward(&upstream_msg, pending);
+    }
+
+    /// A serve bridge's sessions live in its project, whatever cwd the client sends.
+    fn pinned(&self, msg: RawMessage) -> RawMessage {
+        let Some(pin) = &self.pin_cwd else { return msg };
+        let mut params = msg.params_value();
+        if !params.is_object() {
+            return msg;
+        }
+        params["cwd"] = Value::String(pin.display().to_string());
+        RawMessage { params: Some(jsonrpc::raw(&params)), ..msg }
     }
 
     fn on_prompt(&mut self, client: ClientId, id: Id, msg: RawMessage) {

@@ -179,12 +179,29 @@ pub struct Router {
     origin: String,
     /// Set when the bridge must end after the current event (a serve bridge's last close).
     stopping: bool,
+    /// Session roots pinned to this directory (serve bridges).
+    pin_cwd: Option<std::path::PathBuf>,
+    /// Headless: how long it may stay idle.
+    idle_exit: Option<std::time::Duration>,
+    /// Since when nobody is connected and no turn runs.
+    idle_since: Option<tokio::time::Instant>,
+}
+
+/// How the router behaves beyond routing.
+#[derive(Clone, Debug)]
+pub struct RouterOptions {
+    /// `editor` or `serve`, recorded in the tasks index.
+    pub origin: &'static str,
+    /// Pin every session's cwd here.
+    pub pin_cwd: Option<std::path::PathBuf>,
+    /// Exit after this long with no client and no turn (headless serve bridges).
+    pub idle_exit: Option<std::time::Duration>,
 }
 
 impl Router {
     /// A router for `spec` journaling into `journal`, with the channel its connections send
-    /// events on. `origin` is `editor` or `serve`.
-    pub fn new(spec: AgentSpec, journal: Journal, origin: &str) -> (Router, mpsc::Sender<Event>) {
+    /// events on.
+    pub fn new(spec: AgentSpec, journal: Journal, opts: RouterOptions) -> (Router, mpsc::Sender<Event>) {
         let (events_tx, events) = mpsc::channel(4096);
         let router = Router {
             events,
@@ -201,7 +218,10 @@ impl Router {
             orphan_count: 0,
             echo_seq: 0,
             journal,
-            origin: origin.to_owned(),
+            origin: opts.origin.to_owned(),
+            pin_cwd: opts.pin_cwd,
+            idle_exit: opts.idle_exit,
+            idle_since: None,
             stopping: false,
         };
         (router, events_tx)
@@ -210,7 +230,19 @@ impl Router {
     /// Runs until [`Event::Shutdown`] (or every sender is gone), then kills the agent and
     /// drops every client.
     pub async fn run(mut self) {
-        while let Some(event) = self.events.recv().await {
+        loop {
+            let deadline = self.idle_deadline();
+            let event = match deadline {
+                Some(at) => tokio::select! {
+                    e = self.events.recv() => e,
+                    () = tokio::time::sleep_until(at) => {
+                        tracing::info!("no client and no turn for the idle timeout: exiting");
+                        break;
+                    }
+                },
+                None => self.events.recv().await,
+            };
+            let Some(event) = event else { break };
             match event {
                 Event::Shutdown => break,
                 Event::Connected { client, kind, outbox, kill } => {
@@ -251,6 +283,19 @@ impl Router {
         self.agent.terminate().await;
         let journal = self.journal.clone();
         let _ = tokio::task::spawn_blocking(move || journal.flush()).await;
+    }
+
+    /// When a headless bridge will exit if nothing happens: its idle timeout after the moment
+    /// the last client left and the last turn ended.
+    fn idle_deadline(&mut self) -> Option<tokio::time::Instant> {
+        let limit = self.idle_exit?;
+        let idle = self.clients.is_empty() && !self.sessions.values().any(session::Session::busy);
+        if !idle {
+            self.idle_since = None;
+            return None;
+        }
+        let since = *self.idle_since.get_or_insert_with(tokio::time::Instant::now);
+        Some(since + limit)
     }
 
     fn status(&self) -> Vec<SessionStatus> {

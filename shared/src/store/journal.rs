@@ -77,6 +77,7 @@ impl Writer<'_> {
     /// longer deleted (a hide, not a ban).
     pub fn set_meta(&self, meta: &SessionMeta, now: u64) -> Result<(), StoreError> {
         self.ensure_session(&meta.session_id, now)?;
+        self.revive_project_if_fully_deleted(&meta.workspace)?;
         self.tx
             .prepare_cached(
                 "UPDATE sessions SET workspace = ?2, cwd = ?3, origin = ?4, updated_at = max(updated_at, ?5),

@@ -6,8 +6,10 @@
 //! The schema is versioned by `PRAGMA user_version` and migrated forward on open.
 
 mod journal;
+mod tasks;
 
 pub use journal::{MessageRow, NewMessage, SessionCounters, SessionMeta};
+pub use tasks::{ProjectRow, SessionRow};
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use std::path::{Path, PathBuf};

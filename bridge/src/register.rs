@@ -1,0 +1,321 @@
+//! The bridge's side of discovery: registration with the machine's hub.
+//!
+//! At start and every heartbeat the bridge POSTs `/api/register` to the hub on 127.0.0.1
+//! (payload: token, id = pid, port, pid, startedAt, workspace, origin, sessions, nonce?,
+//! version; 3 s timeout), and `/api/unregister` on the way out. The hub keeps nothing across a
+//! restart, so the heartbeat IS the registration. The hub's port is `remote.hubPort`, or, when
+//! that is 0, whatever the running hub wrote to `run/hub.port`.
+//!
+//! - Registration fails at the network level (nothing listens, no port file): the bridge
+//!   starts the hub (`zcode-acp hub --background`: detached, own session, its log under
+//!   `logs/`), at most once per `hub_spawn_throttle`, then retries every 200 ms for a while so
+//!   it is listed as soon as the hub is up. Several bridges racing is fine: one hub wins the
+//!   home's lock, the others step aside.
+//! - The hub answers 401 (the token was rotated under one of us): heartbeats go on, spaced by
+//!   a backoff of 6 heartbeats doubling to 60 (60 s to 10 min at the default 10 s; tests scale
+//!   it with `ZCODE_ACP_HEARTBEAT_MS`), reset by the first success. No hub is spawned for a
+//!   401: the port is held by a live hub, so a new one could only find it running.
+
+use crate::router::{Event, SessionStatus};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use zcode_shared::config::Config;
+
+/// How long one registration may take.
+const TIMEOUT: Duration = Duration::from_secs(3);
+/// How long unregistering may delay the bridge's exit.
+const UNREGISTER_TIMEOUT: Duration = Duration::from_millis(500);
+/// Retry period right after starting a hub.
+const FAST_RETRY: Duration = Duration::from_millis(200);
+/// How long fast retries go on after a spawn.
+const FAST_WINDOW: Duration = Duration::from_secs(10);
+
+/// Who is registering: an editor's bridge or a headless one the hub started.
+#[derive(Clone, Debug)]
+pub struct Registrant {
+    /// `editor` or `serve`.
+    pub origin: &'static str,
+    /// Pairs a serve bridge's registration with the hub's spawn of it.
+    pub nonce: Option<String>,
+}
+
+impl Registrant {
+    /// An editor's bridge.
+    pub fn editor() -> Registrant {
+        Registrant { origin: "editor", nonce: None }
+    }
+}
+
+/// Starts registering (on `tracker`) the bridge listening on `port`; unregisters when `stop`
+/// fires. Sessions come from the router (`Event::Status` on `events`).
+pub fn spawn(
+    cfg: &Config,
+    token: &str,
+    port: u16,
+    events: mpsc::Sender<Event>,
+    who: Registrant,
+    stop: CancellationToken,
+    tracker: &TaskTracker,
+) {
+    let workspace = std::env::current_dir()
+        .and_then(std::fs::canonicalize)
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let pid = std::process::id();
+    let ctx = Ctx {
+        cfg: cfg.clone(),
+        token: token.to_owned(),
+        port,
+        pid,
+        id: pid.to_string(),
+        started_at: zcode_shared::time::now_ms(),
+        workspace,
+        who,
+        events,
+    };
+    tracker.spawn(run(ctx, stop));
+}
+
+struct Ctx {
+    cfg: Config,
+    token: String,
+    port: u16,
+    pid: u32,
+    id: String,
+    started_at: u64,
+    workspace: String,
+    who: Registrant,
+    events: mpsc::Sender<Event>,
+}
+
+/// What one registration attempt came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Registered,
+    Unauthorized,
+    /// Any other answer (400, 5xx): logged, retried at the next heartbeat.
+    Refused(u16),
+    /// No hub to talk to.
+    Unreachable,
+}
+
+async fn run(ctx: Ctx, stop: CancellationToken) {
+    let t = &ctx.cfg.timings;
+    let mut schedule = Schedule::new(t.heartbeat, t.hub_spawn_throttle);
+    loop {
+        let outcome = tokio::select! {
+            () = stop.cancelled() => break,
+            o = ctx.register() => o,
+        };
+        let Some(outcome) = outcome else { break };
+        let (wait, spawn) = schedule.next(outcome, Instant::now());
+        log(outcome, wait, &schedule);
+        if spawn {
+            ctx.spawn_hub();
+        }
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+    ctx.unregister().await;
+}
+
+fn log(outcome: Outcome, wait: Duration, schedule: &Schedule) {
+    match outcome {
+        Outcome::Registered if schedule.was_down => tracing::info!("registered with the hub"),
+        Outcome::Registered => tracing::trace!("heartbeat sent"),
+        Outcome::Unauthorized => {
+            tracing::warn!(retry_in = ?wait, "the hub refused this bridge's token (rotated?); will keep trying")
+        }
+        Outcome::Refused(status) => tracing::warn!(status, "the hub refused the registration"),
+        Outcome::Unreachable => tracing::debug!("no hub answered"),
+    }
+}
+
+impl Ctx {
+    /// One registration; `None` when the router is gone (the bridge is stopping).
+    async fn register(&self) -> Option<Outcome> {
+        let sessions = self.sessions().await?;
+        let mut body = serde_json::json!({
+            "token": self.token,
+            "id": self.id,
+            "port": self.port,
+            "pid": self.pid,
+            "startedAt": self.started_at,
+            "workspace": self.workspace,
+            "origin": self.who.origin,
+            "sessions": sessions,
+            "version": zcode_shared::VERSION,
+        });
+        if let Some(n) = &self.who.nonce {
+            body["nonce"] = n.clone().into();
+        }
+        Some(match self.post("/api/register", body.to_string()).await {
+            Some(StatusCode::OK) => Outcome::Registered,
+            Some(StatusCode::UNAUTHORIZED) => Outcome::Unauthorized,
+            Some(other) => Outcome::Refused(other.as_u16()),
+            None => Outcome::Unreachable,
+        })
+    }
+
+    async fn unregister(&self) {
+        let body = serde_json::json!({"token": self.token, "id": self.id}).to_string();
+        let _ = tokio::time::timeout(UNREGISTER_TIMEOUT, self.post("/api/unregister", body)).await;
+    }
+
+    /// The router's listed sessions.
+    async fn sessions(&self) -> Option<Vec<SessionStatus>> {
+        let (tx, rx) = oneshot::channel();
+        self.events.send(Event::Status(tx)).await.ok()?;
+        match tokio::time::timeout(Duration::from_secs(2), rx).await {
+            Ok(Ok(rows)) => Some(rows),
+            Ok(Err(_)) => None,
+            // A busy router: register without sessions rather than not at all.
+            Err(_) => Some(Vec::new()),
+        }
+    }
+
+    /// Where the hub listens: the configured host (loopback when it listens everywhere) and
+    /// the configured port, or the port file's when that is 0.
+    fn hub_addr(&self) -> Option<(String, u16)> {
+        let r = &self.cfg.remote;
+        let host = match r.hub_host.parse::<IpAddr>() {
+            Ok(ip) if !ip.is_unspecified() => ip.to_string(),
+            Ok(_) => "127.0.0.1".to_owned(),
+            Err(_) => r.hub_host.clone(),
+        };
+        let port = match r.hub_port {
+            0 => std::fs::read_to_string(self.cfg.paths.hub_port_file()).ok()?.trim().parse().ok()?,
+            p => p,
+        };
+        Some((host, port))
+    }
+
+    /// POSTs `body` to the hub: its status, or `None` when no hub could be talked to.
+    async fn post(&self, path: &'static str, body: String) -> Option<StatusCode> {
+        let (host, port) = self.hub_addr()?;
+        let attempt = async {
+            let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await.ok()?;
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.ok()?;
+            let mut req = Request::post(path).body(Full::new(Bytes::from(body))).ok()?;
+            let h = req.headers_mut();
+            h.insert(header::HOST, HeaderValue::from_str(&format!("{host}:{port}")).ok()?);
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            tokio::pin!(conn);
+            tokio::select! {
+                resp = sender.send_request(req) => resp.ok().map(|r| r.status()),
+                _ = &mut conn => None,
+            }
+        };
+        tokio::time::timeout(TIMEOUT, attempt).await.ok().flatten()
+    }
+
+    /// Starts `zcode-acp hub --background` (which detaches the hub and exits at once).
+    fn spawn_hub(&self) {
+        let started = std::env::current_exe().and_then(|exe| {
+            tokio::process::Command::new(exe)
+                .args(["hub", "--background"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+        });
+        match started {
+            Ok(mut child) => {
+                tracing::info!("no hub answered: starting one");
+                tokio::spawn(async move { child.wait().await });
+            }
+            Err(e) => tracing::warn!("no hub answered, and starting one failed: {e}"),
+        }
+    }
+}
+
+/// When to try next, and whether to start a hub first. Pure, so it is unit-tested.
+struct Schedule {
+    heartbeat: Duration,
+    throttle: Duration,
+    /// 401s in a row.
+    unauthorized: u32,
+    last_spawn: Option<Instant>,
+    /// The last attempt before this one failed (for logging the recovery once).
+    was_down: bool,
+    down: bool,
+}
+
+impl Schedule {
+    fn new(heartbeat: Duration, throttle: Duration) -> Schedule {
+        Schedule { heartbeat, throttle, unauthorized: 0, last_spawn: None, was_down: true, down: true }
+    }
+
+    /// The wait before the next attempt and whether to spawn a hub now.
+    fn next(&mut self, outcome: Outcome, now: Instant) -> (Duration, bool) {
+        self.was_down = self.down;
+        self.down = outcome != Outcome::Registered;
+        match outcome {
+            Outcome::Registered => {
+                self.unauthorized = 0;
+                (self.heartbeat, false)
+            }
+            Outcome::Unauthorized => {
+                self.unauthorized = self.unauthorized.saturating_add(1);
+                let steps = self.unauthorized.min(16) - 1;
+                let backoff = (self.heartbeat * 6).saturating_mul(1 << steps).min(self.heartbeat * 60);
+                (backoff, false)
+            }
+            Outcome::Refused(_) => (self.heartbeat, false),
+            Outcome::Unreachable => {
+                let spawn = self.last_spawn.is_none_or(|t| now.saturating_duration_since(t) >= self.throttle);
+                if spawn {
+                    self.last_spawn = Some(now);
+                }
+                let fast = self.last_spawn.is_some_and(|t| now.saturating_duration_since(t) < FAST_WINDOW);
+                (if fast { FAST_RETRY.min(self.heartbeat) } else { self.heartbeat }, spawn)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HB: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn a_401_backs_off_from_60_s_doubling_to_10_min_and_resets_on_success() {
+        let mut s = Schedule::new(HB, Duration::from_secs(60));
+        let t = Instant::now();
+        let waits: Vec<u64> = (0..7).map(|_| s.next(Outcome::Unauthorized, t).0.as_secs()).collect();
+        assert_eq!(waits, [60, 120, 240, 480, 600, 600, 600]);
+        assert_eq!(s.next(Outcome::Registered, t), (HB, false));
+        assert_eq!(s.next(Outcome::Unauthorized, t).0.as_secs(), 60, "reset by the success");
+    }
+
+    #[test]
+    fn an_unreachable_hub_is_spawned_at_most_once_per_throttle_with_fast_retries_after() {
+        let throttle = Duration::from_secs(60);
+        let mut s = Schedule::new(HB, throttle);
+        let t = Instant::now();
+        assert_eq!(s.next(Outcome::Unreachable, t), (FAST_RETRY, true));
+        assert_eq!(s.next(Outcome::Unreachable, t + Duration::from_secs(1)), (FAST_RETRY, false));
+        assert_eq!(
+            s.next(Outcome::Unreachable, t + Duration::from_secs(20)),
+            (HB, false),
+            "fast window over"
+        );
+        assert_eq!(s.next(Outcome::Unreachable, t + throttle), (FAST_RETRY, true), "next window");
+        assert_eq!(s.next(Outcome::Registered, t + throttle), (HB, false));
+        // A hub that dies right after it started waits for the throttle window, success or not.
+        assert_eq!(s.next(Outcome::Unreachable, t + throttle + HB / 2), (FAST_RETRY, false));
+        assert_eq!(s.next(Outcome::Unreachable, t + throttle * 2), (FAST_RETRY, true));
+    }
+}

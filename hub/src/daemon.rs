@@ -1,0 +1,174 @@
+//! The hub as a daemon: one per home, and the files that say where it is.
+//!
+//! - `run/hub.pid` holds the running hub's pid and is `flock`ed for its whole life: a second
+//!   hub (two bridges racing to start one) sees the lock and steps aside. The kernel drops the
+//!   lock when the process dies, even by SIGKILL. The file is emptied on exit, never removed:
+//!   removing it would let two hubs lock two different files.
+//! - `run/hub.port` holds the port when the OS picked it (`hubPort` 0), for bridges and tests.
+//! - [`housekeeping`]: the TTL sweep, the idle exit, and an exit when the port file vanishes
+//!   (its home was deleted, or another hub took over: this one could never be found again).
+
+use crate::Hub;
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use zcode_shared::paths::Paths;
+
+/// The outcome of [`lock`].
+pub enum Lock {
+    /// This process is the home's hub while the lock lives.
+    Held(PidLock),
+    /// Another hub holds it (its pid, when readable).
+    Running(Option<u32>),
+}
+
+/// The held `run/hub.pid` lock.
+pub struct PidLock {
+    file: Flock<File>,
+}
+
+impl Drop for PidLock {
+    fn drop(&mut self) {
+        // Emptied while still locked: a stale pid must not name an unrelated process later.
+        let _ = self.file.set_len(0);
+    }
+}
+
+/// Takes the home's hub lock, or reports the hub that holds it.
+pub fn lock(paths: &Paths) -> io::Result<Lock> {
+    Paths::ensure_private_dir(&paths.run_dir)?;
+    let path = paths.run_dir.join("hub.pid");
+    let file =
+        OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&path)?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(file) => {
+            file.set_len(0)?;
+            (&*file).write_all(format!("{}\n", std::process::id()).as_bytes())?;
+            Ok(Lock::Held(PidLock { file }))
+        }
+        Err((mut file, Errno::EWOULDBLOCK)) => {
+            let mut s = String::new();
+            let _ = file.read_to_string(&mut s);
+            Ok(Lock::Running(s.trim().parse().ok()))
+        }
+        Err((_, e)) => Err(io::Error::from(e)),
+    }
+}
+
+/// The port file a hub on an OS-picked port writes.
+#[derive(Clone, Debug)]
+pub struct PortFile {
+    path: PathBuf,
+    port: u16,
+}
+
+impl PortFile {
+    /// Writes `port` to `paths.hub_port_file()` (atomically, mode 0600).
+    pub fn write(paths: &Paths, port: u16) -> io::Result<PortFile> {
+        Paths::ensure_private_dir(&paths.run_dir)?;
+        let path = paths.hub_port_file();
+        zcode_shared::config::write_private_atomic(&path, format!("{port}\n").as_bytes())?;
+        Ok(PortFile { path, port })
+    }
+
+    /// Whether the file still names this hub's port.
+    pub fn still_ours(&self) -> bool {
+        std::fs::read_to_string(&self.path).ok().and_then(|s| s.trim().parse::<u16>().ok()) == Some(self.port)
+    }
+
+    /// Removes the file if it still names this hub.
+    pub fn remove(&self) {
+        if self.still_ours() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Whether a zcode-acp hub answers `GET /api/health` on `host:port` (within 1 s): tells "a hub
+/// is already running" from "another program holds the port".
+pub async fn hub_answers(host: &str, port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ask = async {
+        let host = if host == "0.0.0.0" || host == "::" { "127.0.0.1" } else { host };
+        let mut s = tokio::net::TcpStream::connect((host, port)).await.ok()?;
+        s.write_all(b"GET /api/health HTTP/1.1\r\nHost: hub\r\nConnection: close\r\n\r\n").await.ok()?;
+        let mut answer = Vec::new();
+        s.take(4096).read_to_end(&mut answer).await.ok()?;
+        let answer = String::from_utf8_lossy(&answer);
+        Some(answer.starts_with("HTTP/1.1 200") && answer.ends_with("\r\n\r\nok"))
+    };
+    tokio::time::timeout(Duration::from_secs(1), ask).await.ok().flatten().unwrap_or(false)
+}
+
+/// Runs until shutdown: drops expired instances every `min(TTL/2, 5 s)`, and stops the hub
+/// when it has had no instances and no relays for `hub_idle`, or when its port file is gone.
+pub async fn housekeeping(hub: Arc<Hub>, port_file: Option<PortFile>) {
+    let t = &hub.cfg.timings;
+    let sweep = (t.instance_ttl / 2).min(Duration::from_secs(5));
+    let idle_step = (t.hub_idle / 10).min(Duration::from_secs(1));
+    let period = sweep.min(idle_step).max(Duration::from_millis(10));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut idle_since = Some(Instant::now());
+    loop {
+        tokio::select! {
+            () = hub.shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let now = Instant::now();
+        let (expired, live) = {
+            let mut r = hub.registry();
+            (r.prune(now), r.live_count(now))
+        };
+        for id in expired {
+            tracing::info!(instance = %id, "instance expired: no heartbeat");
+        }
+        if live == 0 && hub.relay_count() == 0 {
+            let since = *idle_since.get_or_insert(now);
+            if now.saturating_duration_since(since) >= t.hub_idle {
+                tracing::info!(idle = ?t.hub_idle, "no instances and no relays: exiting");
+                hub.shutdown.cancel();
+                return;
+            }
+        } else {
+            idle_since = None;
+        }
+        if port_file.as_ref().is_some_and(|f| !f.still_ours()) {
+            tracing::warn!("the hub's port file was removed or replaced: exiting");
+            hub.shutdown.cancel();
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_lock_per_home_and_the_port_file_is_ours_until_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths::under(dir.path());
+        let held = lock(&paths).unwrap();
+        assert!(matches!(held, Lock::Held(_)));
+        // flock locks belong to the open file description: a second open sees it held.
+        match lock(&paths).unwrap() {
+            Lock::Running(pid) => assert_eq!(pid, Some(std::process::id())),
+            Lock::Held(_) => panic!("two hubs hold the lock"),
+        }
+        drop(held);
+        assert!(matches!(lock(&paths).unwrap(), Lock::Held(_)));
+
+        let f = PortFile::write(&paths, 4242).unwrap();
+        assert!(f.still_ours());
+        PortFile::write(&paths, 4343).unwrap();
+        assert!(!f.still_ours());
+        f.remove();
+        assert!(paths.hub_port_file().exists(), "another hub's port file is left alone");
+    }
+}

@@ -1,0 +1,398 @@
+//! The bridges the hub knows: what each registration said, when it was last heard from, and
+//! whether probes found it unreachable. Rebuilt from heartbeats after a hub restart.
+//!
+//! An instance expires `instance_ttl` after its last heartbeat. A failed probe only marks it
+//! unhealthy; it is pruned when failures span `probe_grace` (a busy bridge must not lose its
+//! clients over one slow accept), and a heartbeat clears the mark.
+
+use serde_json::{Map, Value, json};
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// One bridge's registration, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Registration {
+    /// The instance id (the bridge's pid, as a string).
+    pub id: String,
+    /// Its loopback port.
+    pub port: u16,
+    /// Its process id.
+    pub pid: u32,
+    /// The bridge's own boot instant (epoch ms); the first value seen for an instance is kept.
+    pub started_at: u64,
+    /// Its working directory.
+    pub workspace: String,
+    /// `editor` or `serve`.
+    pub origin: &'static str,
+    /// The sessions it advertises.
+    pub sessions: Vec<SessionRow>,
+    /// Pairs a registration with the hub's spawn of it (serve bridges).
+    pub nonce: Option<String>,
+    /// The bridge's version.
+    pub version: Option<String>,
+}
+
+/// One advertised session.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionRow {
+    /// The ACP session id.
+    pub session_id: String,
+    /// Its title, when it has one.
+    pub title: Option<String>,
+    /// `running` or `idle`; any other value was dropped.
+    pub status: Option<&'static str>,
+    /// Last activity, epoch ms.
+    pub updated_at: u64,
+}
+
+/// Ids and session ids are used in paths: this is the contract's accepted pattern.
+fn valid_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 256 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b))
+}
+
+impl Registration {
+    /// Validates a registration body (the token is checked by the caller). The error is the
+    /// 400 answer's text.
+    pub fn parse(v: &Value) -> Result<Registration, &'static str> {
+        let o = v.as_object().ok_or("registration must be a JSON object")?;
+        let id = match o.get("id") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            _ => return Err("id required"),
+        };
+        if !valid_id(&id) {
+            return Err("invalid id");
+        }
+        let port = o
+            .get("port")
+            .and_then(Value::as_u64)
+            .filter(|p| (1..=65535).contains(p))
+            .ok_or("port must be 1-65535")?;
+        let pid = match o.get("pid") {
+            None | Some(Value::Null) => id.parse().unwrap_or(0),
+            Some(p) => p.as_u64().and_then(|p| u32::try_from(p).ok()).ok_or("pid must be a process id")?,
+        };
+        let started_at = match o.get("startedAt") {
+            None | Some(Value::Null) => zcode_shared::time::now_ms(),
+            Some(t) => t.as_u64().ok_or("startedAt must be epoch milliseconds")?,
+        };
+        let origin = match o.get("origin").map(|v| v.as_str()) {
+            None | Some(Some("editor")) => "editor",
+            Some(Some("serve")) => "serve",
+            Some(_) => return Err("origin must be editor or serve"),
+        };
+        let sessions = match o.get("sessions") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(a)) => a.iter().map(SessionRow::parse).collect::<Result<_, _>>()?,
+            Some(_) => return Err("sessions must be an array"),
+        };
+        let text = |k: &str| o.get(k).and_then(Value::as_str).map(str::to_owned);
+        Ok(Registration {
+            id,
+            port: port as u16,
+            pid,
+            started_at,
+            workspace: text("workspace").unwrap_or_default(),
+            origin,
+            sessions,
+            nonce: text("nonce"),
+            version: text("version"),
+        })
+    }
+}
+
+impl SessionRow {
+    fn parse(v: &Value) -> Result<SessionRow, &'static str> {
+        let session_id = v
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .filter(|s| valid_id(s))
+            .ok_or("every session needs a valid sessionId")?;
+        let status = match v.get("status").and_then(Value::as_str) {
+            Some("running") => Some("running"),
+            Some("idle") => Some("idle"),
+            _ => None,
+        };
+        Ok(SessionRow {
+            session_id: session_id.to_owned(),
+            title: v.get("title").and_then(Value::as_str).map(str::to_owned),
+            status,
+            updated_at: v.get("updatedAt").and_then(Value::as_u64).unwrap_or(0),
+        })
+    }
+
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("sessionId".into(), self.session_id.clone().into());
+        if let Some(t) = &self.title {
+            m.insert("title".into(), t.clone().into());
+        }
+        if let Some(s) = self.status {
+            m.insert("status".into(), s.into());
+        }
+        m.insert("updatedAt".into(), self.updated_at.into());
+        Value::Object(m)
+    }
+}
+
+struct Instance {
+    reg: Registration,
+    last_seen: Instant,
+    unhealthy_since: Option<Instant>,
+}
+
+/// The registered bridges.
+pub struct Registry {
+    instances: HashMap<String, Instance>,
+    ttl: Duration,
+    grace: Duration,
+}
+
+impl Registry {
+    /// An empty registry: instances expire `ttl` after their last heartbeat and are pruned
+    /// when probe failures span `grace`.
+    pub fn new(ttl: Duration, grace: Duration) -> Registry {
+        Registry { instances: HashMap::new(), ttl, grace }
+    }
+
+    fn live(&self, now: Instant) -> impl Iterator<Item = &Instance> {
+        self.instances.values().filter(move |i| now.saturating_duration_since(i.last_seen) < self.ttl)
+    }
+
+    /// Records a registration or heartbeat: refreshes the instance and clears its unhealthy
+    /// mark. `startedAt` stays the first one seen while the same process (pid and port)
+    /// re-registers. Returns `true` when the instance is new (or a new process under its id).
+    pub fn register(&mut self, mut reg: Registration, now: Instant) -> bool {
+        let mut new = true;
+        if let Some(old) = self.instances.get(&reg.id) {
+            if old.reg.pid == reg.pid && old.reg.port == reg.port {
+                reg.started_at = old.reg.started_at;
+                new = now.saturating_duration_since(old.last_seen) >= self.ttl;
+            }
+        }
+        self.instances.insert(reg.id.clone(), Instance { reg, last_seen: now, unhealthy_since: None });
+        new
+    }
+
+    /// Forgets instance `id`; whether it was known.
+    pub fn unregister(&mut self, id: &str) -> bool {
+        self.instances.remove(id).is_some()
+    }
+
+    /// Drops instances whose heartbeats stopped; returns their ids.
+    pub fn prune(&mut self, now: Instant) -> Vec<String> {
+        let ttl = self.ttl;
+        let expired: Vec<String> = self
+            .instances
+            .values()
+            .filter(|i| now.saturating_duration_since(i.last_seen) >= ttl)
+            .map(|i| i.reg.id.clone())
+            .collect();
+        for id in &expired {
+            self.instances.remove(id);
+        }
+        expired
+    }
+
+    /// How many instances are live.
+    pub fn live_count(&self, now: Instant) -> usize {
+        self.live(now).count()
+    }
+
+    /// The loopback port of live instance `id`.
+    pub fn port_of(&self, id: &str, now: Instant) -> Option<u16> {
+        self.live(now).find(|i| i.reg.id == id).map(|i| i.reg.port)
+    }
+
+    /// The live instance that registered with `nonce` (a spawn of ours).
+    pub fn id_by_nonce(&self, nonce: &str, now: Instant) -> Option<String> {
+        self.live(now).find(|i| i.reg.nonce.as_deref() == Some(nonce)).map(|i| i.reg.id.clone())
+    }
+
+    /// A live headless serve instance of `workspace`, if one runs (the newest).
+    pub fn serve_instance_in(&self, workspace: &str, now: Instant) -> Option<String> {
+        self.live(now)
+            .filter(|i| i.reg.origin == "serve" && i.reg.workspace == workspace)
+            .max_by_key(|i| i.reg.started_at)
+            .map(|i| i.reg.id.clone())
+    }
+
+    /// Every session advertised by live instances of `workspace` (live or running there).
+    pub fn sessions_in(&self, workspace: &str, now: Instant) -> Vec<String> {
+        self.live(now)
+            .filter(|i| i.reg.workspace == workspace)
+            .flat_map(|i| i.reg.sessions.iter().map(|s| s.session_id.clone()))
+            .collect()
+    }
+
+    /// (id, port) of every live instance, for `?probe=1`.
+    pub fn probe_targets(&self, now: Instant) -> Vec<(String, u16)> {
+        self.live(now).map(|i| (i.reg.id.clone(), i.reg.port)).collect()
+    }
+
+    /// Records a probe of `id` at `port` (ignored when the instance re-registered with another
+    /// port meanwhile). Returns `true` when the instance was pruned.
+    pub fn probed(&mut self, id: &str, port: u16, reachable: bool, now: Instant) -> bool {
+        let Some(inst) = self.instances.get_mut(id).filter(|i| i.reg.port == port) else { return false };
+        if reachable {
+            inst.unhealthy_since = None;
+            return false;
+        }
+        let since = *inst.unhealthy_since.get_or_insert(now);
+        if now.saturating_duration_since(since) >= self.grace {
+            self.instances.remove(id);
+            return true;
+        }
+        false
+    }
+
+    /// The contract's `/api/instances` array: live instances, oldest bridge first, each
+    /// session listed once (under the instance with the newest `updatedAt`, ties to the newest
+    /// `startedAt`), and no internal fields.
+    pub fn listing(&self, now: Instant) -> Value {
+        let mut live: Vec<&Registration> = self.live(now).map(|i| &i.reg).collect();
+        live.sort_by(|a, b| a.started_at.cmp(&b.started_at).then_with(|| a.id.cmp(&b.id)));
+        // Winner per session id: (updatedAt, startedAt) highest; an exact tie keeps the first.
+        let mut winner: HashMap<&str, (u64, u64, usize)> = HashMap::new();
+        for (idx, reg) in live.iter().enumerate() {
+            for s in &reg.sessions {
+                let cand = (s.updated_at, reg.started_at);
+                let better = winner.get(s.session_id.as_str()).is_none_or(|&(u, st, _)| cand > (u, st));
+                if better {
+                    winner.insert(&s.session_id, (cand.0, cand.1, idx));
+                }
+            }
+        }
+        let rows = live.iter().enumerate().map(|(idx, reg)| {
+            let mut seen = HashSet::new();
+            let sessions: Vec<Value> = reg
+                .sessions
+                .iter()
+                .filter(|s| {
+                    let w = winner.get(s.session_id.as_str());
+                    w.is_some_and(|&(u, _, i)| i == idx && u == s.updated_at) && seen.insert(&s.session_id)
+                })
+                .map(SessionRow::to_json)
+                .collect();
+            json!({
+                "id": reg.id,
+                "port": reg.port,
+                "pid": reg.pid,
+                "startedAt": reg.started_at,
+                "workspace": reg.workspace,
+                "origin": reg.origin,
+                "sessions": sessions,
+            })
+        });
+        Value::Array(rows.collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reg(id: &str, started: u64, sessions: &[(&str, u64)]) -> Registration {
+        let sessions: Vec<Value> =
+            sessions.iter().map(|(s, u)| json!({"sessionId": s, "updatedAt": u, "status": "idle"})).collect();
+        Registration::parse(
+            &json!({"id": id, "port": 9000, "pid": 1, "startedAt": started, "sessions": sessions}),
+        )
+        .unwrap()
+    }
+
+    fn ids(listing: &Value, instance: usize) -> Vec<String> {
+        listing[instance]["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["sessionId"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn bad_payloads_are_refused() {
+        let ok = json!({"id": "7", "port": 8378, "sessions": []});
+        assert!(Registration::parse(&ok).is_ok());
+        for bad in [
+            json!([]),
+            json!({"port": 8378}),
+            json!({"id": "", "port": 8378}),
+            json!({"id": "a/b", "port": 8378}),
+            json!({"id": "7", "port": 0}),
+            json!({"id": "7", "port": 70000}),
+            json!({"id": "7", "port": "8378"}),
+            json!({"id": "7", "port": 8378, "sessions": {}}),
+            json!({"id": "7", "port": 8378, "sessions": [{"title": "no id"}]}),
+            json!({"id": "7", "port": 8378, "origin": "phone"}),
+            json!({"id": "7", "port": 8378, "startedAt": -1}),
+        ] {
+            assert!(Registration::parse(&bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn unknown_status_values_are_dropped() {
+        let r = Registration::parse(&json!({"id": "7", "port": 1, "sessions": [
+            {"sessionId": "a", "status": "running"}, {"sessionId": "b", "status": "exploded"}
+        ]}))
+        .unwrap();
+        assert_eq!(r.sessions[0].status, Some("running"));
+        assert_eq!(r.sessions[1].status, None);
+        assert_eq!(r.origin, "editor");
+        assert_eq!(r.pid, 7, "pid defaults to the id");
+    }
+
+    #[test]
+    fn started_at_is_kept_for_the_same_process_only() {
+        let mut r = Registry::new(Duration::from_secs(30), Duration::from_secs(8));
+        let now = Instant::now();
+        r.register(reg("1", 100, &[]), now);
+        r.register(reg("1", 999, &[]), now);
+        assert_eq!(r.listing(now)[0]["startedAt"], 100);
+        let mut other = reg("1", 999, &[]);
+        other.port = 9001;
+        r.register(other, now);
+        assert_eq!(r.listing(now)[0]["startedAt"], 999, "a new process under a reused pid");
+    }
+
+    #[test]
+    fn dedupe_prefers_newest_update_then_newest_bridge_and_sorts_oldest_first() {
+        let mut r = Registry::new(Duration::from_secs(30), Duration::from_secs(8));
+        let now = Instant::now();
+        r.register(reg("c", 300, &[("s1", 10), ("s2", 50)]), now);
+        r.register(reg("a", 100, &[("s1", 20), ("s2", 50), ("s3", 5)]), now);
+        r.register(reg("b", 200, &[("s1", 20), ("s2", 40), ("s3", 5), ("s3", 5)]), now);
+        let l = r.listing(now);
+        let order: Vec<&str> = l.as_array().unwrap().iter().map(|i| i["id"].as_str().unwrap()).collect();
+        assert_eq!(order, ["a", "b", "c"]);
+        // s1: a and b tie at 20, b started later. s2: a and c tie at 50, c started later.
+        // s3: a and b tie, b started later; b's duplicate copy is listed once.
+        assert_eq!(ids(&l, 0), Vec::<String>::new());
+        assert_eq!(ids(&l, 1), ["s1", "s3"]);
+        assert_eq!(ids(&l, 2), ["s2"]);
+        let keys: Vec<&String> = l[0].as_object().unwrap().keys().collect();
+        assert_eq!(keys.len(), 7, "no internal fields: {keys:?}");
+    }
+
+    #[test]
+    fn ttl_expiry_and_probe_grace() {
+        let ttl = Duration::from_secs(30);
+        let grace = Duration::from_secs(8);
+        let mut r = Registry::new(ttl, grace);
+        let t0 = Instant::now();
+        r.register(reg("1", 1, &[]), t0);
+        assert_eq!(r.live_count(t0 + ttl - Duration::from_millis(1)), 1);
+        assert_eq!(r.live_count(t0 + ttl), 0, "expired instances are not listed before the sweep");
+        assert_eq!(r.prune(t0 + ttl), ["1"]);
+
+        r.register(reg("1", 1, &[]), t0);
+        assert!(!r.probed("1", 9000, false, t0), "one failure only marks it");
+        assert!(!r.probed("1", 9000, false, t0 + grace / 2));
+        r.register(reg("1", 1, &[]), t0 + grace / 2);
+        assert!(!r.probed("1", 9000, false, t0 + grace), "the heartbeat cleared the mark");
+        assert!(!r.probed("1", 9001, false, t0 + grace * 3), "a probe of an old port is ignored");
+        assert!(r.probed("1", 9000, false, t0 + grace * 2), "failures spanning the grace prune it");
+        assert_eq!(r.live_count(t0 + grace * 2), 0);
+    }
+}

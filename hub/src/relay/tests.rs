@@ -1,0 +1,161 @@
+//! The relay between real WebSocket peers (tokio-tungstenite) over in-memory pipes.
+
+use super::*;
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, DuplexStream};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
+use tokio_tungstenite::tungstenite::{Bytes, Message};
+
+type Peer = WebSocketStream<DuplexStream>;
+
+/// A client peer, a bridge peer, and the relay between them (spawned).
+async fn setup(ping: Duration, stop: CancellationToken) -> (Peer, Peer, tokio::task::JoinHandle<End>) {
+    let (client_end, hub_c) = tokio::io::duplex(1 << 16);
+    let (hub_b, bridge_end) = tokio::io::duplex(1 << 16);
+    let client = WebSocketStream::from_raw_socket(client_end, Role::Client, None).await;
+    let bridge = WebSocketStream::from_raw_socket(bridge_end, Role::Server, None).await;
+    let relay = tokio::spawn(run((hub_c, Vec::new()), (hub_b, Vec::new()), ping, stop));
+    (client, bridge, relay)
+}
+
+async fn close_code(peer: &mut Peer) -> Option<u16> {
+    loop {
+        match peer.next().await {
+            Some(Ok(Message::Close(f))) => return f.map(|f| u16::from(f.code)),
+            Some(Ok(_)) => {}
+            _ => return None,
+        }
+    }
+}
+
+#[tokio::test]
+async fn frames_keep_their_opcode_both_ways_and_the_bridge_close_code_reaches_the_client() {
+    let (client, mut bridge, relay) = setup(Duration::from_secs(30), CancellationToken::new()).await;
+    let big = "x".repeat(1 << 20);
+    let sent = big.clone();
+    // Sent while the bridge reads: the relay buffers 16 KiB, not a whole message.
+    let sender = tokio::spawn(async move {
+        let mut client = client;
+        client.send(Message::text("{\"a\":1}")).await.unwrap();
+        client.send(Message::binary(vec![1u8, 2, 3])).await.unwrap();
+        client.send(Message::text(sent)).await.unwrap();
+        client
+    });
+    assert_eq!(bridge.next().await.unwrap().unwrap(), Message::text("{\"a\":1}"));
+    assert_eq!(bridge.next().await.unwrap().unwrap(), Message::binary(vec![1u8, 2, 3]));
+    assert_eq!(bridge.next().await.unwrap().unwrap(), Message::text(big));
+    let mut client = sender.await.unwrap();
+    bridge.send(Message::text("back")).await.unwrap();
+    assert_eq!(client.next().await.unwrap().unwrap(), Message::text("back"));
+    let code = CloseCode::from(4001);
+    bridge.close(Some(CloseFrame { code, reason: "bye".into() })).await.unwrap();
+    assert_eq!(close_code(&mut client).await, Some(4001));
+    // The client's close answer goes back through; the relay ends with the handshake.
+    let _ = client.next().await;
+    assert_eq!(relay.await.unwrap(), End::Closed(Side::Bridge, Some(4001)));
+    assert_eq!(close_code(&mut bridge).await, Some(4001), "the client's answer reached the bridge");
+}
+
+#[tokio::test]
+async fn a_bridge_that_vanishes_closes_the_client_with_1011() {
+    let (mut client, bridge, relay) = setup(Duration::from_secs(30), CancellationToken::new()).await;
+    drop(bridge);
+    assert_eq!(close_code(&mut client).await, Some(1011));
+    assert_eq!(relay.await.unwrap(), End::Gone(Side::Bridge));
+}
+
+#[tokio::test(start_paused = true)]
+async fn pings_go_both_ways_their_pongs_stay_in_the_hub_and_a_silent_leg_is_closed() {
+    let (mut client, mut bridge, relay) = setup(Duration::from_secs(30), CancellationToken::new()).await;
+    // The bridge reads (so answers pings) all along and reports what it saw.
+    let bridge_saw = tokio::spawn(async move {
+        let (mut pings, mut pongs, mut texts) = (0, 0, Vec::new());
+        loop {
+            match bridge.next().await {
+                Some(Ok(Message::Ping(p))) => {
+                    assert_eq!(p, Bytes::from_static(b"zcode-hub"));
+                    pings += 1;
+                }
+                Some(Ok(Message::Pong(_))) => pongs += 1,
+                Some(Ok(Message::Text(t))) => texts.push(t.to_string()),
+                Some(Ok(Message::Close(f))) => return (pings, pongs, texts, f.map(|f| u16::from(f.code))),
+                _ => return (pings, pongs, texts, None),
+            }
+        }
+    });
+    // The client answers three pings, says something, then stops reading (and answering).
+    let mut pings = 0;
+    while pings < 3 {
+        match client.next().await.unwrap().unwrap() {
+            Message::Ping(p) => {
+                assert_eq!(p, Bytes::from_static(b"zcode-hub"));
+                pings += 1;
+            }
+            other => panic!("the client got {other:?}"),
+        }
+    }
+    client.send(Message::text("still here")).await.unwrap();
+    assert_eq!(relay.await.unwrap(), End::Silent(Side::Client));
+    let (pings, pongs, texts, code) = bridge_saw.await.unwrap();
+    assert!(pings >= 3, "{pings}");
+    assert_eq!(pongs, 0, "the client's pongs to the hub were forwarded");
+    assert_eq!(texts, ["still here"]);
+    assert_eq!(code, Some(1001));
+    drop(client);
+}
+
+#[tokio::test]
+async fn shutdown_closes_both_legs_with_1001() {
+    let stop = CancellationToken::new();
+    let (mut client, mut bridge, relay) = setup(Duration::from_secs(30), stop.clone()).await;
+    stop.cancel();
+    assert_eq!(close_code(&mut client).await, Some(1001));
+    assert_eq!(close_code(&mut bridge).await, Some(1001));
+    assert_eq!(relay.await.unwrap(), End::Shutdown);
+}
+
+#[tokio::test]
+async fn a_message_over_32_mib_closes_its_sender_with_1009_before_a_byte_is_forwarded() {
+    let (mut raw_client, hub_c) = tokio::io::duplex(1 << 16);
+    let (hub_b, bridge_end) = tokio::io::duplex(1 << 16);
+    let mut bridge = WebSocketStream::from_raw_socket(bridge_end, Role::Server, None).await;
+    let relay = tokio::spawn(run(
+        (hub_c, Vec::new()),
+        (hub_b, Vec::new()),
+        Duration::from_secs(30),
+        CancellationToken::new(),
+    ));
+    let mut header = vec![0x81, 0xff];
+    header.extend_from_slice(&((MAX_MESSAGE as u64) + 1).to_be_bytes());
+    header.extend_from_slice(&[1, 2, 3, 4]);
+    raw_client.write_all(&header).await.unwrap();
+    let mut answer = vec![0u8; 64];
+    let n = raw_client.read(&mut answer).await.unwrap();
+    let h = frame::parse(&answer[..n]).unwrap().unwrap();
+    assert_eq!((h.op, frame::close_code(&answer[h.size..n])), (Op::Close, Some(1009)));
+    assert_eq!(close_code(&mut bridge).await, Some(1001), "the bridge saw only the close");
+    assert_eq!(relay.await.unwrap(), End::TooBig(Side::Client));
+}
+
+#[tokio::test]
+async fn bytes_sent_with_the_handshake_are_relayed_first() {
+    let (client_end, hub_c) = tokio::io::duplex(1 << 16);
+    let (hub_b, bridge_end) = tokio::io::duplex(1 << 16);
+    let mut client = WebSocketStream::from_raw_socket(client_end, Role::Client, None).await;
+    let mut bridge = WebSocketStream::from_raw_socket(bridge_end, Role::Server, None).await;
+    let early = frame::control(Op::Ping, b"early", Some([5, 6, 7, 8]));
+    let relay = tokio::spawn(run(
+        (hub_c, early),
+        (hub_b, Vec::new()),
+        Duration::from_secs(30),
+        CancellationToken::new(),
+    ));
+    assert_eq!(bridge.next().await.unwrap().unwrap(), Message::Ping(Bytes::from_static(b"early")));
+    // The bridge's pong (not the hub's) goes back to the client.
+    bridge.flush().await.unwrap();
+    assert_eq!(client.next().await.unwrap().unwrap(), Message::Pong(Bytes::from_static(b"early")));
+    drop(bridge);
+    assert_eq!(relay.await.unwrap(), End::Gone(Side::Bridge));
+}

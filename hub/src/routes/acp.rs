@@ -1,0 +1,100 @@
+//! `GET /acp?instance=<id>`: the WebSocket relay's front door. Everything that can refuse the
+//! client happens BEFORE the upgrade is accepted, as a plain HTTP status: not a WebSocket
+//! upgrade 400, unknown instance 404, the bridge cannot be dialed 502 (the token was checked
+//! by the routing table: 401). Only then does the client get its 101 and the relay task start.
+
+use crate::http::{Resp, empty, query_param, text};
+use crate::relay;
+use crate::upstream;
+use crate::{Hub, RelayGuard};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::upgrade::OnUpgrade;
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+
+/// Relays open at once, at most (each holds two sockets).
+pub const MAX_RELAYS: usize = 16_384;
+
+/// Dials the bridge, then accepts the client's upgrade and starts the relay.
+pub async fn upgrade(mut req: Request<Incoming>, hub: &Arc<Hub>) -> Resp {
+    let Some(accept) = accept_key(&req) else {
+        return text(StatusCode::BAD_REQUEST, "a WebSocket upgrade (version 13) is required");
+    };
+    let id = query_param(req.uri(), "instance").map(|c| c.into_owned()).unwrap_or_default();
+    let Some(port) = hub.registry().port_of(&id, Instant::now()) else {
+        return text(StatusCode::NOT_FOUND, "unknown instance");
+    };
+    if hub.relay_count() >= MAX_RELAYS {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "too many connections");
+    }
+    let bridge = match upstream::dial_ws(port, &hub.token).await {
+        Ok(ws) => ws,
+        Err(e) => {
+            tracing::debug!(instance = %id, port, "cannot dial the bridge: {e}");
+            return text(StatusCode::BAD_GATEWAY, "bridge unreachable");
+        }
+    };
+    let guard = hub.relay_guard();
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    hub.tracker.spawn(relay_task(hub.clone(), on_upgrade, bridge, id, guard));
+    let mut r = empty(StatusCode::SWITCHING_PROTOCOLS);
+    let h = r.headers_mut();
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    r
+}
+
+/// The `Sec-WebSocket-Accept` answer to a valid version-13 upgrade request.
+fn accept_key(req: &Request<Incoming>) -> Option<HeaderValue> {
+    let h = req.headers();
+    let has_token = |name: header::HeaderName, token: &str| {
+        h.get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    };
+    if !has_token(header::UPGRADE, "websocket") || !has_token(header::CONNECTION, "upgrade") {
+        return None;
+    }
+    if h.get(header::SEC_WEBSOCKET_VERSION).is_none_or(|v| v != "13") {
+        return None;
+    }
+    let key = h.get(header::SEC_WEBSOCKET_KEY)?;
+    HeaderValue::from_str(&derive_accept_key(key.as_bytes())).ok()
+}
+
+/// One relay, from the client's upgrade to the last close frame.
+async fn relay_task(
+    hub: Arc<Hub>,
+    on_upgrade: OnUpgrade,
+    bridge: (TcpStream, Vec<u8>),
+    id: String,
+    _guard: RelayGuard,
+) {
+    let upgraded = match on_upgrade.await {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::debug!(instance = %id, "client upgrade failed: {e}");
+            return;
+        }
+    };
+    // The bare socket (hyper's boxed IO unwrapped) plus whatever the client sent early. The
+    // early bytes are copied out and hyper's buffer dropped HERE: a `Bytes` kept alive for the
+    // relay's lifetime would pin hyper's whole 8 KiB read buffer.
+    let Ok(hyper::upgrade::Parts { io, read_buf, .. }) = upgraded.downcast::<TokioIo<TcpStream>>() else {
+        tracing::warn!(instance = %id, "unexpected connection type after upgrade");
+        return;
+    };
+    let client = (io.into_inner(), read_buf.to_vec());
+    drop(read_buf);
+    tracing::debug!(instance = %id, "relay open");
+    let end = relay::run(client, bridge, hub.cfg.timings.ping, hub.shutdown.clone()).await;
+    tracing::debug!(instance = %id, ?end, "relay closed");
+}

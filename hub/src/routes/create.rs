@@ -1,0 +1,166 @@
+//! `POST /api/instances {workspacePath[, sessionId]}`: a NEW bridge for a known project, in a
+//! terminal window (or headless), answered once it registers. Identical concurrent creates
+//! join one spawn; the spawn and its registration are paired by a nonce.
+
+use super::projects::{creatable, live_config, say, store};
+use crate::Hub;
+use crate::http::{self, Resp, json};
+use crate::spawn::{self, Launch, Started};
+use hyper::body::Incoming;
+use hyper::{Request, StatusCode};
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long a headless bridge gets to register.
+const HEADLESS_BUDGET: Duration = Duration::from_secs(10);
+/// How long a window's bridge gets (the window has to open first).
+const WINDOW_BUDGET: Duration = Duration::from_secs(20);
+/// How often the registry is checked while waiting.
+const POLL: Duration = Duration::from_millis(100);
+
+type Outcome = Result<String, (StatusCode, String)>;
+type Inflight = HashMap<(String, Option<String>, bool), Arc<tokio::sync::OnceCell<Outcome>>>;
+
+fn inflight() -> &'static Mutex<Inflight> {
+    static M: OnceLock<Mutex<Inflight>> = OnceLock::new();
+    M.get_or_init(Mutex::default)
+}
+
+/// `POST /api/instances`.
+pub async fn create(req: Request<Incoming>, hub: &Arc<Hub>) -> Resp {
+    let body = match http::read_json(req).await {
+        Ok(b) => b,
+        Err(e) => return e.response(),
+    };
+    let Some(ws) = body["workspacePath"].as_str().filter(|w| !w.is_empty()) else {
+        return say(StatusCode::BAD_REQUEST, "workspacePath required");
+    };
+    let session = match body.get("sessionId") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) if valid_id(s) => Some(s.clone()),
+        Some(_) => return say(StatusCode::BAD_REQUEST, "invalid sessionId — session id expected"),
+    };
+    if !ws.starts_with('/') || ws.contains('\0') {
+        return say(StatusCode::FORBIDDEN, "unknown project");
+    }
+    let cfg = live_config(hub);
+    let Ok(path) = std::fs::canonicalize(ws) else { return say(StatusCode::FORBIDDEN, "unknown project") };
+    if !path.is_dir() {
+        return say(StatusCode::FORBIDDEN, "unknown project");
+    }
+    match creatable(hub, &cfg, &path) {
+        Ok(true) => {}
+        Ok(false) => return say(StatusCode::FORBIDDEN, "unknown project"),
+        Err(r) => return r,
+    }
+    if let Some(s) = &session {
+        match store(hub).map(|st| st.is_deleted(s)) {
+            Ok(Ok(Some(true))) => return say(StatusCode::NOT_FOUND, "session deleted"),
+            Ok(_) => {}
+            Err(r) => return r,
+        }
+    }
+    match launch(hub, &path, session, false).await {
+        Ok(id) => json(StatusCode::OK, &json!({"id": id, "reused": false})),
+        Err((status, msg)) => say(status, msg),
+    }
+}
+
+/// The id of a headless serve bridge for the project: a live one, or a new one.
+pub async fn headless_for(hub: &Arc<Hub>, path: &Path) -> Result<String, Resp> {
+    let ws = path.display().to_string();
+    if let Some(id) = hub.registry().serve_instance_in(&ws, Instant::now()) {
+        return Ok(id);
+    }
+    launch(hub, path, None, true).await.map_err(|(s, m)| say(s, m))
+}
+
+/// Starts a bridge (joined with an identical one in flight) and waits for its registration.
+async fn launch(hub: &Arc<Hub>, path: &Path, session: Option<String>, headless_only: bool) -> Outcome {
+    let key = (path.display().to_string(), session.clone(), headless_only);
+    let cell = inflight().lock().unwrap_or_else(|p| p.into_inner()).entry(key.clone()).or_default().clone();
+    let out = cell
+        .get_or_init(|| spawn_and_wait(hub.clone(), path.to_owned(), session, headless_only))
+        .await
+        .clone();
+    // The next create is a new spawn: only concurrent ones share this one.
+    let mut map = inflight().lock().unwrap_or_else(|p| p.into_inner());
+    if map.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+        map.remove(&key);
+    }
+    out
+}
+
+async fn spawn_and_wait(
+    hub: Arc<Hub>,
+    path: std::path::PathBuf,
+    session: Option<String>,
+    headless_only: bool,
+) -> Outcome {
+    let nonce = nonce();
+    let title = title_for(&hub, &path, session.as_deref());
+    let l = Launch { workspace: path, session, title, nonce: nonce.clone(), headless_only };
+    let cfg = live_config(&hub);
+    let started =
+        spawn::start(&cfg, &l).map_err(|e| (StatusCode::BAD_GATEWAY, format!("spawn failed: {e}")))?;
+    let (budget, mut child) = match started {
+        Started::Window(name) => {
+            tracing::info!(recipe = %name, "opened a terminal window for a remote create");
+            (WINDOW_BUDGET, None)
+        }
+        Started::Headless(c) => (HEADLESS_BUDGET, Some(c)),
+    };
+    let deadline = Instant::now() + budget;
+    loop {
+        if let Some(id) = hub.registry().id_by_nonce(&nonce, Instant::now()) {
+            if let Some(c) = child.take() {
+                // Reap it when it ends, so no zombie is left behind.
+                tokio::spawn(async move {
+                    let mut c = c;
+                    let _ = c.wait().await;
+                });
+            }
+            return Ok(id);
+        }
+        if let Some(c) = child.as_mut() {
+            if let Ok(Some(status)) = c.try_wait() {
+                return Err((
+                    StatusCode::BAD_GATEWAY,
+                    format!("the bridge exited during startup ({status})"),
+                ));
+            }
+        }
+        if Instant::now() >= deadline {
+            if let Some(mut c) = child.take() {
+                let _ = c.start_kill();
+                let _ = c.wait().await;
+            }
+            return Err((
+                StatusCode::BAD_GATEWAY,
+                format!("the bridge never registered (waited {}s)", budget.as_secs()),
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The window title: the session's title, else the project's name.
+fn title_for(hub: &Hub, path: &Path, session: Option<&str>) -> String {
+    let stored = session.and_then(|s| store(hub).ok()?.counters(s).ok().flatten()?.title);
+    stored.unwrap_or_else(|| {
+        path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
+    })
+}
+
+fn nonce() -> String {
+    let mut b = [0u8; 12];
+    let _ = getrandom::fill(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn valid_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 256 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b))
+}

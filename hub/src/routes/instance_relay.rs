@@ -1,0 +1,106 @@
+//! `* /api/instances/{id}/{rest}`: relayed to the bridge's loopback server as `/{rest}`, with
+//! method, query (minus `token`), end-to-end headers, body and status kept, both bodies
+//! streamed (a request body is never cut short when the client finishes sending it: trap 2 of
+//! the original). The hub adds the machine's token. Unknown instance 404, dead port 502.
+
+use crate::Hub;
+use crate::http::{MAX_BODY, Resp, query_without_token, text, too_large};
+use crate::upstream;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderMap, HeaderName};
+use hyper::{Request, Response, StatusCode};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a bridge may take to start answering a relayed request.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Relays `req` to instance `id`'s `/{rest}`.
+pub async fn relay(req: Request<Incoming>, hub: &Arc<Hub>, id: &str, rest: &str) -> Resp {
+    if too_large(req.headers()) {
+        return text(StatusCode::PAYLOAD_TOO_LARGE, "body too large");
+    }
+    let Some(port) = hub.registry().port_of(id, Instant::now()) else {
+        return text(StatusCode::NOT_FOUND, "unknown instance");
+    };
+    let (parts, body) = req.into_parts();
+    let target = match query_without_token(&parts.uri) {
+        Some(q) => format!("/{rest}?{q}"),
+        None => format!("/{rest}"),
+    };
+    let Ok(uri) = target.parse::<hyper::Uri>() else {
+        return text(StatusCode::BAD_REQUEST, "bad path");
+    };
+    let mut out = Request::new(Limited::new(body, MAX_BODY));
+    *out.method_mut() = parts.method;
+    *out.uri_mut() = uri;
+    copy_end_to_end(&parts.headers, out.headers_mut());
+    out.headers_mut().remove(header::AUTHORIZATION);
+    upstream::authorize(out.headers_mut(), port, &hub.token);
+    match tokio::time::timeout(RESPONSE_TIMEOUT, upstream::request(port, out)).await {
+        Ok(Ok(resp)) => {
+            let (mut parts, body) = resp.into_parts();
+            let headers = std::mem::take(&mut parts.headers);
+            copy_end_to_end(&headers, &mut parts.headers);
+            Response::from_parts(parts, body.boxed_unsync())
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(instance = %id, port, "relay to the bridge failed: {e}");
+            text(StatusCode::BAD_GATEWAY, "bridge unreachable")
+        }
+        Err(_) => text(StatusCode::GATEWAY_TIMEOUT, "bridge did not answer"),
+    }
+}
+
+/// Headers that describe one connection, not the message: never forwarded.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// Copies `from` into `to`, leaving out hop-by-hop headers, those named by `Connection`,
+/// and `Host` (the bridge gets its own).
+fn copy_end_to_end(from: &HeaderMap, to: &mut HeaderMap) {
+    let named: Vec<String> = from
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .collect();
+    for (k, v) in from {
+        if HOP_BY_HOP.contains(k) || k == header::HOST || named.iter().any(|n| n == k.as_str()) {
+            continue;
+        }
+        to.append(k.clone(), v.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_stay_behind() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, "keep-alive, X-Secret-Hop".parse().unwrap());
+        h.insert("x-secret-hop", "1".parse().unwrap());
+        h.insert(header::TRANSFER_ENCODING, "chunked".parse().unwrap());
+        h.insert(header::HOST, "example".parse().unwrap());
+        h.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
+        h.append("x-multi", "a".parse().unwrap());
+        h.append("x-multi", "b".parse().unwrap());
+        let mut out = HeaderMap::new();
+        copy_end_to_end(&h, &mut out);
+        let keys: Vec<&str> = out.keys().map(HeaderName::as_str).collect();
+        assert_eq!(keys, ["content-type", "x-multi"]);
+        assert_eq!(out.get_all("x-multi").iter().count(), 2);
+    }
+}

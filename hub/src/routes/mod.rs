@@ -1,0 +1,102 @@
+//! The routing table, by hand: every request passes here once. CORS goes on every answer,
+//! any `OPTIONS` is a 204 without auth, `GET /api/health` needs no token, registration carries
+//! its token in the body, and everything else needs the token before it is even routed.
+//!
+//! | route | module |
+//! | --- | --- |
+//! | `GET|HEAD /api/health` | here |
+//! | `POST /api/register`, `POST /api/unregister` | [`register`] |
+//! | `GET /api/instances[?probe=1]` | [`instances`] |
+//! | `* /api/instances/{id}/{rest}` | [`instance_relay`] (to the bridge's `/{rest}`) |
+//! | `POST /api/instances` | [`create`] (a new bridge for a project) |
+//! | `GET /api/projects`, `GET /api/projects/sessions`, `POST /api/projects/delete`, `GET /api/fs/list` | [`projects`] |
+//! | `GET /acp?instance={id}` (WebSocket) | [`acp`] |
+//! | `GET|HEAD` of any other path (no token) | [`crate::web`]: the web client |
+
+pub mod acp;
+pub mod create;
+pub mod instance_relay;
+pub mod instances;
+pub mod projects;
+pub mod register;
+
+use crate::Hub;
+use crate::auth;
+use crate::http::{self, Resp, text};
+use hyper::body::Incoming;
+use hyper::header::IF_NONE_MATCH;
+use hyper::{Method, Request, StatusCode};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Answers one request (the hyper service function).
+pub async fn handle(req: Request<Incoming>, hub: Arc<Hub>, peer: SocketAddr) -> Result<Resp, Infallible> {
+    let method = req.method().clone();
+    // Only a redacted URI is ever logged: `?token=` must not reach a log file.
+    let uri = tracing::enabled!(tracing::Level::DEBUG).then(|| http::redacted(req.uri()));
+    let mut resp = if method == Method::OPTIONS {
+        http::empty(StatusCode::NO_CONTENT)
+    } else {
+        dispatch(req, &hub, peer).await
+    };
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        http::cors(resp.headers_mut());
+    }
+    if let Some(uri) = uri {
+        tracing::debug!(%peer, %method, %uri, status = resp.status().as_u16(), "request");
+    }
+    Ok(resp)
+}
+
+async fn dispatch(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr) -> Resp {
+    match (req.method(), req.uri().path()) {
+        (&Method::GET | &Method::HEAD, "/api/health") => return text(StatusCode::OK, "ok"),
+        (&Method::POST, "/api/register") => return register::register(req, hub, peer).await,
+        (&Method::POST, "/api/unregister") => return register::unregister(req, hub, peer).await,
+        _ => {}
+    }
+    // The web client's assets need no token: the page carries it (see `crate::web`). A
+    // WebSocket upgrade is never answered with a page: on a wrong path it is a plain 404.
+    let upgrade = req.headers().contains_key(hyper::header::UPGRADE);
+    if let Some(page) = crate::web::serve(req.method(), req.uri().path(), req.headers().get(IF_NONE_MATCH))
+        .filter(|_| !upgrade)
+    {
+        return page;
+    }
+    {
+        let token = auth::presented(req.headers(), req.uri());
+        let addr = auth::client_addr(req.headers(), peer);
+        if let Err(refused) = auth::check(hub, token.as_deref(), addr) {
+            return refused.response();
+        }
+    }
+    let path = req.uri().path();
+    if path == "/api/instances" {
+        return match *req.method() {
+            Method::GET => instances::list(&req, hub).await,
+            Method::POST => create::create(req, hub).await,
+            _ => text(StatusCode::NOT_FOUND, "not found"),
+        };
+    }
+    match (req.method(), path) {
+        (&Method::GET, "/api/projects") => return projects::list(hub),
+        (&Method::GET, "/api/projects/sessions") => return projects::sessions(&req, hub).await,
+        (&Method::POST, "/api/projects/delete") => return projects::delete(req, hub).await,
+        (&Method::GET, "/api/fs/list") => return projects::fs_list(&req, hub),
+        _ => {}
+    }
+    if let Some(tail) = path.strip_prefix("/api/instances/") {
+        return match tail.split_once('/') {
+            Some((id, rest)) if !id.is_empty() && !rest.is_empty() => {
+                let (id, rest) = (id.to_owned(), rest.to_owned());
+                instance_relay::relay(req, hub, &id, &rest).await
+            }
+            _ => text(StatusCode::NOT_FOUND, "not found"),
+        };
+    }
+    if path == "/acp" && req.method() == Method::GET {
+        return acp::upgrade(req, hub).await;
+    }
+    text(StatusCode::NOT_FOUND, "not found")
+}

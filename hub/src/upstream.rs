@@ -1,0 +1,124 @@
+//! Connections from the hub to a bridge's loopback server (127.0.0.1 only): the TCP probe,
+//! the WebSocket dial, and one-shot HTTP requests. Every request carries the machine's token
+//! (the bridge refuses anything else); the handshakes are done here, with hyper, so no
+//! library ever sees (or logs) the `Authorization` header. After the WebSocket handshake the
+//! relay owns the bare socket.
+
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::handshake::{client::generate_key, derive_accept_key};
+
+/// How long a TCP connect to a bridge may take (also the probe's timeout).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a bridge may take to accept a WebSocket.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a bridge could not be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    /// Nothing listens there (or the connect failed).
+    #[error("cannot connect to the bridge: {0}")]
+    Connect(std::io::Error),
+    /// It did not answer in time.
+    #[error("the bridge did not answer in time")]
+    Timeout,
+    /// HTTP with it failed.
+    #[error("HTTP to the bridge failed: {0}")]
+    Http(#[from] hyper::Error),
+    /// It answered the WebSocket upgrade with this status.
+    #[error("the bridge refused the WebSocket with {0}")]
+    Refused(StatusCode),
+    /// Its 101 answer did not prove it understood the key.
+    #[error("the bridge's WebSocket handshake was invalid")]
+    BadHandshake,
+}
+
+/// A TCP connection to the bridge on `port`, within [`CONNECT_TIMEOUT`].
+pub async fn connect(port: u16) -> Result<TcpStream, DialError> {
+    match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((Ipv4Addr::LOCALHOST, port))).await {
+        Ok(Ok(s)) => {
+            let _ = s.set_nodelay(true);
+            Ok(s)
+        }
+        Ok(Err(e)) => Err(DialError::Connect(e)),
+        Err(_) => Err(DialError::Timeout),
+    }
+}
+
+/// Whether a TCP connect to `port` succeeds within [`CONNECT_TIMEOUT`].
+pub async fn probe(port: u16) -> bool {
+    connect(port).await.is_ok()
+}
+
+/// Sets the headers every request to a bridge carries: `Host` and the token.
+pub fn authorize(headers: &mut HeaderMap, port: u16, token: &str) {
+    if let Ok(host) = HeaderValue::from_str(&format!("127.0.0.1:{port}")) {
+        headers.insert(header::HOST, host);
+    }
+    if let Ok(mut auth) = HeaderValue::from_str(&format!("Bearer {token}")) {
+        auth.set_sensitive(true);
+        headers.insert(header::AUTHORIZATION, auth);
+    }
+}
+
+/// Opens the bridge's `/acp` WebSocket: the socket, and any bytes the bridge sent right after
+/// its 101 (they belong to the relay).
+pub async fn dial_ws(port: u16, token: &str) -> Result<(TcpStream, Vec<u8>), DialError> {
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, dial_ws_inner(port, token))
+        .await
+        .map_err(|_| DialError::Timeout)?
+}
+
+async fn dial_ws_inner(port: u16, token: &str) -> Result<(TcpStream, Vec<u8>), DialError> {
+    let tcp = connect(port).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+    // Drives the connection until it is upgraded (or refused).
+    tokio::spawn(conn.with_upgrades());
+    let key = generate_key();
+    let mut req = Request::new(Empty::<Bytes>::new());
+    *req.uri_mut() = hyper::Uri::from_static("/acp");
+    let h = req.headers_mut();
+    authorize(h, port, token);
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
+    h.insert(header::SEC_WEBSOCKET_KEY, HeaderValue::from_str(&key).map_err(|_| DialError::BadHandshake)?);
+    let mut resp = sender.send_request(req).await?;
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return Err(DialError::Refused(resp.status()));
+    }
+    let accept = derive_accept_key(key.as_bytes());
+    if resp.headers().get(header::SEC_WEBSOCKET_ACCEPT).is_none_or(|v| v.as_bytes() != accept.as_bytes()) {
+        return Err(DialError::BadHandshake);
+    }
+    let upgraded = hyper::upgrade::on(&mut resp).await?;
+    let hyper::upgrade::Parts { io, read_buf, .. } =
+        upgraded.downcast::<TokioIo<TcpStream>>().map_err(|_| DialError::BadHandshake)?;
+    // Copied out, so hyper's read buffer is freed now, not pinned by a `Bytes` view of it.
+    Ok((io.into_inner(), read_buf.to_vec()))
+}
+
+/// Sends one HTTP request to the bridge on `port` over a fresh connection and returns its
+/// answer, whose body streams from the bridge. The caller sets the headers ([`authorize`]).
+pub async fn request<B>(port: u16, req: Request<B>) -> Result<Response<Incoming>, DialError>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let tcp = connect(port).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(port, "relayed HTTP connection ended: {e}");
+        }
+    });
+    Ok(sender.send_request(req).await?)
+}

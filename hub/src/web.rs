@@ -1,0 +1,218 @@
+//! The web client's assets (`hub/web/`), compiled into the binary with `include_str!` (no build
+//! step) and served from memory for every plain `GET`/`HEAD` that is not an API path: the page
+//! needs no token to load, the token lives in the page (it arrives in the URL fragment, which
+//! never reaches a server).
+//!
+//! Every answer carries a strong `ETag` (a SHA-256 prefix of the asset, computed once) and
+//! `Cache-Control: no-cache`, so browsers revalidate and get `304` while the binary is the same;
+//! and the security headers: a Content-Security-Policy that forbids inline scripts and any
+//! origin but the hub's, `Referrer-Policy: no-referrer`, `X-Content-Type-Options: nosniff`.
+//! Unknown paths get `index.html` (client-side routing), except missing files under `/js/` and
+//! `/favicon.ico`, which get a 404 rather than HTML under a script's name.
+
+use crate::http::{Body, Resp, full};
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Response, StatusCode};
+use std::sync::OnceLock;
+
+/// The policy every page response carries: scripts and styles from the hub only (no inline
+/// script can run, whatever text ends up in the page), images also from `data:`/`blob:` (file
+/// previews), sockets to the hub, never framed, no `<base>` rewriting.
+pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; \
+connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
+/// One asset: its path, content type and bytes.
+struct Asset {
+    path: &'static str,
+    mime: &'static str,
+    body: &'static str,
+}
+
+const HTML: &str = "text/html; charset=utf-8";
+const JS: &str = "text/javascript; charset=utf-8";
+
+/// Every file of `hub/web/`. `index.html` is first: it is what unknown paths get.
+const ASSETS: &[Asset] = &[
+    Asset { path: "/index.html", mime: HTML, body: include_str!("../web/index.html") },
+    Asset { path: "/app.css", mime: "text/css; charset=utf-8", body: include_str!("../web/app.css") },
+    Asset { path: "/icon.svg", mime: "image/svg+xml", body: include_str!("../web/icon.svg") },
+    Asset { path: "/js/app.js", mime: JS, body: include_str!("../web/js/app.js") },
+    Asset { path: "/js/api.js", mime: JS, body: include_str!("../web/js/api.js") },
+    Asset { path: "/js/conn.js", mime: JS, body: include_str!("../web/js/conn.js") },
+    Asset { path: "/js/dom.js", mime: JS, body: include_str!("../web/js/dom.js") },
+    Asset { path: "/js/md.js", mime: JS, body: include_str!("../web/js/md.js") },
+    Asset { path: "/js/home.js", mime: JS, body: include_str!("../web/js/home.js") },
+    Asset { path: "/js/projects.js", mime: JS, body: include_str!("../web/js/projects.js") },
+    Asset { path: "/js/session.js", mime: JS, body: include_str!("../web/js/session.js") },
+    Asset { path: "/js/transcript.js", mime: JS, body: include_str!("../web/js/transcript.js") },
+    Asset { path: "/js/composer.js", mime: JS, body: include_str!("../web/js/composer.js") },
+    Asset { path: "/js/files.js", mime: JS, body: include_str!("../web/js/files.js") },
+];
+
+/// The strong validator of each asset, in [`ASSETS`] order.
+fn etags() -> &'static [String] {
+    static TAGS: OnceLock<Vec<String>> = OnceLock::new();
+    TAGS.get_or_init(|| {
+        ASSETS
+            .iter()
+            .map(|a| {
+                let d = zcode_shared::token::digest(a.body);
+                let hex: String = d.iter().take(10).map(|b| format!("{b:02x}")).collect();
+                format!("\"{hex}\"")
+            })
+            .collect()
+    })
+}
+
+/// The total size of the client, in bytes (what a first visit downloads, uncompressed).
+pub fn total_size() -> usize {
+    ASSETS.iter().map(|a| a.body.len()).sum()
+}
+
+/// Whether `path` belongs to the API or the WebSocket relay, never to the web client.
+fn is_api(path: &str) -> bool {
+    path == "/api" || path.starts_with("/api/") || path == "/acp" || path.starts_with("/acp/")
+}
+
+/// Answers `method path` from the web client's assets: `None` for anything that is not a
+/// plain `GET`/`HEAD` of a non-API path (the caller routes it on). `if_none_match` is the
+/// request's `If-None-Match`; a match gets `304 Not Modified`.
+pub fn serve(method: &Method, path: &str, if_none_match: Option<&HeaderValue>) -> Option<Resp> {
+    if (method != Method::GET && method != Method::HEAD) || is_api(path) {
+        return None;
+    }
+    let wanted = if path == "/" { "/index.html" } else { path };
+    let index = match ASSETS.iter().position(|a| a.path == wanted) {
+        Some(i) => i,
+        None if path.starts_with("/js/") || path == "/favicon.ico" => return Some(not_found()),
+        None => 0,
+    };
+    let asset = &ASSETS[index];
+    let etag = &etags()[index];
+    let fresh = if_none_match.and_then(|v| v.to_str().ok()).is_some_and(|v| matches(v, etag));
+    let (status, body): (StatusCode, Body) = if fresh {
+        (StatusCode::NOT_MODIFIED, full(""))
+    } else if method == Method::HEAD {
+        (StatusCode::OK, full(""))
+    } else {
+        (StatusCode::OK, full(asset.body))
+    };
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    if status == StatusCode::OK {
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(asset.mime));
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(asset.body.len()));
+    }
+    if let Ok(v) = HeaderValue::from_str(etag) {
+        h.insert(header::ETAG, v);
+    }
+    security_headers(h);
+    Some(r)
+}
+
+/// Whether an `If-None-Match` value names `etag` (weak comparison, as RFC 9110 asks for it).
+fn matches(if_none_match: &str, etag: &str) -> bool {
+    if_none_match.split(',').map(str::trim).any(|t| t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag)
+}
+
+fn not_found() -> Resp {
+    let mut r = crate::http::text(StatusCode::NOT_FOUND, "not found");
+    security_headers(r.headers_mut());
+    r
+}
+
+fn security_headers(h: &mut hyper::HeaderMap) {
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    async fn body(r: Resp) -> String {
+        let bytes = r.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_page_and_unknown_paths_get_index_html_with_the_security_headers() {
+        for path in ["/", "/index.html", "/s/123/sess_1", "/anything/else"] {
+            let r = serve(&Method::GET, path, None).unwrap();
+            assert_eq!(r.status(), StatusCode::OK, "{path}");
+            let h = r.headers();
+            assert_eq!(h[header::CONTENT_TYPE], HTML);
+            assert_eq!(h[header::CACHE_CONTROL], "no-cache");
+            assert_eq!(h[header::REFERRER_POLICY], "no-referrer");
+            assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+            let csp = h[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+            assert!(csp.contains("script-src 'self';") && !csp.contains("unsafe-inline"), "{csp}");
+            assert!(body(r).await.contains("<script type=\"module\" src=\"/js/app.js\">"));
+        }
+    }
+
+    #[tokio::test]
+    async fn assets_have_their_types_and_validators() {
+        let r = serve(&Method::GET, "/js/app.js", None).unwrap();
+        assert_eq!(r.headers()[header::CONTENT_TYPE], JS);
+        let etag = r.headers()[header::ETAG].clone();
+        assert!(etag.to_str().unwrap().starts_with('"'));
+        let again = serve(&Method::GET, "/js/app.js", Some(&etag)).unwrap();
+        assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+        assert_eq!(again.headers()[header::ETAG], etag);
+        assert!(body(again).await.is_empty());
+        let weak = HeaderValue::from_str(&format!("\"x\", W/{}", etag.to_str().unwrap())).unwrap();
+        assert_eq!(
+            serve(&Method::GET, "/js/app.js", Some(&weak)).unwrap().status(),
+            StatusCode::NOT_MODIFIED
+        );
+        let other = HeaderValue::from_static("\"nope\"");
+        assert_eq!(serve(&Method::GET, "/js/app.js", Some(&other)).unwrap().status(), StatusCode::OK);
+        let css = serve(&Method::GET, "/app.css", None).unwrap();
+        assert_eq!(css.headers()[header::CONTENT_TYPE], "text/css; charset=utf-8");
+    }
+
+    #[tokio::test]
+    async fn head_has_the_headers_without_the_body() {
+        let r = serve(&Method::HEAD, "/app.css", None).unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let len: usize = r.headers()[header::CONTENT_LENGTH].to_str().unwrap().parse().unwrap();
+        assert!(len > 0);
+        assert!(body(r).await.is_empty());
+    }
+
+    #[test]
+    fn api_paths_and_other_methods_are_not_served() {
+        for path in ["/api", "/api/instances", "/api/health", "/acp", "/acp/x"] {
+            assert!(serve(&Method::GET, path, None).is_none(), "{path}");
+        }
+        assert!(serve(&Method::POST, "/", None).is_none());
+        assert!(serve(&Method::OPTIONS, "/", None).is_none());
+        assert_eq!(serve(&Method::GET, "/js/missing.js", None).unwrap().status(), StatusCode::NOT_FOUND);
+        assert_eq!(serve(&Method::GET, "/favicon.ico", None).unwrap().status(), StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn the_client_stays_small() {
+        assert!(total_size() < 300 * 1024, "the web client is {} bytes", total_size());
+    }
+
+    #[test]
+    fn no_asset_carries_an_inline_script_or_handler() {
+        let index = ASSETS[0].body;
+        assert_eq!(index.matches("<script").count(), 1, "one module script, by src");
+        for a in ASSETS {
+            assert!(!a.body.contains("innerHTML") && !a.body.contains("outerHTML"), "{}", a.path);
+            assert!(!a.body.contains("eval(") && !a.body.contains("new Function"), "{}", a.path);
+            assert!(
+                !a.body.contains("insertAdjacentHTML") && !a.body.contains("document.write"),
+                "{}",
+                a.path
+            );
+        }
+    }
+}

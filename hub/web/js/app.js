@@ -1,0 +1,147 @@
+// The client's entry point: pairing (the token arrives in the URL fragment, is stored locally
+// and dropped from the address bar), client-side routing over the history API, the header's
+// connection indicator, and a catch-all so an unexpected error shows a message, never a blank
+// page.
+//
+// Routes: /                      home (instances, sessions, projects, browse)
+//         /s/<instance>/<sid>    a session   (?cwd=)
+//         /n/<instance>          a new session on an instance (?cwd=)
+//         /f/<instance>/<sid>    its files   (?cwd=&dir= or &file=)
+//         /pair                  pairing (paste a token)
+
+import { h, clear, $ } from './dom.js';
+import { token, setToken, takeTokenFromFragment, getJson } from './api.js';
+import { homeView } from './home.js';
+import { sessionView } from './session.js';
+import { filesView } from './files.js';
+
+const view = () => $('#view');
+let cleanup = null;
+
+export const app = {
+  instances: null,
+
+  /** Goes to `path` (a client route). */
+  navigate(path) {
+    history.pushState(null, '', path);
+    route();
+  },
+
+  /** Replaces the current address without re-rendering. */
+  replace(path) {
+    history.replaceState(null, '', path);
+  },
+
+  setTitle(title) {
+    $('#bar-title').textContent = title || '';
+    document.title = title ? `${title} · zcode-acp` : 'zcode-acp';
+  },
+
+  /** The header's connection indicator: state open | connecting | waiting | failed. */
+  setConn(state, message, why) {
+    const c = $('#conn');
+    c.dataset.state = state;
+    c.dataset.why = why || '';
+    const label = state === 'open' ? 'online'
+      : state === 'connecting' ? 'connecting'
+        : why === 'auth' ? 'token rejected'
+          : why === 'gone' ? 'instance gone'
+            : why === 'down' ? 'hub offline' : state === 'idle' ? '…' : 'offline';
+    c.textContent = label;
+    c.title = message || label;
+    c.setAttribute('aria-label', `Connection: ${message || label}`);
+  },
+
+  /** The title the last instance listing gave a session. */
+  titleOf(instance, sid) {
+    const inst = (this.instances || []).find((i) => String(i.id) === String(instance));
+    const s = inst && (inst.sessions || []).find((x) => x.sessionId === sid);
+    return s ? s.title : '';
+  },
+
+  /** Shows the pairing screen with `message` (a rejected or missing token). */
+  pair(message) {
+    setToken('');
+    if (location.pathname !== '/pair') history.pushState(null, '', '/pair');
+    mount((root) => pairView(root, message));
+  },
+};
+
+function mount(make) {
+  if (cleanup) {
+    try { cleanup(); } catch (e) { console.warn('cleanup failed', e); }
+  }
+  cleanup = null;
+  try {
+    cleanup = make(view()) || null;
+  } catch (e) {
+    showFatal(e);
+  }
+}
+
+function route() {
+  const parts = location.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+  const q = new URLSearchParams(location.search);
+  if (parts[0] === 'pair' || !token()) return app.pair(token() ? '' : null);
+  const cwd = q.get('cwd') || '';
+  if (parts[0] === 's' && parts.length === 3) return mount((root) => sessionView(root, app, { instance: parts[1], sid: parts[2], cwd }));
+  if (parts[0] === 'n' && parts.length === 2) return mount((root) => sessionView(root, app, { instance: parts[1], sid: null, cwd }));
+  if (parts[0] === 'f' && parts.length === 3) {
+    return mount((root) => filesView(root, app, { instance: parts[1], sid: parts[2], cwd, dir: q.get('dir') || '', file: q.get('file') || '' }));
+  }
+  if (location.pathname !== '/') history.replaceState(null, '', '/');
+  return mount((root) => homeView(root, app));
+}
+
+function pairView(root, message) {
+  app.setTitle('Pair');
+  app.setConn('idle', 'Not paired');
+  const input = h('input', { type: 'password', id: 'token-input', autocomplete: 'off', spellcheck: 'false', 'aria-label': 'Token', placeholder: 'Paste the token' });
+  const problem = h('p', { class: 'error', role: 'alert', id: 'pair-error', hidden: !message, text: message || '' });
+  const form = h('form', { class: 'card pair', onsubmit: async (e) => {
+    e.preventDefault();
+    const t = input.value.trim();
+    if (!t) return;
+    setToken(t);
+    problem.hidden = true;
+    try {
+      await getJson('/api/instances', 'The instance list');
+      app.navigate('/');
+    } catch (err) {
+      if (err.kind === 'auth') setToken('');
+      problem.textContent = err.kind === 'auth' ? 'That token was rejected by the hub.' : err.message;
+      problem.hidden = false;
+    }
+  } },
+  h('h2', { text: 'Pair this browser' }),
+  h('p', { text: 'Open the pairing link that `zcode-acp up` or `zcode-acp token` prints on the machine (or scan its QR code), or paste the token here. It is kept in this browser only.' }),
+  problem, h('div', { class: 'row' }, input, h('button', { type: 'submit', class: 'primary' }, 'Pair')));
+  clear(root).append(form);
+  input.focus();
+}
+
+function showFatal(e) {
+  console.warn('view failed', e);
+  clear(view()).append(h('div', { class: 'card' },
+    h('p', { class: 'error', role: 'alert', text: `Something went wrong in the page: ${e && e.message ? e.message : e}` }),
+    h('button', { type: 'button', onclick: () => route() }, 'Try again'),
+    ' ', h('a', { class: 'button', href: '/' }, 'Home')));
+}
+
+function boot() {
+  const paired = takeTokenFromFragment();
+  if (paired && !token()) return app.pair('The pairing link had an empty token.');
+  window.addEventListener('popstate', route);
+  document.addEventListener('click', (e) => {
+    const a = e.target.closest && e.target.closest('a[data-nav]');
+    if (!a || e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey) return;
+    e.preventDefault();
+    app.navigate(a.getAttribute('href'));
+  });
+  $('#conn').addEventListener('click', () => route());
+  window.addEventListener('unhandledrejection', (e) => { console.warn('unhandled', e.reason); e.preventDefault(); });
+  window.addEventListener('hashchange', () => { if (takeTokenFromFragment()) route(); });
+  route();
+}
+
+boot();

@@ -1,0 +1,106 @@
+// The composer: a textarea with send and cancel, and slash-command completion from the
+// session's `available_commands_update` (type `/`, pick with the arrows, Tab or Enter).
+// Enter sends, Shift+Enter starts a new line.
+
+import { h, clear } from './dom.js';
+
+/**
+ * `onSend(text)`, `onCancel()`. Returns `{node, input, setBusy, setEnabled, setCommands,
+ * focus, setText}`.
+ */
+export function composer({ onSend, onCancel }) {
+  let commands = [];
+  let matches = [];
+  let active = 0;
+  const list = h('ul', { class: 'completions', role: 'listbox', id: 'slash-list', hidden: true, 'aria-label': 'Commands' });
+  const input = h('textarea', {
+    id: 'prompt', rows: 1, placeholder: 'Message the agent — / for commands', 'aria-label': 'Prompt',
+    'aria-autocomplete': 'list', 'aria-controls': 'slash-list', autocomplete: 'off', enterkeyhint: 'send',
+  });
+  const send = h('button', { type: 'submit', class: 'primary', id: 'send', 'aria-label': 'Send' }, 'Send');
+  const cancel = h('button', { type: 'button', class: 'danger', id: 'cancel', hidden: true, onclick: () => onCancel() }, 'Stop');
+  const form = h('form', { class: 'composer', onsubmit: (e) => { e.preventDefault(); submit(); } },
+    list, input, h('div', { class: 'composer-buttons' }, cancel, send));
+
+  function submit() {
+    const text = input.value;
+    if (!text.trim()) return;
+    input.value = '';
+    grow();
+    close();
+    onSend(text);
+  }
+
+  function grow() {
+    input.style.height = 'auto';
+    input.style.height = `${Math.min(input.scrollHeight, 200)}px`;
+  }
+
+  function close() {
+    list.hidden = true;
+    matches = [];
+    input.removeAttribute('aria-activedescendant');
+  }
+
+  function pick(i) {
+    const c = matches[i];
+    if (!c) return;
+    input.value = `/${c.name} `;
+    close();
+    input.focus();
+    grow();
+  }
+
+  function refresh() {
+    const m = /^\/(\S*)$/.exec(input.value);
+    if (!m || !commands.length) return close();
+    const prefix = m[1].toLowerCase();
+    matches = commands.filter((c) => c.name.toLowerCase().startsWith(prefix)).slice(0, 12);
+    if (!matches.length) return close();
+    active = Math.min(active, matches.length - 1);
+    clear(list);
+    matches.forEach((c, i) => list.append(h('li', {
+      id: `slash-${i}`, role: 'option', class: i === active ? 'active' : '', 'aria-selected': i === active ? 'true' : 'false',
+      onmousedown: (e) => { e.preventDefault(); pick(i); },
+    }, h('span', { class: 'cmd', text: `/${c.name}` }), c.description ? h('span', { class: 'desc', text: c.description }) : null)));
+    list.hidden = false;
+    input.setAttribute('aria-activedescendant', `slash-${active}`);
+  }
+
+  input.addEventListener('input', () => { active = 0; refresh(); grow(); });
+  input.addEventListener('keydown', (e) => {
+    if (!list.hidden && matches.length) {
+      if (e.key === 'ArrowDown' || e.key === 'ArrowUp') {
+        e.preventDefault();
+        active = (active + (e.key === 'ArrowDown' ? 1 : matches.length - 1)) % matches.length;
+        refresh();
+        return;
+      }
+      if (e.key === 'Tab' || (e.key === 'Enter' && !e.shiftKey)) {
+        e.preventDefault();
+        pick(active);
+        return;
+      }
+      if (e.key === 'Escape') { e.preventDefault(); close(); return; }
+    }
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      submit();
+    }
+  });
+  input.addEventListener('blur', () => setTimeout(close, 100));
+
+  return {
+    node: form,
+    input,
+    setBusy(busy) { cancel.hidden = !busy; },
+    setEnabled(on) { send.disabled = !on; },
+    setCommands(list2) {
+      commands = (Array.isArray(list2) ? list2 : []).filter((c) => c && typeof c.name === 'string')
+        .map((c) => ({ name: c.name.replace(/^\//, ''), description: typeof c.description === 'string' ? c.description : '' }));
+      if (document.activeElement === input) refresh();
+    },
+    focus() { input.focus(); },
+    setText(t) { input.value = t; grow(); },
+  };
+}

@@ -1,0 +1,317 @@
+// One ACP connection per bridge instance: `/acp?instance=<id>&token=` over WebSocket, JSON-RPC
+// on top, `initialize` first. It reconnects by itself with a backoff (0.5 s doubling to 15 s,
+// reset by a successful initialize) and, when a connection fails, asks the hub why: a stopped
+// hub, an instance that is gone and a rejected token each end in their own state.
+//
+// Replays: while a `session/load` or `session/load_earlier` is in flight, that session's
+// updates are collected rather than dispatched; the bridge sends the replay batch right before
+// the answer, so the answer says which of the collected updates were the replay (the last
+// `replayedMessages`, plus the state updates that follow a load) and which were live.
+
+import { token, diagnose } from './api.js';
+
+const INIT_TIMEOUT_MS = 15000;
+const BACKOFF_MIN_MS = 500;
+const BACKOFF_MAX_MS = 15000;
+
+/** The update kinds the bridge sends after a load's messages (the session's latest state). */
+export const STATE_KINDS = new Set(['available_commands_update', 'current_mode_update',
+  'config_option_update', 'session_info_update', 'usage_update']);
+
+/** A failed JSON-RPC call or a call cut by a closed connection. */
+export class RpcError extends Error {
+  constructor(code, message, data) {
+    super(message);
+    this.code = code;
+    this.data = data;
+  }
+}
+
+/** The key of a JSON-RPC id (numbers and strings kept apart). */
+export const idKey = (id) => `${typeof id}:${id}`;
+
+export class Conn {
+  /** A connection to instance `id` (not opened until `start`). */
+  constructor(id) {
+    this.id = String(id);
+    this.state = 'idle'; // idle | connecting | open | waiting | failed | closed
+    this.message = '';
+    this.why = '';
+    this.attempt = 0;
+    this.retryAt = 0;
+    this.ws = null;
+    this.nextId = 1;
+    this.calls = new Map();
+    this.pending = new Map(); // agent requests awaiting our answer: idKey → message
+    this.replays = new Map(); // sessionId → updates collected during a load
+    this.watched = new Map(); // sessionId → cwd: attached with limit 0 after every (re)connect
+    this.viewing = null; // the session a view loads itself
+    this.listeners = new Set();
+    this.timer = null;
+    this.initResult = null;
+  }
+
+  /** Subscribes `fn(event)`; returns the unsubscribe function. */
+  listen(fn) {
+    this.listeners.add(fn);
+    return () => this.listeners.delete(fn);
+  }
+
+  emit(event) {
+    for (const fn of [...this.listeners]) {
+      try { fn(event); } catch (e) { console.warn('listener failed', e); }
+    }
+  }
+
+  setState(state, message = '', why = '') {
+    this.state = state;
+    this.message = message;
+    this.why = why;
+    this.emit({ type: 'state' });
+  }
+
+  /** Opens the connection unless it is open, opening, or has failed for good. */
+  start() {
+    if (this.state === 'idle' || this.state === 'closed') this.connect();
+  }
+
+  /** Retries at once (after a failure, or while waiting for the next attempt). */
+  retryNow() {
+    if (this.state === 'open' || this.state === 'connecting') return;
+    clearTimeout(this.timer);
+    this.connect();
+  }
+
+  connect() {
+    clearTimeout(this.timer);
+    const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
+    const url = `${proto}//${location.host}/acp?instance=${encodeURIComponent(this.id)}&token=${encodeURIComponent(token())}`;
+    this.setState('connecting', this.attempt ? `Reconnecting (attempt ${this.attempt + 1})…` : 'Connecting…');
+    let ws;
+    try {
+      ws = new WebSocket(url);
+    } catch {
+      this.failed();
+      return;
+    }
+    this.ws = ws;
+    let opened = false;
+    ws.onopen = () => {
+      opened = true;
+      this.call('initialize', {
+        protocolVersion: 1,
+        clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false, elicitation: { form: {} } },
+        clientInfo: { name: 'zcode-acp-web', title: 'zcode-acp web client', version: '0.1.0' },
+      }, INIT_TIMEOUT_MS).then((r) => {
+        if (this.ws !== ws) return;
+        this.initResult = r;
+        this.attempt = 0;
+        this.setState('open', 'Connected');
+        for (const [sid, cwd] of this.watched) if (sid !== this.viewing) this.attachQuietly(sid, cwd);
+        this.emit({ type: 'open' });
+      }, () => { if (this.ws === ws) ws.close(); });
+    };
+    ws.onmessage = (e) => this.receive(e.data);
+    ws.onclose = () => {
+      if (this.ws !== ws) return;
+      this.ws = null;
+      this.dropCalls(opened ? 'the connection to the hub was lost' : 'could not connect');
+      if (this.state === 'closed') return;
+      this.failed();
+    };
+  }
+
+  /** The connection ended: find out why, then retry or give up. */
+  async failed() {
+    this.setState('waiting', 'Connection lost: checking the hub…');
+    const d = await diagnose(this.id);
+    if (this.state === 'closed' || this.state === 'open' || this.state === 'connecting') return;
+    if (d.why === 'auth') return this.setState('failed', d.message, 'auth');
+    if (d.why === 'gone') return this.setState('failed', d.message, 'gone');
+    const delay = Math.min(BACKOFF_MAX_MS, BACKOFF_MIN_MS * 2 ** this.attempt);
+    this.attempt++;
+    this.retryAt = Date.now() + delay;
+    const why = d.why === 'down' ? 'The hub is not answering (stopped, or the network is down).'
+      : d.why === 'garbage' ? d.message : 'The connection dropped.';
+    this.setState('waiting', `${why} Retrying in ${(delay / 1000).toFixed(1)} s.`, d.why);
+    this.timer = setTimeout(() => this.connect(), delay);
+  }
+
+  /** Closes for good (the view or instance went away). */
+  close() {
+    clearTimeout(this.timer);
+    this.setState('closed');
+    const ws = this.ws;
+    this.ws = null;
+    this.dropCalls('closed');
+    if (ws) ws.close();
+  }
+
+  dropCalls(why) {
+    for (const c of this.calls.values()) c.reject(new RpcError(-32099, why));
+    this.calls.clear();
+    this.replays.clear(); // their calls were rejected above; each one's `finally` wakes its waiters
+    if (this.pending.size) {
+      // The bridge re-sends what is still pending when we attach again.
+      this.pending.clear();
+      this.emit({ type: 'pending' });
+    }
+  }
+
+  send(msg) {
+    if (!this.ws || this.ws.readyState !== WebSocket.OPEN) throw new RpcError(-32099, 'not connected');
+    this.ws.send(JSON.stringify(msg));
+  }
+
+  /** A request; resolves with its result, rejects with an RpcError. */
+  call(method, params, timeoutMs = 0) {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      try {
+        this.send({ jsonrpc: '2.0', id, method, params });
+      } catch (e) {
+        reject(e);
+        return;
+      }
+      const entry = { resolve, reject, method };
+      if (timeoutMs) {
+        entry.timer = setTimeout(() => {
+          this.calls.delete(id);
+          reject(new RpcError(-32098, `${method}: no answer in ${timeoutMs / 1000} s`));
+        }, timeoutMs);
+      }
+      this.calls.set(id, entry);
+    });
+  }
+
+  /** A notification. */
+  notify(method, params) {
+    this.send({ jsonrpc: '2.0', method, params });
+  }
+
+  /** Answers agent request `id` (a result, or an `error` object). */
+  respond(id, result, error) {
+    this.pending.delete(idKey(id));
+    this.emit({ type: 'pending' });
+    this.send(error ? { jsonrpc: '2.0', id, error } : { jsonrpc: '2.0', id, result });
+  }
+
+  receive(data) {
+    let msg;
+    try { msg = JSON.parse(data); } catch { return; } // not JSON-RPC: nothing to do with it
+    if (!msg || typeof msg !== 'object') return;
+    if (msg.method === undefined && msg.id !== undefined) {
+      const c = this.calls.get(msg.id);
+      if (!c) return;
+      this.calls.delete(msg.id);
+      clearTimeout(c.timer);
+      if (msg.error) c.reject(new RpcError(msg.error.code, msg.error.message || 'error', msg.error.data));
+      else c.resolve(msg.result);
+      return;
+    }
+    if (typeof msg.method !== 'string') return;
+    const params = msg.params || {};
+    if (msg.id !== undefined && msg.id !== null) {
+      if (msg.method === 'session/request_permission' || msg.method === 'elicitation/create') {
+        this.pending.set(idKey(msg.id), msg);
+        this.emit({ type: 'pending' });
+        this.emit({ type: 'request', msg });
+      } else {
+        // Nothing else is ours to serve (we advertise no fs or terminal).
+        try { this.send({ jsonrpc: '2.0', id: msg.id, error: { code: -32601, message: `${msg.method} is not supported by the web client` } }); } catch { /* closed */ }
+      }
+      return;
+    }
+    if (msg.method === '$/cancel_request') {
+      const key = idKey(params.requestId);
+      const had = this.pending.delete(key);
+      if (had) this.emit({ type: 'pending' });
+      this.emit({ type: 'cancel', requestId: params.requestId, had });
+      return;
+    }
+    if (msg.method === 'session/update' && params.update) {
+      const buf = this.replays.get(params.sessionId);
+      if (buf) { buf.push(params.update); return; }
+      this.emit({ type: 'update', sid: params.sessionId, update: params.update });
+      return;
+    }
+    this.emit({ type: 'notification', msg });
+  }
+
+  /**
+   * Loads `sid` with `_meta.zcode.limit` = `limit`. Resolves with `{result, replay, live}`:
+   * the replayed updates (messages then state) and the live ones that arrived meanwhile.
+   */
+  async load(sid, cwd, limit) {
+    return this.replay(sid, 'session/load', {
+      sessionId: sid, cwd: cwd || '/', mcpServers: [], _meta: { zcode: { limit } },
+    }, true);
+  }
+
+  /** One page older than `before`, as `{result, replay, live}`. */
+  async loadEarlier(sid, before, limit) {
+    return this.replay(sid, 'session/load_earlier', { sessionId: sid, before, limit }, false);
+  }
+
+  async replay(sid, method, params, isLoad) {
+    // One replay per session at a time: its updates are told apart by arriving in between.
+    while (this.replays.has(sid)) await this.replays.get(sid).done;
+    const buf = [];
+    let finish;
+    buf.done = new Promise((res) => { finish = res; });
+    this.replays.set(sid, buf);
+    try {
+      const result = await this.call(method, params);
+      const meta = (result && result.replayMeta) || {};
+      let end = buf.length;
+      if (isLoad) while (end > 0 && STATE_KINDS.has(buf[end - 1].sessionUpdate)) end--;
+      const n = Math.min(end, Number(meta.replayedMessages) || 0);
+      const replay = buf.slice(end - n);
+      const live = buf.slice(0, end - n);
+      return { result: result || {}, replay, live };
+    } finally {
+      if (this.replays.get(sid) === buf) this.replays.delete(sid);
+      finish();
+    }
+  }
+
+  /** Keeps `sid` attached (metadata only) across reconnects, for its pending requests. */
+  watch(sid, cwd) {
+    if (this.watched.has(sid)) return;
+    this.watched.set(sid, cwd);
+    this.start();
+    if (this.state === 'open' && sid !== this.viewing) this.attachQuietly(sid, cwd);
+  }
+
+  attachQuietly(sid, cwd) {
+    this.load(sid, cwd, 0).then(({ replay }) => {
+      for (const u of replay) this.emit({ type: 'update', sid, update: u, quiet: true });
+    }, () => { /* a session that went away: the next listing drops it */ });
+  }
+
+  /** Pending agent requests (permission, elicitation) of `sid`, oldest first. */
+  pendingOf(sid) {
+    return [...this.pending.values()].filter((m) => !sid || (m.params && m.params.sessionId === sid));
+  }
+}
+
+/** The connections of this page, one per instance. */
+export const pool = {
+  conns: new Map(),
+  /** The connection to instance `id` (created, not started). */
+  get(id) {
+    const key = String(id);
+    let c = this.conns.get(key);
+    if (!c || c.state === 'closed') {
+      c = new Conn(key);
+      this.conns.set(key, c);
+    }
+    return c;
+  },
+  /** Closes and forgets the connection to `id`. */
+  drop(id) {
+    const c = this.conns.get(String(id));
+    if (c) c.close();
+    this.conns.delete(String(id));
+  },
+};

@@ -1,0 +1,170 @@
+// Projects (`/api/projects`), a project's history with paging (`/api/projects/sessions`),
+// resume, create (`POST /api/instances`), project delete (`POST /api/projects/delete`), and
+// the directory browser (`/api/fs/list`) with create in a creatable directory. A hub that
+// does not offer one of these says so in place; nothing else on the page depends on them.
+
+import { h, clear, ago, baseName, toast, modal } from './dom.js';
+import { getJson, postJson, query } from './api.js';
+
+const HISTORY_PAGE = 20;
+const CREATE_WAIT_MS = 25000;
+
+/** Explains a failed call in a section, with a retry. */
+function failure(box, e, retry) {
+  clear(box).append(h('p', { class: e.kind === 'missing' ? 'muted' : 'error', role: e.kind === 'missing' ? null : 'alert', text: e.message }),
+    e.kind === 'missing' ? null : h('button', { type: 'button', onclick: retry }, 'Retry'));
+}
+
+/** Creates a session in `path` (a new instance), waits for it to register, opens it. */
+export async function createIn(app, path, button) {
+  if (button) button.disabled = true;
+  toast(`Starting a session in ${baseName(path)}… (a window may open on the machine)`);
+  try {
+    const r = await postJson('/api/instances', { workspacePath: path }, 'Create');
+    const id = String(r.id);
+    const deadline = Date.now() + CREATE_WAIT_MS;
+    for (;;) {
+      const list = await getJson('/api/instances', 'The instance list');
+      if (Array.isArray(list) && list.some((i) => String(i.id) === id)) break;
+      if (Date.now() > deadline) throw new Error('The new instance never registered with the hub.');
+      await new Promise((res) => setTimeout(res, 300));
+    }
+    app.navigate(`/n/${encodeURIComponent(id)}${query({ cwd: path })}`);
+  } catch (e) {
+    const msg = e.status === 403 ? `${path} is not a known project (nor under a configured project root).` : e.message;
+    toast(`Could not create a session: ${msg}`, 'error', 9000);
+  } finally {
+    if (button) button.disabled = false;
+  }
+}
+
+/** The projects card: `{node, stop}`. */
+export function projectsSection(app) {
+  const body = h('div', {}, h('p', { class: 'muted', text: 'Loading projects…' }));
+  const node = h('section', { class: 'card', id: 'projects', 'aria-labelledby': 'projects-h' },
+    h('div', { class: 'card-head' }, h('h2', { id: 'projects-h', text: 'Projects' }),
+      h('button', { type: 'button', class: 'link', onclick: () => load() }, 'Refresh')), body);
+  let stopped = false;
+
+  async function load() {
+    try {
+      const projects = await getJson('/api/projects', 'Projects');
+      if (stopped) return;
+      clear(body);
+      if (!Array.isArray(projects) || !projects.length) {
+        body.append(h('p', { class: 'muted', text: 'No known project yet: a directory becomes one when a session runs in it.' }));
+        return;
+      }
+      body.append(h('ul', { class: 'rows projects' }, projects.map((p) => projectRow(p))));
+    } catch (e) {
+      if (!stopped) failure(body, e, load);
+    }
+  }
+
+  function projectRow(p) {
+    const path = String(p.workspacePath || '');
+    const history = h('div', { class: 'history', hidden: true });
+    const create = h('button', { type: 'button', class: 'primary', onclick: () => createIn(app, path, create) }, 'New session');
+    return h('li', { class: 'project', dataset: { path } },
+      h('div', { class: 'project-head' },
+        h('strong', { text: baseName(path) }), h('span', { class: 'muted path', text: path }),
+        h('span', { class: 'muted', text: `${Number(p.sessions) || 0} sessions · ${ago(p.lastActive)}` })),
+      h('div', { class: 'actions' },
+        h('button', { type: 'button', 'aria-expanded': 'false', onclick: (e) => toggleHistory(e.currentTarget, path, history) }, 'History'),
+        create,
+        h('button', { type: 'button', class: 'danger', onclick: () => deleteProject(path) }, 'Delete')),
+      history);
+  }
+
+  function toggleHistory(button, path, box) {
+    const open = box.hidden;
+    box.hidden = !open;
+    button.setAttribute('aria-expanded', String(open));
+    if (open && !box.childElementCount) historyPage(path, box, null);
+  }
+
+  async function historyPage(path, box, cursor) {
+    const more = box.querySelector('.more');
+    if (more) more.remove();
+    const loading = h('p', { class: 'muted', text: 'Loading the history (a headless bridge may start)…' });
+    box.append(loading);
+    try {
+      const page = await getJson(`/api/projects/sessions${query({ workspacePath: path, limit: HISTORY_PAGE, before: cursor && cursor.before, beforeId: cursor && cursor.beforeId })}`, 'History');
+      loading.remove();
+      const inst = page.instance && page.instance.id;
+      const rows = Array.isArray(page.sessions) ? page.sessions : [];
+      if (!rows.length && !cursor) box.append(h('p', { class: 'muted', text: 'No earlier session.' }));
+      box.append(h('ul', { class: 'rows' }, rows.map((s) => h('li', {},
+        h('span', { class: 'title', text: s.title || 'Untitled session' }),
+        h('span', { class: 'muted', text: ago(s.updatedAt) }),
+        inst ? h('a', { class: 'button', 'data-nav': '', href: `/s/${encodeURIComponent(inst)}/${encodeURIComponent(s.sessionId)}${query({ cwd: s.cwd || path })}` }, 'Resume') : null))));
+      if (page.nextCursor) {
+        box.append(h('button', { type: 'button', class: 'more', onclick: () => historyPage(path, box, page.nextCursor) }, 'Older sessions'));
+      }
+    } catch (e) {
+      loading.remove();
+      const msg = e.status === 403 ? 'This project is no longer known to the hub.' : e.message;
+      box.append(h('p', { class: 'error', role: 'alert', text: msg }),
+        h('button', { type: 'button', class: 'more', onclick: () => { clear(box); historyPage(path, box, cursor); } }, 'Retry'));
+    }
+  }
+
+  function deleteProject(path) {
+    modal(`Delete ${baseName(path)}?`, [h('p', { text: `Every session of ${path} is hidden from every listing (a soft delete: nothing is removed from disk).` })],
+      [{ label: 'Delete project', value: 'ok', kind: 'danger' }, { label: 'Keep it', value: '' }], async () => {
+        try {
+          const r = await postJson('/api/projects/delete', { workspacePath: path }, 'Delete project');
+          toast(`Deleted ${baseName(path)} (${Number(r.deletedTasks) || 0} sessions hidden).`);
+          load();
+          return '';
+        } catch (e) {
+          return e.status === 409 ? 'A session of this project is live or running — close it first.' : e.message;
+        }
+      });
+  }
+
+  load();
+  return { node, stop: () => { stopped = true; } };
+}
+
+/** The directory browser card: `{node, stop}`. */
+export function browseSection(app) {
+  const body = h('div', {});
+  const hidden = h('input', { type: 'checkbox', id: 'show-hidden', onchange: () => show(current) });
+  const node = h('section', { class: 'card', id: 'browse', 'aria-labelledby': 'browse-h' },
+    h('div', { class: 'card-head' }, h('h2', { id: 'browse-h', text: 'Start somewhere new' }),
+      h('label', { class: 'muted check' }, hidden, 'show hidden')), body);
+  let current = null;
+  let stopped = false;
+
+  async function open(path) {
+    body.replaceChildren(h('p', { class: 'muted', text: 'Listing…' }));
+    try {
+      current = await getJson(`/api/fs/list${query({ path })}`, 'Browse');
+      if (!stopped) show(current);
+    } catch (e) {
+      if (!stopped) failure(body, e, () => open(path));
+    }
+  }
+
+  function show(dir) {
+    if (!dir) return;
+    const entries = (Array.isArray(dir.entries) ? dir.entries : []).filter((e) => hidden.checked || !String(e.name).startsWith('.'));
+    const base = String(dir.path || '/').replace(/\/$/, '');
+    const create = h('button', {
+      type: 'button', class: 'primary', disabled: !dir.creatable,
+      title: dir.creatable ? '' : 'Only known projects and directories under a configured project root',
+      onclick: () => createIn(app, dir.path, create),
+    }, 'Start a session here');
+    clear(body).append(
+      h('div', { class: 'browse-head' },
+        h('button', { type: 'button', disabled: !dir.parent, 'aria-label': 'Parent directory', onclick: () => open(dir.parent) }, '↑'),
+        h('code', { class: 'path', text: String(dir.path || '') }), create),
+      h('ul', { class: 'rows dirs' }, entries.map((e) => h('li', {},
+        h('button', { type: 'button', class: 'link', onclick: () => open(`${base}/${e.name}`) }, `${String(e.name)}/`)))),
+      dir.truncated ? h('p', { class: 'muted', text: 'Only the first 2000 directories are listed.' }) : null);
+  }
+
+  open('');
+  return { node, stop: () => { stopped = true; } };
+}

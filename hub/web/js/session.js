@@ -1,0 +1,455 @@
+// The session view: attach with the tail (`_meta.zcode.limit: 50`), page back with
+// `session/load_earlier` when scrolled to the top, stream live updates, answer permissions and
+// elicitations, send, queue and cancel prompts, switch modes and config options, and rename,
+// close or delete the session. It re-attaches after every reconnect (see transcript.js for
+// how the re-attach avoids duplicates).
+
+import { h, clear, toast, modal, $ } from './dom.js';
+import { pool, STATE_KINDS } from './conn.js';
+import { api, postJson, query, ApiError } from './api.js';
+import { Transcript } from './transcript.js';
+import { composer } from './composer.js';
+import { render as markdown } from './md.js';
+
+const TAIL = 50;
+const PAGE = 50;
+const STATUS_POLL_MS = 2000;
+
+/** Human messages for the lifecycle routes' errors (the contract's status codes). */
+export function lifecycleError(action, e) {
+  if (!(e instanceof ApiError)) return String(e && e.message || e);
+  if (e.status === 409) {
+    return action === 'delete' ? 'This session is live on its bridge — close it first.' : 'A turn is running — cancel it first.';
+  }
+  if (e.status === 404 && e.kind !== 'missing') return 'This session (or its instance) is gone.';
+  if (e.status === 404) return `${action}: this hub does not offer that (HTTP 404).`;
+  if (e.status === 400) return `${action}: ${e.message.replace(/^[^:]*: /, '')}`;
+  if (e.status === 503) return `${action}: the tasks index is unavailable — try again.`;
+  return e.message;
+}
+
+/** Mounts the view for `instance`/`sid` (sid null: create one in `cwd`); returns cleanup. */
+export function sessionView(root, app, { instance, sid, cwd }) {
+  const conn = pool.get(instance);
+  const st = {
+    sid, cwd, title: app.titleOf(instance, sid) || '', cursor: null, hasMore: false, loadingEarlier: false,
+    attached: false, myTurn: null, running: false, queue: [], modes: null, config: [], usage: null,
+    follow: true, firstUpdatePending: false,
+  };
+  const scroller = h('div', { class: 'scroller', id: 'transcript-scroller', tabindex: '0', 'aria-label': 'Conversation' });
+  const top = h('div', { class: 'top-note' });
+  const list = h('div', { class: 'transcript', id: 'transcript', 'aria-live': 'polite' });
+  scroller.append(top, list);
+  const t = new Transcript(list, { onOpenPath: (p) => app.navigate(filesUrl(p)) });
+  t.onRendered = () => stick();
+  const banner = h('div', { class: 'conn-banner', role: 'status', hidden: true });
+  const requests = h('section', { class: 'requests', 'aria-label': 'Waiting for your answer' });
+  const queueBox = h('ul', { class: 'queue', 'aria-label': 'Queued prompts', hidden: true });
+  const toolbar = h('div', { class: 'toolbar' });
+  const comp = composer({ onSend: (text) => send(text), onCancel: () => cancelTurn() });
+  const view = h('div', { class: 'session-view' }, toolbar, banner, scroller, requests, queueBox, comp.node);
+  clear(root).append(view);
+  app.setTitle(st.title || 'Session');
+
+  const cards = new Map();
+  conn.viewing = sid;
+  const unlisten = conn.listen(onEvent);
+  conn.start();
+  showConn();
+  if (conn.state === 'open') attach();
+  scroller.addEventListener('scroll', onScroll, { passive: true });
+  const poll = setInterval(pollStatus, STATUS_POLL_MS);
+  pollStatus();
+  renderToolbar();
+
+  function filesUrl(path) {
+    return `/f/${encodeURIComponent(instance)}/${encodeURIComponent(st.sid || '')}${query({ cwd: st.cwd, file: path })}`;
+  }
+
+  function stick() {
+    if (st.follow) scroller.scrollTop = scroller.scrollHeight;
+  }
+
+  function onScroll() {
+    st.follow = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 60;
+    if (scroller.scrollTop < 300 && st.hasMore && !st.loadingEarlier && st.attached) loadEarlier();
+  }
+
+  function onEvent(ev) {
+    if (ev.type === 'state') return showConn();
+    if (ev.type === 'open') return attach();
+    if (ev.type === 'pending' || ev.type === 'request') return renderRequests();
+    if (ev.type === 'cancel') {
+      if (ev.had !== false && cards.has(String(ev.requestId))) toast('That request was answered elsewhere.');
+      return renderRequests();
+    }
+    if (ev.type === 'update' && ev.sid === st.sid) applyUpdate(ev.update);
+  }
+
+  function applyUpdate(u) {
+    if (STATE_KINDS.has(u.sessionUpdate)) return applyState(u);
+    if (u.sessionUpdate === 'user_message_chunk' && !st.myTurn) st.running = true;
+    if (st.firstUpdatePending && st.myTurn) {
+      st.firstUpdatePending = false;
+      t.setStatus(st.myTurn, '');
+    }
+    t.live(u);
+    stick();
+    updateButtons();
+  }
+
+  function applyState(u) {
+    switch (u.sessionUpdate) {
+      case 'available_commands_update': comp.setCommands(u.availableCommands); break;
+      case 'current_mode_update':
+        if (st.modes) st.modes.currentModeId = u.currentModeId;
+        else st.modes = { currentModeId: u.currentModeId, availableModes: [] };
+        break;
+      case 'config_option_update': if (Array.isArray(u.configOptions)) st.config = u.configOptions; break;
+      case 'session_info_update':
+        if (typeof u.title === 'string' && u.title) { st.title = u.title; app.setTitle(u.title); }
+        break;
+      case 'usage_update': st.usage = u; break;
+      default: break;
+    }
+    renderToolbar();
+  }
+
+  function applyResult(r) {
+    if (r && r.modes && Array.isArray(r.modes.availableModes)) st.modes = r.modes;
+    if (r && Array.isArray(r.configOptions)) st.config = r.configOptions;
+    renderToolbar();
+  }
+
+  async function attach() {
+    st.attached = false;
+    comp.setEnabled(false);
+    try {
+      if (!st.sid) {
+        top.textContent = 'Starting a new session…';
+        const r = await conn.call('session/new', { cwd: st.cwd || '/', mcpServers: [] });
+        st.sid = r.sessionId;
+        conn.viewing = st.sid;
+        app.replace(`/s/${encodeURIComponent(instance)}/${encodeURIComponent(st.sid)}${query({ cwd: st.cwd })}`);
+        applyResult(r);
+        setTop('This is a new session: say something.');
+        t.turn = 0;
+      } else {
+        setTop('Loading the conversation…');
+        const { result, replay, live } = await conn.load(st.sid, st.cwd, TAIL);
+        for (const u of live) if (STATE_KINDS.has(u.sessionUpdate)) applyState(u);
+        applyResult(result);
+        const meta = result.replayMeta || {};
+        const messages = replay.filter((u) => !STATE_KINDS.has(u.sessionUpdate));
+        const outcome = t.attach(messages, meta);
+        for (const u of replay) if (STATE_KINDS.has(u.sessionUpdate)) applyState(u);
+        st.cursor = meta.cursor || null;
+        st.hasMore = !!meta.hasMore;
+        if (outcome === 'changed') { st.follow = true; stick(); }
+        setTop();
+      }
+      st.attached = true;
+      comp.setEnabled(true);
+      renderRequests();
+      updateButtons();
+      pump();
+      if (st.hasMore && scroller.scrollHeight <= scroller.clientHeight + 10) loadEarlier();
+    } catch (e) {
+      if (conn.state !== 'open') return; // the reconnect will attach again
+      setTop(`Could not open this session: ${e.message}`, true);
+    }
+  }
+
+  function setTop(text, isError) {
+    clear(top);
+    if (text) {
+      top.append(h('span', { class: isError ? 'error' : '', text }));
+      if (isError) top.append(' ', h('button', { type: 'button', onclick: () => attach() }, 'Retry'));
+      return;
+    }
+    if (st.hasMore) {
+      top.append(h('button', { type: 'button', class: 'link', id: 'load-earlier', onclick: () => loadEarlier() }, 'Load earlier messages'));
+    } else if (!t.empty) {
+      top.append(h('span', { class: 'muted', text: 'The beginning of this conversation.' }));
+    }
+  }
+
+  async function loadEarlier() {
+    if (st.loadingEarlier || !st.cursor || conn.state !== 'open') return;
+    st.loadingEarlier = true;
+    setTop('Loading earlier messages…');
+    try {
+      const { result, replay, live } = await conn.loadEarlier(st.sid, st.cursor, PAGE);
+      for (const u of live) applyUpdate(u);
+      const before = scroller.scrollHeight;
+      const keep = scroller.scrollTop;
+      t.prepend(replay);
+      scroller.scrollTop = keep + (scroller.scrollHeight - before);
+      const meta = result.replayMeta || {};
+      st.cursor = meta.cursor || null;
+      st.hasMore = !!meta.hasMore && !!st.cursor;
+      setTop();
+    } catch (e) {
+      if (/cursor expired/i.test(e.message)) {
+        t.reset();
+        st.loadingEarlier = false;
+        return attach();
+      }
+      setTop(`Could not load earlier messages: ${e.message}`, true);
+    } finally {
+      st.loadingEarlier = false;
+    }
+  }
+
+  function send(text) {
+    if (!st.attached || st.myTurn || st.running || st.queue.length) {
+      st.queue.push(text);
+      renderQueue();
+      pump();
+      return;
+    }
+    start(text);
+  }
+
+  function start(text) {
+    const item = t.localPrompt(text, 'sending…');
+    st.myTurn = item;
+    st.firstUpdatePending = true;
+    st.follow = true;
+    stick();
+    updateButtons();
+    conn.call('session/prompt', { sessionId: st.sid, prompt: [{ type: 'text', text }] }).then((r) => {
+      const why = r && r.stopReason;
+      t.setStatus(item, why && why !== 'end_turn' ? `stopped: ${why}` : '');
+    }, (e) => {
+      if (e.code === -32099) {
+        t.setStatus(item, 'not confirmed: the connection dropped while it ran');
+      } else {
+        t.setStatus(item, `not completed: ${e.message}`);
+      }
+    }).finally(() => {
+      if (st.myTurn === item) st.myTurn = null;
+      updateButtons();
+      pump();
+    });
+  }
+
+  function pump() {
+    if (!st.queue.length || st.myTurn || st.running || !st.attached || conn.state !== 'open') return;
+    start(st.queue.shift());
+    renderQueue();
+  }
+
+  function renderQueue() {
+    clear(queueBox);
+    queueBox.hidden = !st.queue.length;
+    st.queue.forEach((text, i) => queueBox.append(h('li', { class: 'queued' },
+      h('span', { class: 'badge', text: 'queued' }), h('span', { class: 'plain', text }),
+      h('button', { type: 'button', class: 'link', 'aria-label': 'Remove from the queue', onclick: () => { st.queue.splice(i, 1); renderQueue(); } }, '×'))));
+  }
+
+  function cancelTurn() {
+    try {
+      conn.notify('session/cancel', { sessionId: st.sid });
+      toast('Cancel sent.');
+    } catch (e) {
+      toast(`Cannot cancel: ${e.message}`, 'error');
+    }
+  }
+
+  async function pollStatus() {
+    if (!st.sid) return;
+    try {
+      const s = await api(`/api/instances/${encodeURIComponent(instance)}/status`, { what: 'Status', expectJson: true, timeout: 5000 });
+      const row = (s.sessions || []).find((x) => x.sessionId === st.sid);
+      const running = !!row && row.status === 'running';
+      if (running !== st.running && !st.myTurn) {
+        st.running = running;
+        updateButtons();
+        pump();
+      }
+      if (row && row.title && !st.title) { st.title = row.title; app.setTitle(row.title); }
+    } catch (e) {
+      // The connection state says what is wrong; a rejected token must not keep knocking.
+      if (e.kind === 'auth') clearInterval(poll);
+    }
+  }
+
+  function updateButtons() {
+    const busy = !!st.myTurn || st.running;
+    comp.setBusy(busy);
+    view.dataset.busy = busy ? 'true' : 'false';
+  }
+
+  function showConn() {
+    const s = conn.state;
+    app.setConn(s, conn.message, conn.why);
+    banner.hidden = s === 'open' || s === 'idle';
+    clear(banner);
+    if (banner.hidden) return;
+    banner.dataset.state = s;
+    banner.dataset.why = conn.why || '';
+    banner.append(h('span', { text: conn.message || 'Connecting…' }));
+    if (s === 'waiting' || (s === 'failed' && conn.why !== 'auth' && conn.why !== 'gone')) {
+      banner.append(' ', h('button', { type: 'button', onclick: () => conn.retryNow() }, 'Retry now'));
+    }
+    if (conn.why === 'auth') banner.append(' ', h('button', { type: 'button', onclick: () => app.pair(conn.message) }, 'Pair again'));
+    if (conn.why === 'gone') banner.append(' ', h('button', { type: 'button', onclick: () => app.navigate('/') }, 'Back to the list'));
+    if (s !== 'open') comp.setEnabled(false);
+  }
+
+  function renderRequests() {
+    const pending = conn.pendingOf(st.sid);
+    const live = new Set(pending.map((m) => String(m.id)));
+    for (const [id, node] of cards) if (!live.has(id)) { node.remove(); cards.delete(id); }
+    for (const m of pending) {
+      const id = String(m.id);
+      if (cards.has(id)) continue;
+      const node = m.method === 'elicitation/create' ? elicitationCard(m) : permissionCard(m);
+      cards.set(id, node);
+      requests.append(node);
+    }
+    requests.hidden = cards.size === 0;
+  }
+
+  function answer(m, result) {
+    try {
+      conn.respond(m.id, result);
+    } catch (e) {
+      toast(`Could not answer: ${e.message}`, 'error');
+    }
+  }
+
+  function permissionCard(m) {
+    const p = m.params || {};
+    const tool = p.toolCall || {};
+    const options = Array.isArray(p.options) ? p.options : [];
+    return h('div', { class: 'request permission', role: 'group', 'aria-label': 'Permission request', dataset: { id: String(m.id) } },
+      h('div', { class: 'request-title' }, h('span', { class: 'badge warn', text: 'permission' }), ' ', h('span', { text: String(tool.title || 'The agent asks for permission') })),
+      h('div', { class: 'options' }, options.map((o) => h('button', {
+        type: 'button', class: String(o.kind || '').startsWith('reject') ? 'danger' : 'primary', dataset: { option: String(o.optionId) },
+        onclick: () => answer(m, { outcome: { outcome: 'selected', optionId: o.optionId } }),
+      }, String(o.name || o.optionId)))));
+  }
+
+  function elicitationCard(m) {
+    const p = m.params || {};
+    const props = (p.requestedSchema && p.requestedSchema.properties) || {};
+    const required = new Set((p.requestedSchema && p.requestedSchema.required) || []);
+    const fields = Object.entries(props).map(([name, s]) => {
+      const label = String((s && (s.title || s.description)) || name);
+      let input;
+      if (s && Array.isArray(s.enum)) input = h('select', { name }, s.enum.map((v) => h('option', { value: String(v) }, String(v))));
+      else if (s && s.type === 'boolean') input = h('input', { type: 'checkbox', name });
+      else input = h('input', { type: s && (s.type === 'number' || s.type === 'integer') ? 'number' : 'text', name, required: required.has(name) });
+      return h('label', { class: 'field' }, h('span', { text: label }), input);
+    });
+    const form = h('form', { class: 'request elicitation', 'aria-label': 'Question from the agent', dataset: { id: String(m.id) } },
+      h('div', { class: 'request-title' }, h('span', { class: 'badge warn', text: 'question' })),
+      h('div', { class: 'md' }, markdown(String(p.message || ''))), fields,
+      h('div', { class: 'options' },
+        h('button', { type: 'submit', class: 'primary' }, 'Answer'),
+        h('button', { type: 'button', onclick: () => answer(m, { action: 'decline' }) }, 'Decline'),
+        h('button', { type: 'button', class: 'danger', onclick: () => answer(m, { action: 'cancel' }) }, 'Cancel')));
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      const content = {};
+      for (const [name, s] of Object.entries(props)) {
+        const el = form.elements[name];
+        if (!el) continue;
+        if (s && s.type === 'boolean') content[name] = el.checked;
+        else if (s && (s.type === 'number' || s.type === 'integer')) content[name] = el.value === '' ? null : Number(el.value);
+        else content[name] = el.value;
+      }
+      answer(m, { action: 'accept', content });
+    });
+    return form;
+  }
+
+  function renderToolbar() {
+    clear(toolbar);
+    const base = `/api/instances/${encodeURIComponent(instance)}/sessions/${encodeURIComponent(st.sid || '')}`;
+    const modes = st.modes && Array.isArray(st.modes.availableModes) ? st.modes.availableModes : [];
+    if (modes.length) {
+      toolbar.append(h('label', { class: 'pick' }, h('span', { text: 'Mode' }), h('select', {
+        id: 'mode', onchange: (e) => conn.call('session/set_mode', { sessionId: st.sid, modeId: e.target.value }).catch((err) => toast(`Mode: ${err.message}`, 'error')),
+      }, modes.map((m) => h('option', { value: String(m.id), selected: m.id === st.modes.currentModeId }, String(m.name || m.id))))));
+    }
+    for (const opt of st.config) {
+      if (!opt || opt.type !== 'select' || !Array.isArray(opt.options)) continue;
+      const flat = opt.options.flatMap((o) => (Array.isArray(o.options) ? o.options : [o]));
+      toolbar.append(h('label', { class: 'pick' }, h('span', { text: String(opt.name || opt.id) }), h('select', {
+        dataset: { config: String(opt.id) },
+        onchange: (e) => conn.call('session/set_config_option', { sessionId: st.sid, configId: opt.id, value: e.target.value })
+          .then((r) => { if (r && Array.isArray(r.configOptions)) { st.config = r.configOptions; renderToolbar(); } })
+          .catch((err) => toast(`${opt.name || opt.id}: ${err.message}`, 'error')),
+      }, flat.map((o) => h('option', { value: String(o.value), selected: o.value === opt.currentValue }, String(o.name || o.value))))));
+    }
+    if (st.usage && Number(st.usage.size)) {
+      toolbar.append(h('span', { class: 'muted usage', title: 'Context used', text: `${Math.round((Number(st.usage.used) / Number(st.usage.size)) * 100)}% context` }));
+    }
+    const menu = h('details', { class: 'menu', id: 'more' });
+    const item = (id, label, fn, cls) => h('button', { type: 'button', id, class: cls || '', disabled: !st.sid, onclick: () => { menu.open = false; fn(base); } }, label);
+    menu.append(h('summary', { 'aria-label': 'More actions' }, 'More'), h('div', { class: 'menu-items' },
+      item('rename-btn', 'Rename', rename), item('close-btn', 'Close', closeSession), item('delete-btn', 'Delete', deleteSession, 'danger')));
+    toolbar.append(h('span', { class: 'spacer' }),
+      h('button', { type: 'button', id: 'files-btn', disabled: !st.sid, onclick: () => app.navigate(filesUrl('')) }, 'Files'), menu);
+  }
+
+  function rename(base) {
+    const input = h('input', { type: 'text', id: 'rename-input', value: st.title, maxlength: 200, 'aria-label': 'New title' });
+    modal('Rename session', [input], [{ label: 'Rename', value: 'ok', kind: 'primary' }, { label: 'Cancel', value: '' }], async () => {
+      try {
+        const r = await postJson(`${base}/rename`, { title: input.value }, 'Rename');
+        st.title = r.title || input.value;
+        app.setTitle(st.title);
+        toast('Renamed.');
+        return '';
+      } catch (e) {
+        return lifecycleError('Rename', e);
+      }
+    });
+  }
+
+  function closeSession(base) {
+    modal('Close this session?', [h('p', { text: 'It leaves the list of live sessions; its history stays and can be resumed.' })],
+      [{ label: 'Close session', value: 'ok', kind: 'primary' }, { label: 'Keep it', value: '' }], async () => {
+        try {
+          await postJson(`${base}/close`, {}, 'Close');
+          toast('Session closed.');
+          app.navigate('/');
+          return '';
+        } catch (e) {
+          return lifecycleError('close', e);
+        }
+      });
+  }
+
+  function deleteSession(base) {
+    modal('Delete this session?', [h('p', { text: 'It is closed, then hidden from every listing (a soft delete: the history is kept on the machine).' })],
+      [{ label: 'Delete', value: 'ok', kind: 'danger' }, { label: 'Keep it', value: '' }], async () => {
+        try {
+          await postJson(`${base}/close`, {}, 'Close');
+        } catch (e) {
+          if (!(e instanceof ApiError && e.status === 404 && e.kind !== 'missing')) return lifecycleError('close', e);
+        }
+        try {
+          await postJson(`${base}/delete`, {}, 'Delete');
+          toast('Session deleted.');
+          app.navigate('/');
+          return '';
+        } catch (e) {
+          return lifecycleError('delete', e);
+        }
+      });
+  }
+
+  return () => {
+    clearInterval(poll);
+    unlisten();
+    if (conn.viewing === st.sid) conn.viewing = null;
+    if (st.sid) conn.watch(st.sid, st.cwd);
+    const bar = $('#bar-title');
+    if (bar) bar.textContent = '';
+  };
+}

@@ -1,0 +1,302 @@
+// A session's conversation: the messages as the contract counts them (a prompt, a merged run
+// of agent or thought chunks, a tool call merged with its updates, a turn's plan), each with
+// the absolute number of the turn it belongs to, and their DOM.
+//
+// Turn numbers are what make a re-attach exact: a tail replay covers the last `replayedTurns`
+// of `totalTurns` turns, so everything shown from turn `totalTurns - replayedTurns + 1` on is
+// replaced by the replay and everything older is kept: nothing is shown twice, whatever
+// happened while the connection was down. When `lastMessageId` and the turn count say nothing
+// changed, nothing is touched.
+
+import { h, clear } from './dom.js';
+import { render as markdown } from './md.js';
+
+const TEXT_KINDS = { user_message_chunk: 'user', agent_message_chunk: 'agent', agent_thought_chunk: 'thought' };
+const IMAGE_TYPES = /^image\/(png|jpeg|gif|webp)$/;
+
+export class Transcript {
+  constructor(container, options = {}) {
+    this.box = container;
+    this.items = [];
+    this.byKey = new Map();
+    this.turn = 0;
+    this.lastId = null;
+    this.localSeq = 0;
+    this.dirty = new Set();
+    this.frame = 0;
+    this.onOpenPath = options.onOpenPath || null;
+  }
+
+  /** Whether nothing is shown yet. */
+  get empty() {
+    return this.items.length === 0;
+  }
+
+  /** Applies one live update; returns the item it created or changed (or null). */
+  live(update) {
+    const item = this.merge(update, this, (it) => this.push(it));
+    if (item) this.touch(item);
+    return item;
+  }
+
+  /** The user's own prompt, shown at once (the bridge never echoes it back to us). */
+  localPrompt(text, status) {
+    this.turn++;
+    const item = { key: `local:${++this.localSeq}`, kind: 'user', local: true, status, text, blocks: [], turn: this.turn };
+    this.push(item);
+    return item;
+  }
+
+  /** Changes a local prompt's status line ('' when it went through). */
+  setStatus(item, status) {
+    item.status = status;
+    this.touch(item);
+  }
+
+  /**
+   * Shows a `session/load` replay: the first time, all of it; on a re-attach, the turns it
+   * covers replace what is shown of them. Returns 'same' when nothing had changed.
+   */
+  attach(updates, meta) {
+    const total = Number(meta.totalTurns);
+    const replayed = Number(meta.replayedTurns);
+    if (!this.empty && meta.lastMessageId && meta.lastMessageId === this.lastId && total === this.turn) return 'same';
+    const built = build(updates);
+    const firstIsUser = built.length > 0 && built[0].kind === 'user';
+    const base = Number.isFinite(total) && Number.isFinite(replayed) ? total - replayed : 0;
+    let t = base;
+    for (const it of built) {
+      if (it.kind === 'user') t++;
+      it.turn = t;
+      if (it.kind === 'plan') it.key = `plan:${t}`;
+    }
+    const firstTurn = firstIsUser ? base + 1 : base;
+    const keep = this.empty ? [] : this.items.filter((it) => it.turn < firstTurn && !built.some((b) => b.key === it.key));
+    for (const it of this.items) if (!keep.includes(it) && it.node) it.node.remove();
+    this.items = [];
+    this.byKey.clear();
+    for (const it of keep) this.index(it);
+    for (const it of built) this.push(it);
+    this.turn = Number.isFinite(total) ? Math.max(total, t) : t;
+    this.lastId = meta.lastMessageId || this.lastId;
+    return 'changed';
+  }
+
+  /** Prepends one `session/load_earlier` page (oldest first); returns how many were added. */
+  prepend(updates) {
+    const all = build(updates);
+    const first = this.items[0];
+    let t = first ? (first.kind === 'user' ? first.turn - 1 : first.turn) : 0;
+    for (let i = all.length - 1; i >= 0; i--) {
+      all[i].turn = t;
+      if (all[i].kind === 'plan') all[i].key = `plan:${t}`;
+      if (all[i].kind === 'user') t--;
+    }
+    const built = all.filter((it) => !this.byKey.has(it.key));
+    if (!built.length) return 0;
+    const anchor = this.box.firstChild;
+    for (const it of built) {
+      this.index(it);
+      it.node = renderItem(it, this);
+      this.box.insertBefore(it.node, anchor);
+    }
+    this.items = built.concat(this.items);
+    return built.length;
+  }
+
+  /** Removes everything. */
+  reset() {
+    this.items = [];
+    this.byKey.clear();
+    this.turn = 0;
+    this.lastId = null;
+    clear(this.box);
+  }
+
+  index(it) {
+    this.byKey.set(it.key, it);
+  }
+
+  push(it) {
+    if (it.turn === undefined) it.turn = this.turn;
+    this.items.push(it);
+    this.index(it);
+    it.node = renderItem(it, this);
+    this.box.append(it.node);
+  }
+
+  /**
+   * Merges `u` into the items of `ctx` (its byKey, items, turn); `add` places a new item.
+   * Shared by the live stream and by replays (built into a scratch list).
+   */
+  merge(u, ctx, add) {
+    if (!u || typeof u !== 'object') return null;
+    const kind = TEXT_KINDS[u.sessionUpdate];
+    const id = typeof u.messageId === 'string' ? u.messageId : null;
+    if (kind) {
+      const last = ctx.items[ctx.items.length - 1];
+      let item = id ? ctx.byKey.get(`${kind}:${id}`) : null;
+      if (!item && !id && last && last.kind === kind && !last.id && !last.local) item = last;
+      if (!item) {
+        if (kind === 'user') ctx.turn++;
+        item = { key: id ? `${kind}:${id}` : `${kind}:~${ctx.items.length}:${Math.random()}`, kind, id, text: '', blocks: [], turn: ctx.turn };
+        add(item);
+      }
+      addContent(item, u.content);
+      if (id) ctx.lastId = id;
+      return item;
+    }
+    if (u.sessionUpdate === 'tool_call' || u.sessionUpdate === 'tool_call_update') {
+      const tid = String(u.toolCallId ?? '');
+      let item = ctx.byKey.get(`tool:${tid}`);
+      if (!item) {
+        item = { key: `tool:${tid}`, kind: 'tool', id: tid, data: {}, turn: ctx.turn };
+        add(item);
+      }
+      for (const [k, v] of Object.entries(u)) if (k !== 'sessionUpdate' && v !== undefined) item.data[k] = v;
+      if (tid) ctx.lastId = tid;
+      return item;
+    }
+    if (u.sessionUpdate === 'plan') {
+      let item = ctx.byKey.get(`plan:${ctx.turn}`);
+      if (!item) {
+        item = { key: `plan:${ctx.turn}`, kind: 'plan', data: {}, turn: ctx.turn };
+        add(item);
+      }
+      item.data = u;
+      return item;
+    }
+    return null;
+  }
+
+  /** Marks `item` for a re-render at the next frame (streaming stays cheap). */
+  touch(item) {
+    this.dirty.add(item);
+    if (!this.frame) {
+      this.frame = requestAnimationFrame(() => {
+        this.frame = 0;
+        for (const it of this.dirty) {
+          if (!it.node || !it.node.isConnected) continue;
+          const fresh = renderItem(it, this);
+          it.node.replaceWith(fresh);
+          it.node = fresh;
+        }
+        this.dirty.clear();
+        if (this.onRendered) this.onRendered();
+      });
+    }
+  }
+}
+
+/** Items from a list of replayed updates (each already merged by the journal). */
+function build(updates) {
+  const scratch = { items: [], byKey: new Map(), turn: 0, lastId: null };
+  const proto = Transcript.prototype;
+  for (const u of updates) {
+    proto.merge(u, scratch, (it) => { scratch.items.push(it); scratch.byKey.set(it.key, it); });
+  }
+  return scratch.items;
+}
+
+function addContent(item, c) {
+  if (!c || typeof c !== 'object') return;
+  if (c.type === 'text') item.text += String(c.text ?? '');
+  else item.blocks.push(c);
+}
+
+/** The DOM of one item. Every string from the agent goes through a text node or `markdown`. */
+export function renderItem(it, t) {
+  try {
+    switch (it.kind) {
+      case 'user': return userNode(it);
+      case 'agent': return h('article', { class: 'msg agent', dataset: { key: it.key } }, h('div', { class: 'md' }, markdown(it.text)), blocksNode(it.blocks));
+      case 'thought': return h('details', { class: 'msg thought', dataset: { key: it.key } },
+        h('summary', { text: 'Thinking' }), h('div', { class: 'md' }, markdown(it.text)));
+      case 'tool': return toolNode(it, t);
+      case 'plan': return planNode(it);
+      default: return h('div', { hidden: true });
+    }
+  } catch (e) {
+    console.warn('cannot render', it, e);
+    return h('div', { class: 'msg error', text: 'A message of the agent could not be shown.' });
+  }
+}
+
+function userNode(it) {
+  return h('article', { class: `msg user${it.local ? ' local' : ''}`, dataset: { key: it.key } },
+    h('div', { class: 'bubble' }, h('div', { class: 'plain', text: it.text }), blocksNode(it.blocks)),
+    it.status ? h('div', { class: `status ${it.status.startsWith('not') ? 'bad' : ''}`, text: it.status }) : null);
+}
+
+function blocksNode(blocks) {
+  if (!blocks || !blocks.length) return null;
+  return h('div', { class: 'blocks' }, blocks.map((b) => {
+    if (b.type === 'image' && IMAGE_TYPES.test(String(b.mimeType)) && typeof b.data === 'string') {
+      return h('img', { class: 'inline-img', alt: 'image from the agent', src: `data:${b.mimeType};base64,${b.data.replace(/[^A-Za-z0-9+/=]/g, '')}` });
+    }
+    if (b.type === 'resource_link') return h('div', { class: 'chip', text: `link: ${b.name || b.uri || 'resource'}` });
+    if (b.type === 'resource' && b.resource) {
+      return h('details', { class: 'resource' }, h('summary', { text: String(b.resource.uri || 'resource') }),
+        h('pre', { text: String(b.resource.text ?? '(binary)') }));
+    }
+    return h('div', { class: 'chip', text: `[${String(b.type || 'content')}]` });
+  }));
+}
+
+function toolNode(it, t) {
+  const d = it.data;
+  const status = String(d.status || 'pending');
+  const content = Array.isArray(d.content) ? d.content : [];
+  const locations = Array.isArray(d.locations) ? d.locations : [];
+  const body = [];
+  for (const c of content) {
+    if (c && c.type === 'diff') body.push(diffNode(c));
+    else if (c && c.type === 'content' && c.content) {
+      if (c.content.type === 'text') body.push(h('pre', { class: 'tool-text', text: String(c.content.text ?? '') }));
+      else body.push(blocksNode([c.content]));
+    } else if (c && c.type === 'terminal') body.push(h('div', { class: 'chip', text: `terminal ${String(c.terminalId || '')}` }));
+  }
+  const locs = locations.map((l) => {
+    const p = String((l && l.path) || '');
+    return t && t.onOpenPath
+      ? h('button', { type: 'button', class: 'link path', onclick: () => t.onOpenPath(p), text: p + (l.line ? `:${l.line}` : '') })
+      : h('code', { text: p });
+  });
+  return h('article', { class: `msg tool ${status}`, dataset: { key: it.key, status } },
+    h('details', { open: status === 'failed' || content.some((c) => c && c.type === 'diff') },
+      h('summary', {},
+        h('span', { class: 'kind', text: String(d.kind || 'tool').replace('_', ' ') }),
+        h('span', { class: 'title', text: String(d.title || d.kind || 'Tool call') }),
+        h('span', { class: `badge ${status}`, text: status.replace('_', ' ') })),
+      locs.length ? h('div', { class: 'locations' }, locs) : null,
+      body));
+}
+
+/** A line diff: common head and tail kept as context, the middle as removed and added lines. */
+export function diffNode(c) {
+  const oldLines = c.oldText == null ? [] : String(c.oldText).split('\n');
+  const newLines = String(c.newText ?? '').split('\n');
+  let a = 0;
+  while (a < oldLines.length && a < newLines.length && oldLines[a] === newLines[a]) a++;
+  let b = 0;
+  while (b < oldLines.length - a && b < newLines.length - a
+    && oldLines[oldLines.length - 1 - b] === newLines[newLines.length - 1 - b]) b++;
+  const rows = [];
+  const ctx = (l) => rows.push(h('div', { class: 'ctx', text: `  ${l}` }));
+  oldLines.slice(Math.max(0, a - 2), a).forEach(ctx);
+  oldLines.slice(a, oldLines.length - b).forEach((l) => rows.push(h('div', { class: 'del', text: `- ${l}` })));
+  newLines.slice(a, newLines.length - b).forEach((l) => rows.push(h('div', { class: 'add', text: `+ ${l}` })));
+  oldLines.slice(oldLines.length - b, oldLines.length - b + 2).forEach(ctx);
+  return h('div', { class: 'diff' }, h('div', { class: 'diff-path', text: String(c.path || '') }), h('pre', {}, rows));
+}
+
+const PLAN_MARKS = { completed: '☑', in_progress: '◐', pending: '☐' };
+
+function planNode(it) {
+  const entries = Array.isArray(it.data.entries) ? it.data.entries : [];
+  return h('article', { class: 'msg plan', dataset: { key: it.key } },
+    h('div', { class: 'plan-title', text: 'Plan' }),
+    h('ul', {}, entries.map((e) => h('li', { class: String(e.status || 'pending') },
+      h('span', { class: 'mark', 'aria-hidden': 'true', text: PLAN_MARKS[e.status] || '☐' }),
+      h('span', { text: String(e.content ?? '') })))));
+}

@@ -1,0 +1,330 @@
+//! `scripts/bench-relay`: the hub's WebSocket relay side by side, in one run, with a direct
+//! connection to the bridge and with nginx (Debian's package) as a WebSocket reverse proxy in
+//! front of the same bridge. Everything runs on 127.0.0.1; the script pins this process and
+//! every child (hub, bridge, demo agent, nginx) to one CPU with `taskset`.
+//!
+//! A round trip is one `_demo/echo` request through the bridge to the demo agent and back (so
+//! the relay carries two messages per round trip). Measured per target:
+//! - p50/p99 round trip of 64 B and 64 KiB requests on one connection;
+//! - round trips per second with 16 connections busy at once, and the relay's CPU time (user +
+//!   system, from `/proc/<pid>/stat`) per relayed message;
+//! - the relay's resident memory per idle connection with 5000 held (each did `initialize`
+//!   once), and the 64 B round trip while they are held.
+
+use std::io::ErrorKind;
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tungstenite::client::IntoClientRequest;
+use tungstenite::{Message, WebSocket};
+use zcode_tests::hub::{Hub, free_port, listed, wait_instances};
+use zcode_tests::{Bridge, Home, TEST_TOKEN, demo_agent};
+
+const IDLE: usize = 5000;
+const BUSY: usize = 16;
+/// How long the busy phase lasts (`BENCH_BUSY_SECS`, default 3).
+fn busy_for() -> Duration {
+    Duration::from_secs(std::env::var("BENCH_BUSY_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(3))
+}
+
+type Ws = WebSocket<TcpStream>;
+
+struct Target {
+    name: &'static str,
+    port: u16,
+    path: String,
+    /// The relay's process (none for the direct connection).
+    pid: Option<u32>,
+}
+
+#[derive(Default)]
+struct Row {
+    small: (f64, f64),
+    large: (f64, f64),
+    rate: f64,
+    cpu_per_msg: Option<f64>,
+    idle_kib: Option<f64>,
+    held: Option<(f64, f64)>,
+}
+
+fn main() {
+    let home = Home::new();
+    let hub = Hub::start(&home, &[]);
+    let bridge = Bridge::start_env(&home, &demo_agent(0), &[]);
+    let id = bridge.id();
+    wait_instances(hub.port, "the bridge", |l| listed(l, &id));
+    let nginx = Nginx::start(&home, bridge.port);
+    let targets = [
+        Target { name: "direct to the bridge", port: bridge.port, path: "/acp".into(), pid: None },
+        Target {
+            name: "zcode-acp hub",
+            port: hub.port,
+            path: format!("/acp?instance={id}"),
+            pid: Some(hub.pid()),
+        },
+        Target { name: "nginx 1.22 (Debian)", port: nginx.port, path: "/acp".into(), pid: Some(nginx.pid()) },
+    ];
+    // BENCH_ONLY=hub (or direct, nginx) measures one target, for quick experiments.
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let targets: Vec<Target> =
+        targets.into_iter().filter(|t| only.is_empty() || t.name.contains(only.as_str())).collect();
+    let rows: Vec<Row> = targets.iter().map(measure).collect();
+    print_table(&targets, &rows);
+}
+
+fn measure(t: &Target) -> Row {
+    eprintln!("bench-relay: {} …", t.name);
+    let mut ws = connect(t);
+    let small = percentiles(&mut ws, 64, 200, 3000);
+    let large = percentiles(&mut ws, 64 * 1024, 50, 500);
+    let (rate, cpu_per_msg) = busy(t);
+    let (idle_kib, held) = match t.pid {
+        Some(pid) => {
+            let (kib, held) = idle(t, pid, &mut ws);
+            (Some(kib), Some(held))
+        }
+        None => (None, None),
+    };
+    Row { small, large, rate, cpu_per_msg, idle_kib, held }
+}
+
+fn connect(t: &Target) -> Ws {
+    let mut req = format!("ws://127.0.0.1:{}{}", t.port, t.path).into_client_request().expect("request");
+    req.headers_mut().insert("authorization", format!("Bearer {TEST_TOKEN}").parse().expect("header"));
+    let stream = TcpStream::connect(("127.0.0.1", t.port)).expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    let (mut ws, _) = tungstenite::client::client(req, stream).expect("websocket handshake");
+    let init = r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":1}}"#;
+    ws.send(Message::text(init)).expect("send initialize");
+    read_text(&mut ws);
+    ws
+}
+
+fn read_text(ws: &mut Ws) -> usize {
+    loop {
+        match ws.read().expect("read") {
+            Message::Text(t) => return t.len(),
+            Message::Close(f) => panic!("closed: {f:?}"),
+            _ => {}
+        }
+    }
+}
+
+/// A `_demo/echo` request of exactly `size` bytes.
+fn echo_request(size: usize, n: u64) -> String {
+    let head = format!(r#"{{"jsonrpc":"2.0","id":"{n:09}","method":"_demo/echo","params":{{"p":""#);
+    let tail = r#""}}"#;
+    let pad = size.saturating_sub(head.len() + tail.len());
+    format!("{head}{}{tail}", "x".repeat(pad))
+}
+
+fn round_trip(ws: &mut Ws, msg: &str) -> Duration {
+    let t = Instant::now();
+    ws.send(Message::text(msg)).expect("send");
+    read_text(ws);
+    t.elapsed()
+}
+
+/// (p50, p99) in µs of `n` round trips of `size` bytes after `warm` unmeasured ones.
+fn percentiles(ws: &mut Ws, size: usize, warm: usize, n: usize) -> (f64, f64) {
+    let msg = echo_request(size, 1);
+    for _ in 0..warm {
+        round_trip(ws, &msg);
+    }
+    let mut times: Vec<Duration> = (0..n).map(|_| round_trip(ws, &msg)).collect();
+    times.sort();
+    let at = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)].as_secs_f64() * 1e6;
+    (at(0.50), at(0.99))
+}
+
+/// 16 connections doing 64 B round trips for [`busy_for`]: (round trips/s, relay CPU µs per
+/// relayed message).
+fn busy(t: &Target) -> (f64, Option<f64>) {
+    let mut conns: Vec<Ws> = (0..BUSY).map(|_| connect(t)).collect();
+    let done = Arc::new(AtomicU64::new(0));
+    let cpu_before = t.pid.map(cpu_time);
+    let started = Instant::now();
+    let busy_for = busy_for();
+    std::thread::scope(|s| {
+        for ws in &mut conns {
+            let done = done.clone();
+            s.spawn(move || {
+                let msg = echo_request(64, 2);
+                while started.elapsed() < busy_for {
+                    round_trip(ws, &msg);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    let secs = started.elapsed().as_secs_f64();
+    let trips = done.load(Ordering::Relaxed) as f64;
+    let cpu = t.pid.zip(cpu_before).map(|(pid, before)| (cpu_time(pid) - before) / (2.0 * trips) * 1e6);
+    for mut ws in conns {
+        let _ = ws.close(None);
+    }
+    (trips / secs, cpu)
+}
+
+/// Opens [`IDLE`] connections (each does `initialize`) and holds them: (relay KiB per idle
+/// connection, (p50, p99) µs of 64 B round trips on `ws` while they are held).
+fn idle(t: &Target, pid: u32, ws: &mut Ws) -> (f64, (f64, f64)) {
+    std::thread::sleep(Duration::from_millis(500));
+    let before = rss_kib(pid);
+    let held: Vec<Ws> = (0..IDLE).map(|_| connect(t)).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let holder = {
+        let stop = stop.clone();
+        std::thread::spawn(move || hold(held, &stop))
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let after = rss_kib(pid);
+    let latency = percentiles(ws, 64, 200, 3000);
+    stop.store(true, Ordering::Relaxed);
+    drop(holder.join());
+    // Let the relay close its legs before the next target.
+    std::thread::sleep(Duration::from_secs(2));
+    ((after - before) / IDLE as f64, latency)
+}
+
+/// Keeps idle connections open, answering the relay's pings, until `stop`.
+fn hold(mut held: Vec<Ws>, stop: &AtomicBool) {
+    for ws in &mut held {
+        let _ = ws.get_mut().set_nonblocking(true);
+    }
+    while !stop.load(Ordering::Relaxed) {
+        for ws in &mut held {
+            loop {
+                match ws.read() {
+                    Ok(_) => {}
+                    Err(tungstenite::Error::Io(e)) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(_) => break,
+                }
+            }
+            let _ = ws.flush();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// User + system CPU seconds of `pid` (all its threads).
+fn cpu_time(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap_or(0.0) + fields[12].parse::<f64>().unwrap_or(0.0);
+    ticks / clock_ticks()
+}
+
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+fn rss_kib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// nginx as a WebSocket reverse proxy to the bridge: one process (no master), a private prefix.
+struct Nginx {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Nginx {
+    fn start(home: &Home, bridge: u16) -> Nginx {
+        let dir = home.path().join("nginx");
+        std::fs::create_dir_all(&dir).expect("nginx dir");
+        let port = free_port();
+        let d = dir.display();
+        let conf = format!(
+            "worker_processes 1;\ndaemon off;\nmaster_process off;\nworker_rlimit_nofile 19000;\n\
+             pid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+             events {{ worker_connections 16000; }}\n\
+             http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+               fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+               server {{\n    listen 127.0.0.1:{port};\n    location / {{\n\
+                   proxy_pass http://127.0.0.1:{bridge};\n      proxy_http_version 1.1;\n\
+                   proxy_set_header Upgrade $http_upgrade;\n      proxy_set_header Connection \"upgrade\";\n\
+                   proxy_read_timeout 3600s;\n      proxy_send_timeout 3600s;\n    }}\n  }}\n}}\n"
+        );
+        std::fs::write(dir.join("nginx.conf"), conf).expect("nginx.conf");
+        let nginx = std::env::var("BENCH_NGINX").unwrap_or_else(|_| "nginx".into());
+        let child = std::process::Command::new(nginx)
+            .arg("-p")
+            .arg(&dir)
+            .arg("-c")
+            .arg(dir.join("nginx.conf"))
+            .arg("-e")
+            .arg(dir.join("error.log"))
+            .spawn()
+            .expect("start nginx (is it installed? scripts/bench-relay installs it)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "nginx did not start: see {d}/error.log");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Nginx { child, port }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn print_table(targets: &[Target], rows: &[Row]) {
+    let us = |v: f64| format!("{v:.0}");
+    let pair = |(a, b): (f64, f64)| format!("{} / {}", us(a), us(b));
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "—".into());
+    let direct = &rows[0]; // the first target (direct unless BENCH_ONLY picks another)
+    let line = |label: &str, cells: Vec<String>| println!("| {label} | {} |", cells.join(" | "));
+    let names: Vec<String> = targets.iter().map(|t| t.name.to_owned()).collect();
+    line("", names);
+    line("---", targets.iter().map(|_| "---:".to_owned()).collect());
+    line("64 B round trip p50 / p99 (µs)", rows.iter().map(|r| pair(r.small)).collect());
+    line(
+        "added p50 / p99 vs direct, 64 B (µs)",
+        rows.iter().map(|r| pair((r.small.0 - direct.small.0, r.small.1 - direct.small.1))).collect(),
+    );
+    line("64 KiB round trip p50 / p99 (µs)", rows.iter().map(|r| pair(r.large)).collect());
+    line(
+        "added p50 / p99 vs direct, 64 KiB (µs)",
+        rows.iter().map(|r| pair((r.large.0 - direct.large.0, r.large.1 - direct.large.1))).collect(),
+    );
+    line(
+        &format!("{BUSY} connections: round trips/s"),
+        rows.iter().map(|r| format!("{:.0}", r.rate)).collect(),
+    );
+    line(
+        &format!("{BUSY} connections: relayed messages/s"),
+        rows.iter().map(|r| format!("{:.0}", r.rate * 2.0)).collect(),
+    );
+    line(
+        "relay CPU per relayed message (µs)",
+        rows.iter().map(|r| opt(r.cpu_per_msg.map(|c| format!("{c:.1}")))).collect(),
+    );
+    line(
+        &format!("relay memory per idle connection, {IDLE} held (KiB)"),
+        rows.iter().map(|r| opt(r.idle_kib.map(|k| format!("{k:.1}")))).collect(),
+    );
+    line(
+        &format!("64 B round trip p50 / p99 with {IDLE} idle held (µs)"),
+        rows.iter().map(|r| opt(r.held.map(pair))).collect(),
+    );
+}

@@ -1,0 +1,287 @@
+//! Helpers for the hub's end-to-end tests: a hub process the test owns ([`Hub`]), the hub a
+//! bridge started (its port and pid files), raw HTTP with headers and bodies ([`http`]), and
+//! bridges with extra environment ([`Bridge::start_env`](crate::Bridge::start_env)).
+
+use crate::{Bridge, Home, Peer, TEST_TOKEN, WAIT};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// An HTTP answer, read to the end of the connection.
+#[derive(Debug)]
+pub struct Reply {
+    /// The status code.
+    pub status: u16,
+    /// Header (lower-cased name, value) pairs in order.
+    pub headers: Vec<(String, String)>,
+    /// The body (de-chunked).
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    /// The first value of header `name` (any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The body as JSON (panics with the body when it is not).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+}
+
+/// Sends one HTTP/1.1 request to 127.0.0.1:`port` (`Connection: close`, a `Content-Length`
+/// whenever there is a body or the method is POST/PUT) and reads the whole answer.
+pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(WAIT)).expect("timeout");
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !body.is_empty() || method == "POST" || method == "PUT" {
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).and_then(|()| s.write_all(body)).expect("write request");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read answer");
+    parse_reply(&raw)
+}
+
+/// Parses a raw HTTP/1.1 answer.
+pub fn parse_reply(raw: &[u8]) -> Reply {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("an HTTP head");
+    let head = String::from_utf8_lossy(&raw[..split]);
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|c| c.parse().ok());
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked")) {
+        body = dechunk(&body);
+    }
+    Reply { status: status.expect("a status code"), headers, body }
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(String::from_utf8_lossy(&b[..eol]).trim(), 16).unwrap_or(0);
+        if size == 0 || b.len() < eol + 2 + size {
+            break;
+        }
+        out.extend_from_slice(&b[eol + 2..eol + 2 + size]);
+        b = &b[(eol + 4 + size).min(b.len())..];
+    }
+    out
+}
+
+/// The `Authorization` header with [`TEST_TOKEN`].
+pub const AUTH: (&str, &str) = ("Authorization", "Bearer zcode-test-token-0123456789abcdef");
+
+/// A port nothing listens on (bound, then released).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// The port in `home`'s hub port file.
+pub fn hub_port(home: &Home) -> Option<u16> {
+    std::fs::read_to_string(home.path().join("run/hub.port")).ok()?.trim().parse().ok()
+}
+
+/// The pid in `home`'s hub pid file (the hub holding the home's lock).
+pub fn hub_pid(home: &Home) -> Option<u32> {
+    std::fs::read_to_string(home.path().join("run/hub.pid")).ok()?.trim().parse().ok()
+}
+
+/// Waits until `home`'s port file names a port other than `not` on which a hub answers
+/// `/api/health`; returns it.
+pub fn wait_for_hub(home: &Home, not: Option<u16>) -> u16 {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(p) = hub_port(home).filter(|p| Some(*p) != not) {
+            if std::net::TcpStream::connect(("127.0.0.1", p)).is_ok()
+                && http(p, "GET", "/api/health", &[], b"").status == 200
+            {
+                return p;
+            }
+        }
+        assert!(Instant::now() < deadline, "no hub came up in {}", home.path().display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `GET /api/instances` on the hub at `port` (with the token): the array.
+pub fn instances(port: u16) -> Vec<Value> {
+    let r = http(port, "GET", "/api/instances", &[AUTH], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json().as_array().expect("an array").clone()
+}
+
+/// Polls `/api/instances` on `port` until `pred` holds for the list; returns that list.
+pub fn wait_instances(port: u16, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let list = instances(port);
+        if pred(&list) {
+            return list;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}: {list:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether the list holds instance `id`.
+pub fn listed(list: &[Value], id: &str) -> bool {
+    list.iter().any(|i| i["id"] == id)
+}
+
+/// `POST {path}` with a JSON body.
+pub fn post_json(port: u16, path: &str, body: &Value) -> Reply {
+    http(port, "POST", path, &[("Content-Type", "application/json")], body.to_string().as_bytes())
+}
+
+/// Sends `SIGTERM`/`SIGKILL`/… (`sig` without the `SIG`) to `pid`.
+pub fn signal(pid: u32, sig: &str) {
+    let status = Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]).status().expect("kill");
+    assert!(status.success(), "kill -{sig} {pid} failed");
+}
+
+/// Field `n` (1-based, as in proc(5)) of `/proc/{pid}/stat`.
+pub fn proc_stat_field(pid: u32, n: usize) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the `(comm)` start at field 3.
+    s.rsplit(')').next()?.split_whitespace().nth(n - 3)?.parse().ok()
+}
+
+/// Waits up to `within` for `pid` to be gone; whether it is.
+pub fn wait_gone(pid: u32, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while crate::alive(pid) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+/// A `zcode-acp hub` the test started as its child, on an OS-picked port, with [`TEST_TOKEN`].
+/// Its stderr goes to a file in the home ([`Hub::log`] reads it). Killed when dropped.
+pub struct Hub {
+    child: Child,
+    /// Its port.
+    pub port: u16,
+    /// Its stderr.
+    pub log_file: PathBuf,
+}
+
+impl Hub {
+    /// Starts a hub in `home` with `env` on top of `ZCODE_ACP_HUB_PORT=0` and the token;
+    /// returns once it answers `/api/health`.
+    pub fn start(home: &Home, env: &[(&str, &str)]) -> Hub {
+        let old = hub_port(home);
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log_file = home.path().join(format!("hub-{n}.log"));
+        let mut cmd = home.command(&["hub"]);
+        cmd.env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let log = std::fs::File::create(&log_file).expect("hub log");
+        let child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn().expect("spawn hub");
+        let port = wait_for_hub(home, old);
+        Hub { child, port, log_file }
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_file).unwrap_or_default()
+    }
+
+    /// Waits up to `within` for it to exit.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// A WebSocket client relayed to instance `id`.
+    pub fn connect(&self, id: &str) -> Result<Peer, u16> {
+        Peer::connect_ws(self.port, &format!("/acp?instance={id}"), Some(TEST_TOKEN))
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Bridge {
+    /// Like [`Bridge::start`], run in `home`'s directory with `env` on top (hub port, timing
+    /// knobs…). Its id in the hub's registry is [`Bridge::id`].
+    pub fn start_env(home: &Home, agent: &[String], env: &[(&str, &str)]) -> Bridge {
+        let mut args = vec!["bridge", "--"];
+        args.extend(agent.iter().map(String::as_str));
+        let mut cmd = home.command(&args);
+        cmd.env("ZCODE_ACP_REMOTE_PORT", "0")
+            .env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN)
+            .current_dir(home.path());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let editor = Peer::spawn(cmd);
+        let file = home.path().join("run").join(format!("bridge-{}.port", editor.pid()));
+        let deadline = Instant::now() + WAIT;
+        let port = loop {
+            if let Some(p) = std::fs::read_to_string(&file).ok().and_then(|s| s.trim().parse().ok()) {
+                break p;
+            }
+            assert!(Instant::now() < deadline, "the bridge never wrote {}", file.display());
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        Bridge { editor, port }
+    }
+
+    /// Its instance id at the hub: its pid, as a string.
+    pub fn id(&self) -> String {
+        self.editor.pid().to_string()
+    }
+}
+
+/// Runs `zcode-acp {args}` in `home` with `env` to completion: (exit code, stderr).
+pub fn run_cli(home: &Home, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut cmd = home.command(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.stdin(Stdio::null()).output().expect("run zcode-acp");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}

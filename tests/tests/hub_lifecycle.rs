@@ -1,0 +1,150 @@
+//! The hub's life: started by the first bridge that finds none (detached, throttled), started
+//! again after a kill -9, heartbeats through a token mismatch, one hub per home and port,
+//! and the idle exit.
+
+use std::net::TcpListener;
+use std::time::Duration;
+use zcode_tests::hub::{
+    Hub, hub_pid, hub_port, listed, proc_stat_field, run_cli, signal, wait_for_hub, wait_gone, wait_instances,
+};
+use zcode_tests::{Bridge, Home, alive, demo_agent, kill9};
+
+/// The home's detached hub, stopped when the test ends (it would also stop by itself once the
+/// home is deleted).
+struct Detached(u32);
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        if alive(self.0) {
+            signal(self.0, "TERM");
+        }
+    }
+}
+
+fn detached_hub(home: &Home) -> Detached {
+    wait_for_hub(home, None);
+    Detached(hub_pid(home).expect("the hub wrote its pid"))
+}
+
+#[test]
+fn a_bridge_starts_the_hub_when_none_runs_detached_in_its_own_session() {
+    let home = Home::new();
+    let b = Bridge::start_env(&home, &demo_agent(0), &[("ZCODE_ACP_HEARTBEAT_MS", "200")]);
+    let port = wait_for_hub(&home, None);
+    let hub = detached_hub(&home);
+    wait_instances(port, "the bridge to register with the hub it started", |l| listed(l, &b.id()));
+    assert_ne!(
+        proc_stat_field(hub.0, 4),
+        Some(u64::from(b.editor.pid())),
+        "the hub is not the bridge's child"
+    );
+    assert_eq!(proc_stat_field(hub.0, 6), Some(u64::from(hub.0)), "the hub leads its own session");
+    assert!(home.path().join("logs/hub.log").exists(), "the hub logs to a file");
+}
+
+#[test]
+fn the_hub_is_started_at_most_once_per_throttle_window() {
+    // A hub that cannot listen (an impossible host) fails every start: count the starts.
+    let home = Home::new();
+    let env = [("ZCODE_ACP_HEARTBEAT_MS", "50"), ("ZCODE_ACP_HUB_HOST", "256.0.0.1")];
+    let b = Bridge::start_env(&home, &demo_agent(0), &env);
+    std::thread::sleep(Duration::from_millis(1500));
+    let log = std::fs::read_to_string(home.path().join("logs/hub.log")).unwrap_or_default();
+    assert_eq!(log.matches("cannot listen").count(), 1, "one start in the default 60 s window:\n{log}");
+    drop(b);
+
+    let home = Home::new();
+    let throttled = [env[0], env[1], ("ZCODE_ACP_HUB_SPAWN_THROTTLE_MS", "300")];
+    let b = Bridge::start_env(&home, &demo_agent(0), &throttled);
+    std::thread::sleep(Duration::from_millis(1500));
+    let log = std::fs::read_to_string(home.path().join("logs/hub.log")).unwrap_or_default();
+    let starts = log.matches("cannot listen").count();
+    assert!((2..=6).contains(&starts), "about one start per 300 ms window, got {starts}:\n{log}");
+    drop(b);
+}
+
+#[test]
+fn after_a_kill_9_of_the_hub_the_next_heartbeat_starts_a_new_one_and_the_bridge_is_listed_again() {
+    let home = Home::new();
+    let env = [("ZCODE_ACP_HEARTBEAT_MS", "100"), ("ZCODE_ACP_HUB_SPAWN_THROTTLE_MS", "100")];
+    let b = Bridge::start_env(&home, &demo_agent(0), &env);
+    let first_port = wait_for_hub(&home, None);
+    let first = detached_hub(&home);
+    wait_instances(first_port, "the bridge", |l| listed(l, &b.id()));
+    kill9(first.0);
+    assert!(wait_gone(first.0, Duration::from_secs(5)));
+    let second_port = wait_for_hub(&home, Some(first_port));
+    let second = detached_hub(&home);
+    assert_ne!(first.0, second.0);
+    wait_instances(second_port, "the bridge listed by the new hub", |l| listed(l, &b.id()));
+}
+
+#[test]
+fn a_bridge_keeps_heartbeating_through_401s_with_backoff() {
+    let home = Home::new();
+    let hub =
+        Hub::start(&home, &[("ZCODE_ACP_REMOTE_TOKEN", "the-hubs-old-token"), ("ZCODE_ACP_DEBUG", "1")]);
+    // Heartbeat 100 ms: the 401 backoff is 600 ms, doubling (6 to 60 heartbeats).
+    let b = Bridge::start_env(&home, &demo_agent(0), &[("ZCODE_ACP_HEARTBEAT_MS", "100")]);
+    std::thread::sleep(Duration::from_millis(2500));
+    let refused =
+        hub.log().lines().filter(|l| l.contains("/api/register") && l.contains("status=401")).count();
+    // Without backoff: 25 attempts. With it: t = 0, 0.6, 1.8 s.
+    assert!((1..=5).contains(&refused), "{refused} refused registrations in 2.5 s:\n{}", hub.log());
+    assert!(alive(b.editor.pid()), "the bridge is fine");
+    // The hub is replaced by one with the bridge's token: the bridge gets listed.
+    drop(hub);
+    let hub = Hub::start(&home, &[]);
+    wait_instances(hub.port, "the bridge after the token matched again", |l| listed(l, &b.id()));
+}
+
+#[test]
+fn one_hub_per_home_and_per_port() {
+    let home = Home::new();
+    let hub = Hub::start(&home, &[]);
+    // Same home: the lock.
+    let (code, err) = run_cli(&home, &["hub"], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("already running"), "{err}");
+    // Same port from another home: the port.
+    let other = Home::new();
+    let port = hub.port.to_string();
+    let (code, err) = run_cli(&other, &["hub"], &[("ZCODE_ACP_HUB_PORT", &port)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("already running"), "{err}");
+    // A port some other program holds is an error, not "a hub is running".
+    let squatter = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = squatter.local_addr().unwrap().port().to_string();
+    let (code, err) = run_cli(&other, &["hub"], &[("ZCODE_ACP_HUB_PORT", &port)]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("in use"), "{err}");
+    assert_eq!(hub_port(&home), Some(hub.port), "the first hub's port file is untouched");
+}
+
+#[test]
+fn the_hub_exits_when_idle_and_the_next_bridge_starts_it_again() {
+    // No instances at all: it exits, cleanly.
+    let home = Home::new();
+    let mut hub = Hub::start(&home, &[("ZCODE_ACP_HUB_IDLE_MS", "300")]);
+    let status = hub.wait_exit(Duration::from_secs(10)).expect("the idle hub exited");
+    assert!(status.success(), "{status:?}");
+    assert_eq!(hub_port(&home), None, "its port file is gone");
+
+    // With a bridge registered it stays; when the bridge leaves, it goes.
+    let env = [("ZCODE_ACP_HEARTBEAT_MS", "100"), ("ZCODE_ACP_HUB_IDLE_MS", "400")];
+    let mut b = Bridge::start_env(&home, &demo_agent(0), &env);
+    let port = wait_for_hub(&home, None);
+    let first = detached_hub(&home);
+    wait_instances(port, "the bridge", |l| listed(l, &b.id()));
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(alive(first.0), "the hub exited while a bridge was registered");
+    assert!(b.editor.close_then_exited());
+    assert!(wait_gone(first.0, Duration::from_secs(10)), "the hub did not exit once idle");
+
+    // The next bridge starts it again.
+    let b2 = Bridge::start_env(&home, &demo_agent(0), &env);
+    let port = wait_for_hub(&home, None);
+    let again = detached_hub(&home);
+    assert_ne!(again.0, first.0);
+    wait_instances(port, "the new bridge", |l| listed(l, &b2.id()));
+}

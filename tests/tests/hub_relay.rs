@@ -1,0 +1,274 @@
+//! The hub's relays: the WebSocket relay to a real bridge (ACP through it, refusals before the
+//! upgrade, pings, a vanished bridge, the message cap, shutdown) and the per-instance HTTP
+//! relays (to a real bridge's `/status`, and byte for byte to a recording fake bridge).
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use zcode_tests::hub::{AUTH, Hub, free_port, http, listed, post_json, signal, wait_gone, wait_instances};
+use zcode_tests::{Bridge, Home, Peer, TEST_TOKEN, demo_agent, initialize, kill9, new_session, prompt};
+
+/// A hub and a demo-agent bridge registered with it.
+fn hub_and_bridge(home: &Home, hub_env: &[(&str, &str)]) -> (Hub, Bridge) {
+    let hub = Hub::start(home, hub_env);
+    let b = Bridge::start_env(home, &demo_agent(0), &[("ZCODE_ACP_HEARTBEAT_MS", "200")]);
+    let id = b.id();
+    wait_instances(hub.port, "the bridge to register", |l| listed(l, &id));
+    (hub, b)
+}
+
+fn fake_registration(hub: &Hub, id: &str, port: u16) {
+    let body = json!({"token": TEST_TOKEN, "id": id, "port": port, "pid": 1, "startedAt": 1, "sessions": []});
+    assert_eq!(post_json(hub.port, "/api/register", &body).status, 200);
+}
+
+#[test]
+fn acp_flows_through_the_relay_to_a_real_bridge_shared_with_the_editor() {
+    let home = Home::new();
+    let (hub, mut b) = hub_and_bridge(&home, &[]);
+    initialize(&mut b.editor, json!({}));
+    let sid = new_session(&mut b.editor, home.path());
+
+    let mut phone = hub.connect(&b.id()).expect("the relay accepts");
+    let init = initialize(&mut phone, json!({}));
+    assert_eq!(init["agentCapabilities"]["_meta"]["zcode"]["fs"], true, "{init}");
+    let (r, _) = phone.call("session/load", json!({"sessionId": sid, "cwd": home.path(), "mcpServers": []}));
+    assert!(r["result"].is_object(), "{r}");
+    let (r, seen) = phone.call("session/prompt", prompt(&sid, "hello through the hub"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    assert!(zcode_tests::agent_text(&seen).contains("hello through the hub"), "{seen:?}");
+    // The editor sees the phone's turn (echoed prompt and the stream).
+    let (echo, _) = b.editor.until("the phone's prompt echoed to the editor", |m| {
+        m["params"]["update"]["sessionUpdate"] == "user_message_chunk"
+    });
+    assert_eq!(echo["params"]["update"]["content"]["text"], "hello through the hub");
+
+    // The query token works too (browsers cannot set headers), and a 1 MiB message round-trips.
+    let path = format!("/acp?instance={}&token={TEST_TOKEN}", b.id());
+    let mut browser = Peer::connect_ws(hub.port, &path, None).expect("query token accepted");
+    initialize(&mut browser, json!({}));
+    let big = "x".repeat(1 << 20);
+    let (r, _) = browser.call("_demo/echo", json!({"big": big}));
+    let echoed: Value = serde_json::from_str(r["result"]["params"].as_str().expect("echo")).unwrap();
+    assert_eq!(echoed["big"].as_str().map(str::len), Some(1 << 20));
+}
+
+#[test]
+fn refused_upgrades_get_a_plain_status_before_the_upgrade() {
+    let home = Home::new();
+    let (hub, b) = hub_and_bridge(&home, &[]);
+    let id = b.id();
+    fake_registration(&hub, "dead", free_port());
+    let ok = format!("/acp?instance={id}");
+    for (path, token, want) in [
+        (ok.as_str(), None, 401),
+        (ok.as_str(), Some("wrong"), 401),
+        ("/acp?instance=999999", Some(TEST_TOKEN), 404),
+        ("/acp", Some(TEST_TOKEN), 404),
+        ("/elsewhere?instance=1", Some(TEST_TOKEN), 404),
+        ("/acp?instance=dead", Some(TEST_TOKEN), 502),
+    ] {
+        match Peer::connect_ws(hub.port, path, token) {
+            Ok(_) => panic!("{path} with {token:?} was upgraded"),
+            Err(status) => assert_eq!(status, want, "{path} with {token:?}"),
+        }
+    }
+    // A plain GET of /acp is not an upgrade.
+    assert_eq!(http(hub.port, "GET", &ok, &[AUTH], b"").status, 400);
+    assert!(hub.connect(&id).is_ok());
+}
+
+#[test]
+fn a_client_that_stops_answering_pings_is_dropped_and_one_that_answers_stays() {
+    let home = Home::new();
+    let (hub, b) = hub_and_bridge(&home, &[("ZCODE_ACP_PING_MS", "150")]);
+    let mut mute = hub.connect(&b.id()).unwrap();
+    let mut alive = hub.connect(&b.id()).unwrap();
+    initialize(&mut mute, json!({}));
+    initialize(&mut alive, json!({}));
+    mute.pause_reading(true);
+    std::thread::sleep(Duration::from_millis(1200));
+    mute.pause_reading(false);
+    mute.wait_closed(Duration::from_secs(5));
+    // Eight ping periods later, the client that answers is still relayed.
+    let (r, _) = alive.call("_demo/echo", json!({"still": "here"}));
+    assert!(r["result"].is_object(), "{r}");
+}
+
+#[test]
+fn a_killed_bridge_closes_its_relayed_clients_with_1011_within_a_second() {
+    let home = Home::new();
+    let (hub, b) = hub_and_bridge(&home, &[("ZCODE_ACP_PROBE_GRACE_MS", "300")]);
+    let id = b.id();
+    let mut clients: Vec<Peer> = (0..3).map(|_| hub.connect(&id).unwrap()).collect();
+    for c in &mut clients {
+        initialize(c, json!({}));
+    }
+    kill9(b.editor.pid());
+    let killed = Instant::now();
+    for c in &mut clients {
+        assert_eq!(c.wait_closed(Duration::from_secs(1)), Some(1011));
+    }
+    assert!(killed.elapsed() < Duration::from_secs(1), "closed after {:?}", killed.elapsed());
+    assert!(wait_gone(b.editor.pid(), Duration::from_secs(5)), "the bridge survived kill -9");
+    // Gone after the probe grace.
+    let probe = || http(hub.port, "GET", "/api/instances?probe=1", &[AUTH], b"").json();
+    assert!(probe().as_array().unwrap().iter().any(|i| i["id"] == id.as_str()));
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(probe().as_array().unwrap().iter().all(|i| i["id"] != id.as_str()));
+    drop(b);
+}
+
+#[test]
+fn a_message_over_32_mib_closes_the_client_with_1009() {
+    let home = Home::new();
+    let (hub, b) = hub_and_bridge(&home, &[]);
+    let mut c = hub.connect(&b.id()).unwrap();
+    initialize(&mut c, json!({}));
+    c.send_fragmented(33 << 20);
+    assert_eq!(c.wait_closed(Duration::from_secs(20)), Some(1009));
+    // The bridge and the relay are fine for everyone else.
+    let mut other = hub.connect(&b.id()).unwrap();
+    initialize(&mut other, json!({}));
+}
+
+#[test]
+fn sigterm_closes_relays_with_1001_and_exits_within_two_seconds() {
+    let home = Home::new();
+    let (mut hub, b) = hub_and_bridge(&home, &[]);
+    let mut c = hub.connect(&b.id()).unwrap();
+    initialize(&mut c, json!({}));
+    signal(hub.pid(), "TERM");
+    let sent = Instant::now();
+    assert_eq!(c.wait_closed(Duration::from_secs(2)), Some(1001));
+    let status = hub.wait_exit(Duration::from_secs(2)).expect("the hub exited");
+    assert!(status.success(), "{status:?}");
+    assert!(sent.elapsed() < Duration::from_secs(2), "took {:?}", sent.elapsed());
+    assert!(!home.path().join("run/hub.port").exists(), "the port file is removed");
+}
+
+#[test]
+fn status_is_relayed_from_a_real_bridge_with_get_and_head() {
+    let home = Home::new();
+    let (hub, mut b) = hub_and_bridge(&home, &[]);
+    initialize(&mut b.editor, json!({}));
+    let sid = new_session(&mut b.editor, home.path());
+    b.editor.call("session/prompt", prompt(&sid, "a title"));
+    let path = format!("/api/instances/{}/status", b.id());
+    let via_hub = http(hub.port, "GET", &path, &[AUTH], b"");
+    let (status, direct) = b.http_get("/status", Some(TEST_TOKEN));
+    assert_eq!((via_hub.status, status), (200, 200));
+    assert_eq!(via_hub.json(), serde_json::from_str::<Value>(&direct).unwrap());
+    assert_eq!(via_hub.json()["sessions"][0]["sessionId"], sid.as_str());
+    assert_eq!(via_hub.header("access-control-allow-origin"), Some("*"));
+    let head = http(hub.port, "HEAD", &path, &[AUTH], b"");
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty());
+    assert_eq!(head.header("content-length"), via_hub.header("content-length"));
+
+    assert_eq!(http(hub.port, "GET", &path, &[], b"").status, 401);
+    let r = http(hub.port, "GET", "/api/instances/999999/status", &[AUTH], b"");
+    assert_eq!((r.status, r.text().as_str()), (404, "unknown instance"));
+    fake_registration(&hub, "dead", free_port());
+    let r = http(hub.port, "GET", "/api/instances/dead/status", &[AUTH], b"");
+    assert_eq!((r.status, r.text().as_str()), (502, "bridge unreachable"));
+    // A route the bridge does not have comes back as the bridge answered it.
+    let r = http(hub.port, "POST", &format!("/api/instances/{}/no-such-route", b.id()), &[AUTH], b"{}");
+    assert_eq!((r.status, r.text().as_str()), (404, "not found"));
+}
+
+/// One request as a fake bridge saw it.
+struct Seen {
+    head: String,
+    body: Vec<u8>,
+}
+
+/// A fake bridge: answers each request with 409, a JSON body and a custom header, and reports
+/// what it received.
+fn fake_bridge() -> (u16, mpsc::Receiver<Seen>) {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind the fake bridge");
+    let port = listener.local_addr().expect("its address").port();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let mut reader = BufReader::new(stream);
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                head.push_str(&line);
+            }
+            let len = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned())
+                })
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let mut body = vec![0; len];
+            let _ = reader.read_exact(&mut body);
+            let answer = b"{\"ok\":false,\"error\":\"busy\"}";
+            let mut s = reader.into_inner();
+            let _ = write!(
+                s,
+                "HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nX-Zcode-First-Line: 7\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n",
+                answer.len()
+            );
+            let _ = s.write_all(answer);
+            if tx.send(Seen { head, body }).is_err() {
+                return;
+            }
+        }
+    });
+    (port, rx)
+}
+
+#[test]
+fn every_per_instance_route_is_relayed_with_method_body_and_status_kept() {
+    let home = Home::new();
+    let hub = Hub::start(&home, &[]);
+    let (port, seen) = fake_bridge();
+    fake_registration(&hub, "fake", port);
+    let body = br#"{"title": "renamed \u00e9", "n": [1.50, 2e3]}"#;
+    for (method, route) in [
+        ("POST", "sessions/abc/rename"),
+        ("POST", "sessions/abc/close"),
+        ("POST", "sessions/abc/delete"),
+        ("PUT", "settings/mcp/x"),
+        ("DELETE", "settings/agents/y"),
+        ("GET", "fs/list"),
+        ("POST", "backend/restart"),
+    ] {
+        let path = format!("/api/instances/fake/{route}?token={TEST_TOKEN}&sessionId=abc&path=a%20b");
+        let sent: &[u8] = if method == "GET" { b"" } else { body };
+        let r = http(
+            hub.port,
+            method,
+            &path,
+            &[("X-Custom", "kept"), ("Content-Type", "application/json")],
+            sent,
+        );
+        assert_eq!(r.status, 409, "{method} {route}: {}", r.text());
+        assert_eq!(r.text(), r#"{"ok":false,"error":"busy"}"#);
+        assert_eq!(r.header("x-zcode-first-line"), Some("7"));
+        assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+        let got = seen.recv_timeout(Duration::from_secs(10)).expect("the fake bridge got the request");
+        let first = got.head.lines().next().unwrap_or_default().to_owned();
+        assert_eq!(first, format!("{method} /{route}?sessionId=abc&path=a%20b HTTP/1.1"));
+        let lower = got.head.to_ascii_lowercase();
+        assert!(
+            lower.contains(&format!("authorization: bearer {}", TEST_TOKEN.to_ascii_lowercase())),
+            "{}",
+            got.head
+        );
+        assert!(lower.contains("x-custom: kept"), "{}", got.head);
+        assert!(!lower.contains(&format!("token={}", TEST_TOKEN.to_ascii_lowercase())), "{}", got.head);
+        assert_eq!(got.body, sent, "{method} {route}: the body arrives byte for byte");
+    }
+}

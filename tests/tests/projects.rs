@@ -1,0 +1,330 @@
+//! Projects and the session lifecycle through the hub: the project list, a project's history
+//! (which incubates a headless serve bridge), create and resume (headless and in a real tmux
+//! window running `zcode-acp chat`), fs browsing, project delete, and hostile paths.
+
+#![allow(clippy::unwrap_used)] // Setup helpers outside #[test] fns: a failed unwrap is a failed test.
+
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use zcode_tests::hub::{Hub, Reply, http, wait_instances};
+use zcode_tests::{Bridge, Home, TEST_TOKEN, bin, initialize, new_session, prompt};
+
+const AUTH: (&str, &str) = ("Authorization", "Bearer zcode-test-token-0123456789abcdef");
+
+fn get(hub: &Hub, path: &str) -> Reply {
+    http(hub.port, "GET", path, &[AUTH], b"")
+}
+
+fn post(hub: &Hub, path: &str, body: &Value) -> Reply {
+    http(hub.port, "POST", path, &[AUTH, ("Content-Type", "application/json")], body.to_string().as_bytes())
+}
+
+fn enc(p: &Path) -> String {
+    let mut out = String::new();
+    for b in p.display().to_string().bytes() {
+        if b.is_ascii_alphanumeric() || b"/-_.".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A home whose default agent is the demo agent, a project root, and a hub.
+struct World {
+    home: Home,
+    root: tempfile::TempDir,
+    hub: Hub,
+}
+
+fn world(extra: &[(&str, &str)]) -> World {
+    assert_eq!(TEST_TOKEN, AUTH.1.trim_start_matches("Bearer "));
+    let home = Home::new();
+    let config = json!({"agents": {"default": "demo", "demo": {"command": bin(), "args": ["demo-agent", "--delay-ms", "0"]}}});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let roots = root.path().display().to_string();
+    let mut env = vec![
+        ("ZCODE_ACP_PROJECT_ROOTS", roots.as_str()),
+        ("ZCODE_ACP_REMOTE_PORT", "0"),
+        ("ZCODE_ACP_HEARTBEAT_MS", "200"),
+        ("ZCODE_ACP_HUB_TERMINAL", "0"),
+    ];
+    env.extend_from_slice(extra);
+    let hub = Hub::start(&home, &env);
+    World { home, root, hub }
+}
+
+/// A project with one finished conversation (its bridge gone): (project path, session id).
+fn project_with_history(w: &World, name: &str) -> (PathBuf, String) {
+    let p = w.root.path().join(name);
+    std::fs::create_dir_all(&p).unwrap();
+    let mut b = Bridge::start(&w.home, &zcode_tests::demo_agent(0));
+    initialize(&mut b.editor, json!({}));
+    let sid = new_session(&mut b.editor, &p);
+    let (r, _) = b.editor.call("session/prompt", prompt(&sid, &format!("first words in {name}")));
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    assert!(b.editor.close_then_exited());
+    (std::fs::canonicalize(&p).unwrap(), sid)
+}
+
+#[test]
+fn projects_history_resume_create_and_delete() {
+    let w = world(&[]);
+    let (p, sid) = project_with_history(&w, "alpha");
+    let projects = get(&w.hub, "/api/projects").json();
+    let row = projects
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["workspacePath"] == p.display().to_string())
+        .expect("listed");
+    assert_eq!(row["sessions"], 1);
+    assert!(row["lastActive"].as_i64().unwrap() > 0);
+
+    // Bad parameters are refused before anything is spawned.
+    let before = get(&w.hub, "/api/instances").json().as_array().unwrap().len();
+    assert_eq!(get(&w.hub, "/api/projects/sessions").status, 400);
+    for q in ["limit=0", "limit=201", "limit=x", "before=yesterday"] {
+        let r = get(&w.hub, &format!("/api/projects/sessions?workspacePath={}&{q}", enc(&p)));
+        assert_eq!(r.status, 400, "{q}: {}", r.text());
+    }
+    let other = tempfile::tempdir().unwrap();
+    assert_eq!(
+        get(&w.hub, &format!("/api/projects/sessions?workspacePath={}", enc(other.path()))).status,
+        403
+    );
+    assert_eq!(
+        get(&w.hub, "/api/instances").json().as_array().unwrap().len(),
+        before,
+        "something was spawned"
+    );
+
+    // The listing incubates a headless serve bridge and lists the closed conversation.
+    let r = get(&w.hub, &format!("/api/projects/sessions?workspacePath={}", enc(&p)));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let listing = r.json();
+    let serve_id = listing["instance"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(listing["instance"]["origin"], "serve");
+    assert_eq!(listing["sessions"][0]["sessionId"], sid.as_str());
+    assert_eq!(listing["sessions"][0]["title"], "first words in alpha");
+    assert!(listing["sessions"][0]["updatedAt"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(listing["nextCursor"], Value::Null);
+    // A second listing reuses it.
+    let again = get(&w.hub, &format!("/api/projects/sessions?workspacePath={}", enc(&p))).json();
+    assert_eq!(again["instance"]["id"], serve_id.as_str());
+
+    // Resume in the client: attach to that instance and load the session.
+    let mut phone = w.hub.connect(&serve_id).unwrap();
+    initialize(&mut phone, json!({}));
+    let (r, replay) = phone.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": p, "mcpServers": [], "_meta": {"zcode": {"limit": 10}}}),
+    );
+    assert!(r["result"]["replayMeta"]["totalMessages"].as_u64().unwrap() >= 5, "{r}");
+    assert!(replay.iter().any(|m| m["params"]["update"]["content"]["text"] == "first words in alpha"));
+    let (r, _) = phone.call("session/prompt", prompt(&sid, "back again"));
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+
+    // Create: always a NEW instance, never the serve one.
+    let r = post(&w.hub, "/api/instances", &json!({"workspacePath": p}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let created = r.json();
+    assert_eq!(created["reused"], false);
+    assert_ne!(created["id"], serve_id.as_str());
+    let id = created["id"].as_str().unwrap().to_owned();
+    let list =
+        wait_instances(w.hub.port, "the created instance", |l| l.iter().any(|i| i["id"] == id.as_str()));
+    let inst = list.iter().find(|i| i["id"] == id.as_str()).unwrap();
+    assert_eq!(inst["origin"], "serve");
+    assert_eq!(inst["workspace"], p.display().to_string());
+
+    // Create errors.
+    assert_eq!(post(&w.hub, "/api/instances", &json!({})).status, 400);
+    assert_eq!(
+        post(&w.hub, "/api/instances", &json!({"workspacePath": p, "sessionId": "bad id!"})).status,
+        400
+    );
+    assert_eq!(post(&w.hub, "/api/instances", &json!({"workspacePath": other.path()})).status, 403);
+    assert_eq!(post(&w.hub, "/api/instances", &json!({"workspacePath": "relative/path"})).status, 403);
+    let mut store = zcode_shared::store::Store::open_in(&w.home.path().join("data")).unwrap();
+    store.write(|wr| wr.set_deleted("gone_session", true, 1)).unwrap();
+    let r = post(&w.hub, "/api/instances", &json!({"workspacePath": p, "sessionId": "gone_session"}));
+    assert_eq!((r.status, r.text().as_str()), (404, "session deleted"));
+
+    // Project delete hides it; the create whitelist forgets it (unless under a root).
+    let r = post(&w.hub, "/api/projects/delete", &json!({"workspacePath": p}));
+    assert_eq!(r.status, 200);
+    assert!(r.json()["deletedTasks"].as_u64().unwrap() >= 1);
+    assert!(
+        !get(&w.hub, "/api/projects")
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["workspacePath"] == p.display().to_string())
+    );
+    assert_eq!(post(&w.hub, "/api/projects/delete", &json!({"workspacePath": p})).json()["deletedTasks"], 0);
+    assert_eq!(post(&w.hub, "/api/projects/delete", &json!({})).status, 400);
+}
+
+#[test]
+fn concurrent_identical_creates_join_one_spawn() {
+    let w = world(&[]);
+    let (p, _) = project_with_history(&w, "beta");
+    let port = w.hub.port;
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                http(
+                    port,
+                    "POST",
+                    "/api/instances",
+                    &[AUTH],
+                    json!({"workspacePath": p}).to_string().as_bytes(),
+                )
+                .json()
+            })
+        })
+        .collect();
+    let ids: Vec<Value> = threads.into_iter().map(|t| t.join().unwrap()["id"].clone()).collect();
+    assert!(ids[0].is_string(), "{ids:?}");
+    assert!(ids.iter().all(|i| *i == ids[0]), "three spawns: {ids:?}");
+    // A later create is a new spawn again.
+    let later = post(&w.hub, "/api/instances", &json!({"workspacePath": p})).json();
+    assert_ne!(later["id"], ids[0]);
+}
+
+#[test]
+fn browsing_directories_and_hostile_paths() {
+    let w = world(&[]);
+    let weird = w.root.path().join("we ird '$(touch PWNED)' `id` \"q\"");
+    std::fs::create_dir_all(weird.join("sub")).unwrap();
+    std::fs::create_dir_all(w.root.path().join(".hidden")).unwrap();
+    std::fs::write(w.root.path().join("a-file"), "x").unwrap();
+    let r = get(&w.hub, &format!("/api/fs/list?path={}", enc(w.root.path())));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["path"], std::fs::canonicalize(w.root.path()).unwrap().display().to_string());
+    assert_eq!(v["creatable"], true, "under a configured root");
+    let names: Vec<&str> =
+        v["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert!(
+        names.contains(&".hidden")
+            && names.iter().any(|n| n.starts_with("we ird"))
+            && !names.contains(&"a-file"),
+        "{names:?}"
+    );
+    assert_eq!(get(&w.hub, "/api/fs/list?path=relative").status, 400);
+    assert_eq!(get(&w.hub, &format!("/api/fs/list?path={}", enc(&w.root.path().join("nope")))).status, 404);
+    assert_eq!(get(&w.hub, &format!("/api/fs/list?path={}", enc(&w.root.path().join("a-file")))).status, 404);
+    assert_eq!(get(&w.hub, "/api/fs/list?path=/").json()["parent"], Value::Null);
+    let outside = get(&w.hub, "/api/fs/list?path=/usr").json();
+    assert_eq!(outside["creatable"], false);
+
+    // A create in the hostile directory runs no command from its name.
+    let r = post(&w.hub, "/api/instances", &json!({"workspacePath": weird}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    for dir in [w.root.path(), &weird, w.home.path(), Path::new("/tmp")] {
+        assert!(!dir.join("PWNED").exists(), "a command ran in {}", dir.display());
+    }
+}
+
+#[test]
+fn an_idle_serve_bridge_exits_and_closing_its_last_session_ends_it() {
+    let w = world(&[("ZCODE_ACP_SERVE_IDLE_MS", "600"), ("ZCODE_ACP_INSTANCE_TTL_MS", "1000")]);
+    let (p, _) = project_with_history(&w, "gamma");
+    let id =
+        get(&w.hub, &format!("/api/projects/sessions?workspacePath={}", enc(&p))).json()["instance"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    let pid: u32 = id.parse().unwrap();
+    assert!(zcode_tests::hub::wait_gone(pid, Duration::from_secs(10)), "the idle serve bridge kept running");
+
+    let created = post(&w.hub, "/api/instances", &json!({"workspacePath": p})).json();
+    let id = created["id"].as_str().unwrap().to_owned();
+    let mut phone = w.hub.connect(&id).unwrap();
+    initialize(&mut phone, json!({}));
+    let sid = new_session(&mut phone, Path::new("/somewhere/else"));
+    let (r, seen) = phone.call("session/prompt", prompt(&sid, "write:pinned.txt"));
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    assert!(zcode_tests::agent_text(&seen).contains("Wrote pinned.txt"));
+    assert!(p.join("pinned.txt").exists(), "the serve bridge pins session roots to its project");
+    let r = post(&w.hub, &format!("/api/instances/{id}/sessions/{sid}/close"), &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        zcode_tests::hub::wait_gone(id.parse().unwrap(), Duration::from_secs(5)),
+        "closing the last session did not end it"
+    );
+}
+
+#[test]
+fn a_create_opens_chat_in_a_real_tmux_window() {
+    let tmux_dir = tempfile::tempdir().unwrap();
+    let tmux_tmp = tmux_dir.path().display().to_string();
+    let w = world(&[
+        ("ZCODE_ACP_HUB_TERMINAL", "1"),
+        ("ZCODE_ACP_HUB_TERMINAL_APP", "tmux"),
+        ("TMUX_TMPDIR", &tmux_tmp),
+    ]);
+    let tmux = |args: &[&str]| {
+        let out = std::process::Command::new("tmux")
+            .args(args)
+            .env("TMUX_TMPDIR", &tmux_tmp)
+            .output()
+            .expect("tmux");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (p, _) = project_with_history(&w, "delta");
+    let r = post(&w.hub, "/api/instances", &json!({"workspacePath": p}));
+    assert_eq!(r.status, 200, "{} / hub log: {}", r.text(), w.hub.log());
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    assert!(
+        tmux(&["list-windows", "-t", "zcode-acp"]).contains("delta"),
+        "no tmux window named after the project"
+    );
+
+    // Wait for the chat's prompt, then type into the window.
+    let screen = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let s = tmux(&["capture-pane", "-p", "-J", "-t", "zcode-acp"]);
+            if s.contains(what) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "{what:?} never showed in the window:\n{s}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    screen("type a prompt");
+    tmux(&["send-keys", "-t", "zcode-acp", "hello from the window", "Enter"]);
+    screen("You said: \"hello from the window\"");
+
+    // A phone attached to the same session sees what is typed in the window.
+    let list = wait_instances(w.hub.port, "the window's session", |l| {
+        l.iter().any(|i| i["id"] == id.as_str() && !i["sessions"].as_array().unwrap().is_empty())
+    });
+    let sid = list.iter().find(|i| i["id"] == id.as_str()).unwrap()["sessions"][0]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut phone = w.hub.connect(&id).unwrap();
+    initialize(&mut phone, json!({}));
+    phone.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": p, "mcpServers": [], "_meta": {"zcode": {"limit": 0}}}),
+    );
+    tmux(&["send-keys", "-t", "zcode-acp", "second from the window", "Enter"]);
+    let (echo, _) = phone
+        .until("the window's prompt", |m| m["params"]["update"]["sessionUpdate"] == "user_message_chunk");
+    assert_eq!(echo["params"]["update"]["content"]["text"], "second from the window");
+    phone.until("the reply", |m| {
+        m["params"]["update"]["content"]["text"].as_str().is_some_and(|t| t.contains("second"))
+            && m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    });
+    tmux(&["kill-server"]);
+}

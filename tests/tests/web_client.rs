@@ -1,0 +1,37 @@
+//! The web client's browser tests (`tests/web/*.test.mjs`, Node's test runner driving Debian's
+//! chromium through the pinned playwright-core) run as part of `cargo test`: this test builds
+//! the binary, runs `node --test tests/web/` against it and fails when any of them fails. Their
+//! output goes straight to the terminal; screenshots land in `target/web-screenshots/`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_owned()
+}
+
+#[test]
+fn the_web_client_passes_its_browser_tests() {
+    let root = workspace_root();
+    let chromium =
+        std::env::var_os("CHROMIUM").map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from);
+    assert!(
+        chromium.exists(),
+        "{} is missing: run scripts/install-test-deps (it installs Debian's chromium)",
+        chromium.display()
+    );
+    assert!(
+        root.join("tests/peers/node_modules/playwright-core/package.json").exists(),
+        "playwright-core is missing: run scripts/install-test-deps"
+    );
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let status = Command::new("node")
+        .args(["--test", "--test-reporter=spec", "tests/web/"])
+        .current_dir(&root)
+        .env("ZCODE_ACP_BIN", zcode_tests::bin())
+        .env("CHROMIUM", &chromium)
+        .env("WEB_SCREENSHOTS", target.join("web-screenshots"))
+        .status()
+        .expect("run node (Node.js 20 or later is needed for the browser tests)");
+    assert!(status.success(), "the browser tests failed ({status}): see their output above");
+}

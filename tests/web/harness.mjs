@@ -1,0 +1,240 @@
+// The real stack for the browser tests: a `zcode-acp hub` on a free port with a private
+// ZCODE_ACP_HOME, bridges over the demo agent with the test as their editor (JSON-RPC over the
+// bridge's stdio), and Debian's chromium driven by the pinned playwright-core.
+//
+// Environment: ZCODE_ACP_BIN (the binary; default target/debug/zcode-acp), CHROMIUM (default
+// /usr/bin/chromium), WEB_SCREENSHOTS (default target/web-screenshots).
+
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import readline from 'node:readline';
+import { createRequire } from 'node:module';
+
+export const ROOT = path.resolve(import.meta.dirname, '../..');
+const require = createRequire(path.join(ROOT, 'tests/peers/package.json'));
+const { chromium } = require('playwright-core');
+
+export const BIN = process.env.ZCODE_ACP_BIN || path.join(ROOT, 'target/debug/zcode-acp');
+export const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+export const SHOTS = process.env.WEB_SCREENSHOTS || path.join(ROOT, 'target/web-screenshots');
+export const TOKEN = 'zcode-web-test-token-0123456789abcdef';
+export const WAIT = 15000;
+
+/** Waits until `fn()` returns a truthy value (polled every 20 ms); returns it. */
+export async function until(what, fn, ms = WAIT) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** A TCP port nothing listens on (bound, then released). */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Starts chromium headless with a fresh profile (playwright creates one per launch). */
+export function launchBrowser() {
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+}
+
+/** The test's own end of a bridge: its editor, speaking JSON-RPC over the bridge's stdio. */
+export class Editor {
+  constructor(child) {
+    this.child = child;
+    this.nextId = 1;
+    this.calls = new Map();
+    this.requests = []; // agent→editor requests, in arrival order
+    this.notes = []; // notifications
+    this.exited = new Promise((r) => child.once('exit', r));
+    readline.createInterface({ input: child.stdout }).on('line', (line) => this.receive(line));
+  }
+
+  receive(line) {
+    let msg;
+    try { msg = JSON.parse(line); } catch { return; }
+    if (msg.method === undefined && msg.id !== undefined) {
+      const c = this.calls.get(msg.id);
+      this.calls.delete(msg.id);
+      if (c) (msg.error ? c.reject(new Error(JSON.stringify(msg.error))) : c.resolve(msg.result));
+      return;
+    }
+    if (msg.id !== undefined) this.requests.push(msg);
+    else this.notes.push(msg);
+  }
+
+  send(msg) {
+    this.child.stdin.write(`${JSON.stringify({ jsonrpc: '2.0', ...msg })}\n`);
+  }
+
+  call(method, params) {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.calls.set(id, { resolve, reject });
+      this.send({ id, method, params });
+    });
+  }
+
+  answer(id, result) {
+    this.send({ id, result });
+  }
+
+  /** Waits for an agent request matching `pred` and not yet taken. */
+  async request(pred) {
+    const found = await until('an agent request to the editor', () => this.requests.find((r) => !r.taken && pred(r)));
+    found.taken = true;
+    return found;
+  }
+
+  /** Initializes and creates a session in `cwd`; returns its id. */
+  async newSession(cwd) {
+    if (!this.initialized) {
+      await this.call('initialize', { protocolVersion: 1, clientCapabilities: {}, clientInfo: { name: 'web-test-editor', version: '1' } });
+      this.initialized = true;
+    }
+    const r = await this.call('session/new', { cwd, mcpServers: [] });
+    return r.sessionId;
+  }
+
+  prompt(sessionId, text) {
+    return this.call('session/prompt', { sessionId, prompt: [{ type: 'text', text }] });
+  }
+
+  /** Closes stdin: the bridge exits. */
+  async close() {
+    this.child.stdin.end();
+    await Promise.race([this.exited, new Promise((r) => setTimeout(r, 3000))]);
+    if (this.child.exitCode === null) this.child.kill('SIGKILL');
+  }
+}
+
+/** A private home, a hub, and the bridges of one test file. */
+export class Stack {
+  /** `opts.env(home)`: extra environment for every process of the stack. */
+  static async start(opts = {}) {
+    const s = new Stack();
+    s.home = fs.mkdtempSync(path.join(os.tmpdir(), 'zcode-web-'));
+    s.extraEnv = opts.env ? opts.env(s.home) : {};
+    s.project = path.join(s.home, 'project');
+    fs.mkdirSync(path.join(s.project, 'sub'), { recursive: true });
+    s.port = await freePort();
+    s.token = TOKEN;
+    s.editors = [];
+    await s.startHub();
+    return s;
+  }
+
+  get base() {
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  env(extra = {}) {
+    const env = {};
+    for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('ZCODE_ACP_')) env[k] = v;
+    return Object.assign(env, {
+      ZCODE_ACP_HOME: this.home, ZCODE_ACP_HUB_PORT: String(this.port), ZCODE_ACP_REMOTE_PORT: '0',
+      ZCODE_ACP_REMOTE_TOKEN: this.token, ZCODE_ACP_HEARTBEAT_MS: '200', ZCODE_ACP_INSTANCE_TTL_MS: '3000',
+      ZCODE_ACP_PROBE_GRACE_MS: '1000', ZCODE_ACP_HUB_SPAWN_THROTTLE_MS: '600000',
+      ZCODE_ACP_SERVE_IDLE_MS: '5000', ZCODE_ACP_HUB_IDLE_MS: '10000',
+    }, this.extraEnv, extra);
+  }
+
+  /** Starts the hub (again) on the stack's port; returns once it answers. */
+  async startHub() {
+    const log = fs.openSync(path.join(this.home, `hub-${Date.now()}.log`), 'a');
+    this.hub = spawn(BIN, ['hub'], { env: this.env(), stdio: ['ignore', 'ignore', log] });
+    this.hubExited = new Promise((r) => this.hub.once('exit', r));
+    await until('the hub to answer', async () => (await this.fetch('/api/health').catch(() => null))?.status === 200);
+  }
+
+  /** Stops the hub (SIGTERM) and waits for it. */
+  async stopHub() {
+    this.hub.kill('SIGTERM');
+    await this.hubExited;
+  }
+
+  fetch(p, init = {}) {
+    return fetch(`${this.base}${p}`, init);
+  }
+
+  async api(p, init = {}) {
+    const r = await this.fetch(p, { ...init, headers: { Authorization: `Bearer ${this.token}`, ...(init.headers || {}) } });
+    if (!r.ok) throw new Error(`${p}: HTTP ${r.status} ${await r.text()}`);
+    return r.json();
+  }
+
+  /** Starts `zcode-acp bridge -- zcode-acp demo-agent` in the project; waits until listed. */
+  async bridge() {
+    const child = spawn(BIN, ['bridge', '--', BIN, 'demo-agent', '--delay-ms', '5'], {
+      cwd: this.project, env: this.env(), stdio: ['pipe', 'pipe', 'ignore'],
+    });
+    const ed = new Editor(child);
+    ed.id = String(child.pid);
+    this.editors.push(ed);
+    await until('the bridge to register', async () => (await this.api('/api/instances')).some((i) => i.id === ed.id));
+    return ed;
+  }
+
+  /** Waits until instance `id` lists session `sid`; returns the row. */
+  listed(id, sid) {
+    return until(`session ${sid} to be listed`, async () => {
+      const inst = (await this.api('/api/instances')).find((i) => i.id === id);
+      return inst && inst.sessions.find((s) => s.sessionId === sid);
+    });
+  }
+
+  /**
+   * Kills a hub that a bridge started on its own (`hub --background`, detached, not our
+   * child) when it found none: the home's pid file names it.
+   */
+  killSpawnedHub() {
+    let pid = 0;
+    try { pid = Number(fs.readFileSync(path.join(this.home, 'run/hub.pid'), 'utf8').trim()); } catch { return; }
+    if (pid && pid !== this.hub.pid) {
+      try { process.kill(pid, 'SIGKILL'); } catch { /* gone already */ }
+    }
+  }
+
+  async stop() {
+    // Bridges the hub started (serve) are not our children: stop every registered one.
+    const ours = new Set(this.editors.map((e) => e.id));
+    const listed = await this.api('/api/instances').catch(() => []);
+    for (const i of listed) {
+      if (!ours.has(String(i.id)) && i.pid) try { process.kill(i.pid, 'SIGTERM'); } catch { /* gone */ }
+    }
+    await Promise.all(this.editors.map((e) => e.close()));
+    this.killSpawnedHub();
+    if (this.hub.exitCode === null) {
+      this.hub.kill('SIGTERM');
+      await Promise.race([this.hubExited, new Promise((r) => setTimeout(r, 3000))]);
+      if (this.hub.exitCode === null) this.hub.kill('SIGKILL');
+    }
+    fs.rmSync(this.home, { recursive: true, force: true });
+  }
+}
+
+/** Collects a page's console errors and uncaught exceptions. */
+export function watchConsole(page) {
+  const errors = [];
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+  page.on('pageerror', (e) => errors.push(`uncaught: ${e.message}`));
+  page.on('dialog', (d) => { errors.push(`dialog: ${d.message()}`); d.dismiss(); });
+  return errors;
+}

@@ -1,0 +1,81 @@
+// Projects from the web client: the known-project list, a project's history with resume,
+// creating a session in a project (a headless serve bridge the hub starts), and browsing to a
+// directory under a configured project root to start one there.
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { Stack, launchBrowser, watchConsole } from './harness.mjs';
+
+describe('web client projects', () => {
+  let stack; let browser; let page; let errors; let ed; let closed;
+
+  before(async () => {
+    browser = await launchBrowser();
+    // The project sits in a temp dir, which the known-project list hides unless it is under a
+    // configured root; headless bridges only (no terminal window in a test).
+    stack = await Stack.start({ env: (home) => ({ ZCODE_ACP_PROJECT_ROOTS: home, ZCODE_ACP_HUB_TERMINAL: '0', HOME: home }) });
+    fs.mkdirSync(path.join(stack.home, 'fresh'));
+    // A conversation whose editor has gone: the project's history is where it lives on.
+    ed = await stack.bridge();
+    closed = await ed.newSession(stack.project);
+    await ed.prompt(closed, 'an old conversation');
+    await ed.close();
+    const context = await browser.newContext({ viewport: { width: 420, height: 860 } });
+    context.setDefaultTimeout(15000);
+    await context.addInitScript((t) => localStorage.setItem('zcode-acp.token', t), stack.token);
+    page = await context.newPage();
+    errors = watchConsole(page);
+  });
+
+  after(async () => {
+    await browser?.close();
+    await stack?.stop();
+  });
+
+  const project = () => page.locator(`#projects .project[data-path="${stack.project}"]`);
+
+  it('lists the project and its history, and resumes a session from it', async () => {
+    await page.goto(`${stack.base}/`);
+    await project().waitFor();
+    await project().locator('button', { hasText: 'History' }).click();
+    const row = project().locator('.history li', { hasText: 'an old conversation' });
+    await row.waitFor();
+    await row.locator('a', { hasText: 'Resume' }).click();
+    await page.locator('.msg.agent', { hasText: 'You said: "an old conversation"' }).waitFor();
+    await page.fill('#prompt', 'picked up again');
+    await page.press('#prompt', 'Enter');
+    await page.locator('.msg.agent', { hasText: 'You said: "picked up again"' }).waitFor();
+  });
+
+  it('creates a session in a project', async () => {
+    await page.goto(`${stack.base}/`);
+    await project().locator('button', { hasText: 'New session' }).click();
+    await page.waitForURL(/\/s\/\d+\/[^/?]+/);
+    const instance = new URL(page.url()).pathname.split('/')[2];
+    assert.notEqual(instance, ed.id, 'a new instance, not the editor\'s');
+    await page.fill('#prompt', 'born on the phone');
+    await page.press('#prompt', 'Enter');
+    await page.locator('.msg.agent', { hasText: 'You said: "born on the phone"' }).waitFor();
+    const list = await stack.api('/api/instances');
+    assert.equal(list.find((i) => i.id === instance).origin, 'serve');
+  });
+
+  it('browses to a directory under a project root and starts a session there', async () => {
+    await page.goto(`${stack.base}/`);
+    const browse = page.locator('#browse');
+    await browse.locator('.dirs button', { hasText: 'fresh/' }).click();
+    await browse.locator('code.path', { hasText: /fresh$/ }).waitFor();
+    await browse.locator('button', { hasText: 'Start a session here' }).click();
+    await page.waitForURL(/\/s\/\d+\/[^/?]+/);
+    assert.equal(new URL(page.url()).searchParams.get('cwd'), path.join(stack.home, 'fresh'));
+    await page.fill('#prompt', 'somewhere new');
+    await page.press('#prompt', 'Enter');
+    await page.locator('.msg.agent', { hasText: 'You said: "somewhere new"' }).waitFor();
+  });
+
+  it('threw nothing uncaught', () => {
+    assert.deepEqual(errors.filter((e) => e.startsWith('uncaught') || e.startsWith('dialog')), []);
+  });
+});
