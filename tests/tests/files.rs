@@ -282,3 +282,94 @@ fn rss_kib(pid: u32) -> u64 {
         })
         .unwrap_or(0)
 }
+
+#[test]
+fn files_through_the_hub_relay() {
+    use zcode_tests::hub::{Hub, listed, wait_instances};
+    let home = Home::new();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("notes.txt"), "one\ntwo\nthree\n").unwrap();
+    let hub = Hub::start(&home, &[]);
+    let mut b = zcode_tests::Bridge::start_env(&home, &demo_agent(0), &[("ZCODE_ACP_HEARTBEAT_MS", "200")]);
+    let id = b.id();
+    wait_instances(hub.port, "the bridge", |l| listed(l, &id));
+    initialize(&mut b.editor, json!({}));
+    let sid = new_session(&mut b.editor, project.path());
+    let base = format!("/api/instances/{id}/fs");
+    let r = http(
+        hub.port,
+        "GET",
+        &format!("{base}/file?sessionId={sid}&path=notes.txt&line=2&limit=1"),
+        Some(TEST_TOKEN),
+    );
+    assert_eq!((r.status, r.text().as_str()), (200, "two\n"));
+    assert_eq!(r.header("x-zcode-first-line"), Some("2"));
+    let r = http(
+        hub.port,
+        "GET",
+        &format!("{base}/file?sessionId={sid}&path=notes.txt&offset=4&length=3"),
+        Some(TEST_TOKEN),
+    );
+    assert_eq!((r.status, r.text().as_str(), r.header("content-range")), (206, "two", Some("bytes 4-6/14")));
+    let r = http(hub.port, "HEAD", &format!("{base}/file?sessionId={sid}&path=notes.txt"), Some(TEST_TOKEN));
+    assert_eq!((r.status, r.header("content-length")), (200, Some("14")));
+    let l = http(hub.port, "GET", &format!("{base}/list?sessionId={sid}&path="), Some(TEST_TOKEN));
+    assert_eq!(l.status, 200);
+    assert!(l.text().contains("notes.txt"));
+    for q in ["path=../x", "path=%2e%2e/x", "path=/etc/passwd", "path=a%00b"] {
+        let r = http(hub.port, "GET", &format!("{base}/file?sessionId={sid}&{q}"), Some(TEST_TOKEN));
+        assert_eq!(r.status, 403, "{q} through the hub");
+    }
+    assert_eq!(
+        http(
+            hub.port,
+            "GET",
+            &format!("{base}/file?sessionId={sid}&path=notes.txt&offset=99"),
+            Some(TEST_TOKEN)
+        )
+        .status,
+        416
+    );
+    assert_eq!(
+        http(
+            hub.port,
+            "GET",
+            &format!("{base}/file?sessionId={sid}&path=notes.txt&offset=x"),
+            Some(TEST_TOKEN)
+        )
+        .status,
+        400
+    );
+    assert_eq!(
+        http(hub.port, "GET", &format!("{base}/file?sessionId={sid}&path=nope"), Some(TEST_TOKEN)).status,
+        404
+    );
+    assert_eq!(
+        http(hub.port, "GET", &format!("{base}/file?sessionId={sid}&path=notes.txt"), None).status,
+        401
+    );
+    assert_eq!(
+        http(
+            hub.port,
+            "GET",
+            &format!("/api/instances/424242/fs/file?sessionId={sid}&path=notes.txt"),
+            Some(TEST_TOKEN)
+        )
+        .status,
+        404
+    );
+    // The bridge goes away: its port is dead → 502 (until the registration expires).
+    let port = b.port;
+    let pid = b.editor.pid();
+    zcode_tests::kill9(pid);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let r =
+            http(hub.port, "GET", &format!("{base}/file?sessionId={sid}&path=notes.txt"), Some(TEST_TOKEN));
+        if r.status == 502 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still {} after the bridge on {port} died", r.status);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -326,5 +326,29 @@ fn a_create_opens_chat_in_a_real_tmux_window() {
         m["params"]["update"]["content"]["text"].as_str().is_some_and(|t| t.contains("second"))
             && m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
     });
+
+    // Ctrl-C in the window cancels the running turn.
+    tmux(&["send-keys", "-t", "zcode-acp", "long", "Enter"]);
+    screen("tick 3 ");
+    tmux(&["send-keys", "-t", "zcode-acp", "C-c"]);
+    screen("[cancelled]");
+
+    // Resume on the desktop: a new window boots into the session with its history tail.
+    let r = post(&w.hub, "/api/instances", &json!({"workspacePath": p, "sessionId": sid}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_ne!(r.json()["id"], id.as_str(), "a resume is a new instance");
+    let windows = tmux(&["list-windows", "-t", "zcode-acp", "-F", "#{window_index} #{window_name}"]);
+    let last = windows.lines().last().unwrap().to_owned();
+    assert!(last.ends_with("hello from the window"), "the tab is named after the conversation: {windows}");
+    let index = last.split_whitespace().next().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = tmux(&["capture-pane", "-p", "-J", "-t", &format!("zcode-acp:{index}")]);
+        if s.contains("second from the window") && s.contains("type a prompt") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the resumed window shows no history:\n{s}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     tmux(&["kill-server"]);
 }
