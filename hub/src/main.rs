@@ -64,6 +64,9 @@ enum Command {
         /// Replace the token with a new random one
         #[arg(long)]
         rotate: bool,
+        /// The address phones use (the tunnel's), for the pairing URL
+        #[arg(long)]
+        public_url: Option<String>,
     },
     /// The built-in scripted ACP agent on stdio (the default agent and the tests' fixture)
     #[command(after_long_help = zcode_bridge::demo::KEYWORDS_HELP)]
@@ -81,7 +84,7 @@ fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
         Command::DemoAgent { delay_ms, resume_only } => demo_agent(delay_ms, resume_only),
-        Command::Token { rotate } => token(rotate),
+        Command::Token { rotate, public_url } => token(rotate, public_url),
         Command::Bridge { agent } => bridge(agent),
         Command::Serve { cwd, agent } => serve(cwd, agent),
         Command::Hub { background, detached } => hub(background, detached),
@@ -307,10 +310,10 @@ fn up(public_url: Option<String>) -> anyhow::Result<ExitCode> {
     }
     drop(rt);
     let port = hub_port(&cfg).context("the hub's port")?;
-    let base = public_url.unwrap_or_else(|| format!("http://{host}:{port}"));
-    let base = base.trim_end_matches('/');
+    let url = pairing_url(&cfg, &token, public_url);
     println!("zcode-acp is up.");
-    println!("  open:   {base}/#token={token}");
+    println!("  open:   {url}");
+    print!("{}", qr(&url));
     println!("  token:  {token}");
     println!("  hub:    http://{host}:{port} (expose it through a tunnel for phones; see the README)");
     println!("Ctrl-C stops this bridge; the hub exits by itself when idle.");
@@ -320,7 +323,29 @@ fn up(public_url: Option<String>) -> anyhow::Result<ExitCode> {
     run_bridge(Vec::new(), opts)
 }
 
-fn token(rotate: bool) -> anyhow::Result<ExitCode> {
+/// The pairing URL: the hub's (or the tunnel's) address with the token in the fragment, so it
+/// never reaches a server log.
+fn pairing_url(cfg: &Config, token: &str, public_url: Option<String>) -> String {
+    let port = match cfg.remote.hub_port {
+        0 => std::fs::read_to_string(cfg.paths.hub_port_file())
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or(0),
+        p => p,
+    };
+    let base = public_url.unwrap_or_else(|| format!("http://{}:{port}", cfg.remote.hub_host));
+    format!("{}/#token={token}", base.trim_end_matches('/'))
+}
+
+/// A QR code of `text` for the terminal (two modules per character cell).
+fn qr(text: &str) -> String {
+    match qrcode::QrCode::new(text.as_bytes()) {
+        Ok(code) => code.render::<qrcode::render::unicode::Dense1x2>().quiet_zone(true).build() + "\n",
+        Err(_) => String::new(),
+    }
+}
+
+fn token(rotate: bool, public_url: Option<String>) -> anyhow::Result<ExitCode> {
     let cfg = Config::load()?;
     zcode_shared::logging::init(cfg.debug);
     let (token, source) =
@@ -331,5 +356,8 @@ fn token(rotate: bool) -> anyhow::Result<ExitCode> {
     } else {
         eprintln!("token from {source}");
     }
+    // Pairing goes to stderr: stdout stays the bare token, for scripts.
+    let url = pairing_url(&cfg, &token, public_url);
+    eprintln!("pair a phone: {url}\n{}", qr(&url));
     Ok(ExitCode::SUCCESS)
 }

@@ -59,7 +59,12 @@ impl Home {
                 cmd.env_remove(k);
             }
         }
-        cmd.env("ZCODE_ACP_HOME", self.path()).env("ZCODE_ACP_HUB_PORT", "0").args(args);
+        // A hub a test's bridges start for this home goes away soon after them (tests that
+        // need another idle timeout set their own).
+        cmd.env("ZCODE_ACP_HOME", self.path())
+            .env("ZCODE_ACP_HUB_PORT", "0")
+            .env("ZCODE_ACP_HUB_IDLE_MS", "30000")
+            .args(args);
         cmd
     }
 }

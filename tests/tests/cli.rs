@@ -84,10 +84,13 @@ fn up_starts_the_hub_and_a_bridge_and_prints_the_pairing_url() {
 #[test]
 fn token_is_generated_once_and_rotated() {
     let home = Home::new();
-    let (code, first, err) = run(&home, &["token"], &[]);
+    let (code, first, err) = run(&home, &["token", "--public-url", "https://phone.example/"], &[]);
     assert_eq!(code, 0, "{err}");
     let first = first.trim().to_owned();
     assert!(first.len() >= 43, "{first}");
+    // The pairing URL carries the token in the fragment, with a QR code of it.
+    assert!(err.contains(&format!("https://phone.example/#token={first}")), "{err}");
+    assert!(err.contains('█') && err.contains('▀'), "no QR code: {err}");
     let file = home.path().join("token");
     assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
     assert_eq!(run(&home, &["token"], &[]).1.trim(), first);

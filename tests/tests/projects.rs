@@ -154,6 +154,15 @@ fn projects_history_resume_create_and_delete() {
     let r = post(&w.hub, "/api/instances", &json!({"workspacePath": p, "sessionId": "gone_session"}));
     assert_eq!((r.status, r.text().as_str()), (404, "session deleted"));
 
+    // A bridge that dies during startup: 502 with the reason (here a config it cannot read).
+    let config = w.home.path().join("config.json");
+    let good = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, "{ not json").unwrap();
+    let r = post(&w.hub, "/api/instances", &json!({"workspacePath": p}));
+    std::fs::write(&config, good).unwrap();
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(r.text().contains("exited during startup"), "{}", r.text());
+
     // Project delete hides it; the create whitelist forgets it (unless under a root).
     let r = post(&w.hub, "/api/projects/delete", &json!({"workspacePath": p}));
     assert_eq!(r.status, 200);

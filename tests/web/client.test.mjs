@@ -121,6 +121,35 @@ describe('web client', () => {
     await agentSaid('Permission denied (reject)').waitFor();
   });
 
+  it('shows on the home screen which session waits for an answer', async () => {
+    await page.goto(`${stack.base}/`);
+    await page.locator(`[data-session="${sid}"]`).waitFor();
+    const turn = ed.prompt(sid, 'permission while you look at the list');
+    const waiting = page.locator('#waiting a', { hasText: 'asks permission' });
+    await waiting.waitFor();
+    await page.locator(`[data-session="${sid}"] .badge`, { hasText: 'waiting for you' }).waitFor();
+    await ed.request((r) => r.method === 'session/request_permission');
+    await waiting.click();
+    await page.locator('.request.permission [data-option="reject"]').click();
+    await turn;
+    await agentSaid('You said: "permission while you look at the list"').waitFor();
+  });
+
+  it('answers an elicitation form and switches the mode', async () => {
+    await send('please elicit');
+    const form = page.locator('form.request.elicitation');
+    await form.waitFor();
+    assert.match(await form.textContent(), /What is your name\?/);
+    await ed.request((r) => r.method === 'elicitation/create');
+    await form.locator('input[name="name"]').fill('Ada');
+    await form.locator('button[type="submit"]').click();
+    await agentSaid('You answered {"name":"Ada"}').waitFor();
+    await page.selectOption('#mode', 'plan');
+    await until('the editor to see the mode change', () => ed.notes.find((n) => n.params?.update?.sessionUpdate === 'current_mode_update' && n.params.update.currentModeId === 'plan'));
+    assert.equal(await page.locator('#mode').inputValue(), 'plan');
+    await page.selectOption('#mode', 'default');
+  });
+
   it('pages back through earlier history when scrolled to the top, without duplicates', async () => {
     const long = await ed.newSession(stack.project);
     for (let i = 1; i <= 15; i++) await ed.prompt(long, `turn ${i}`);
@@ -156,6 +185,33 @@ describe('web client', () => {
     assert.equal(await transcript().locator('img, script, iframe').count(), 0);
     assert.equal(await transcript().locator('a[href^="javascript"]').count(), 0);
     assert.ok((await transcript().locator('.msg.user.local').last().textContent()).includes(script));
+  });
+
+  it('renders any markdown-ish text into a few safe tags, quickly', async () => {
+    const report = await page.evaluate(async () => {
+      const { render } = await import('/js/md.js');
+      const parts = ['*', '**', '_', '__', '`', '```', '[', ']', '(', ')', 'https://a.example/x', 'javascript:x', '<img src=x onerror=y>',
+        '<script>', '\n', '- ', '1. ', '> ', '# ', ' ', 'word', '"', "'", '~~~', '\n\n', '  - '];
+      const allowed = new Set(['P', 'BR', 'STRONG', 'EM', 'CODE', 'PRE', 'A', 'UL', 'OL', 'LI', 'BLOCKQUOTE', 'HR', 'H3', 'H4', 'H5', 'H6']);
+      let seed = 7;
+      const rnd = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
+      const start = performance.now();
+      const bad = [];
+      for (let i = 0; i < 3000; i++) {
+        let text = '';
+        for (let j = rnd(30); j >= 0; j--) text += parts[rnd(parts.length)];
+        const box = document.createElement('div');
+        box.append(render(text));
+        for (const el of box.querySelectorAll('*')) {
+          if (!allowed.has(el.tagName)) bad.push(`${el.tagName} from ${JSON.stringify(text)}`);
+          if (el.tagName === 'A' && !/^https?:/.test(el.getAttribute('href'))) bad.push(`href ${el.getAttribute('href')}`);
+          for (const a of el.attributes) if (/^on/i.test(a.name)) bad.push(`${a.name} from ${JSON.stringify(text)}`);
+        }
+      }
+      return { bad: bad.slice(0, 5), ms: performance.now() - start };
+    });
+    assert.deepEqual(report.bad, []);
+    assert.ok(report.ms < 5000, `3000 renders took ${report.ms} ms`);
   });
 
   it('renames the session, everywhere', async () => {
@@ -251,6 +307,13 @@ describe('web client', () => {
       await p.locator('#transcript .msg.agent', { hasText: 'queued behind it' }).waitFor();
       await p.fill('#prompt', '/');
       await p.locator('#slash-list li', { hasText: '/permission' }).waitFor();
+      if (scheme === 'light') {
+        // Keyboard: arrows move through the commands, Tab takes one.
+        await p.press('#prompt', 'ArrowDown');
+        await p.press('#prompt', 'Tab');
+        assert.equal(await p.inputValue('#prompt'), '/long ');
+        await p.fill('#prompt', '/');
+      }
       const overflow = await p.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
       assert.ok(overflow <= 0, `the page is ${overflow}px wider than the phone`);
       await p.screenshot({ path: path.join(SHOTS, `session-phone-${scheme}.png`) });

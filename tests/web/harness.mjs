@@ -213,11 +213,18 @@ export class Stack {
   }
 
   async stop() {
-    // Bridges the hub started (serve) are not our children: stop every registered one.
+    // Bridges the hub started (serve) are not our children: stop every one this home has
+    // (registered, or named by its port file under run/).
     const ours = new Set(this.editors.map((e) => e.id));
-    const listed = await this.api('/api/instances').catch(() => []);
-    for (const i of listed) {
-      if (!ours.has(String(i.id)) && i.pid) try { process.kill(i.pid, 'SIGTERM'); } catch { /* gone */ }
+    const pids = new Set((await this.api('/api/instances').catch(() => [])).map((i) => String(i.pid)));
+    try {
+      for (const f of fs.readdirSync(path.join(this.home, 'run'))) {
+        const m = /^bridge-(\d+)\.port$/.exec(f);
+        if (m) pids.add(m[1]);
+      }
+    } catch { /* no run dir */ }
+    for (const pid of pids) {
+      if (!ours.has(pid) && Number(pid) > 0) try { process.kill(Number(pid), 'SIGTERM'); } catch { /* gone */ }
     }
     await Promise.all(this.editors.map((e) => e.close()));
     this.killSpawnedHub();

@@ -219,6 +219,8 @@ impl Router {
         s.updated_at = zcode_shared::time::now_ms();
         let first_fresh_turn = s.fresh && s.turns == 1 && s.title.is_none();
         let params = p.msg.params_value();
+        // A prompt is real use: the tasks index revives a tombstoned session.
+        self.record_meta(sid);
         self.echo_prompt(sid, p.client, &params);
         if first_fresh_turn {
             let title = title_of(&prompt_text(&params));

@@ -123,25 +123,19 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    /// Moves bytes both ways until nothing moves; ready when the relay is over.
+    /// Moves bytes both ways as far as they go; ready when the relay is over.
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<End> {
-        loop {
-            let mut moved = match pump(&mut self.up, &mut self.c, &mut self.b, Side::Client, cx) {
-                Ok(p) => self.note(Side::Client, p),
-                Err(end) => return Poll::Ready(end),
-            };
-            moved |= match pump(&mut self.down, &mut self.b, &mut self.c, Side::Bridge, cx) {
-                Ok(p) => self.note(Side::Bridge, p),
-                Err(end) => return Poll::Ready(end),
-            };
-            if let Some((side, code, _)) = &self.closing {
-                let both = self.c.closed && self.b.closed;
-                if both && !self.up.pending() && !self.down.pending() {
-                    return Poll::Ready(End::Closed(*side, *code));
-                }
-            }
-            if !moved {
-                break;
+        match pump(&mut self.up, &mut self.c, &mut self.b, Side::Client, cx) {
+            Ok(close) => self.note(Side::Client, close),
+            Err(end) => return Poll::Ready(end),
+        }
+        match pump(&mut self.down, &mut self.b, &mut self.c, Side::Bridge, cx) {
+            Ok(close) => self.note(Side::Bridge, close),
+            Err(end) => return Poll::Ready(end),
+        }
+        if let Some((side, code, _)) = &self.closing {
+            if self.c.closed && self.b.closed && !self.up.pending() && !self.down.pending() {
+                return Poll::Ready(End::Closed(*side, *code));
             }
         }
         if let Some((side, code, deadline)) = &mut self.closing {
@@ -162,15 +156,11 @@ where
         Poll::Pending
     }
 
-    /// Records a close frame seen by [`pump`]; returns whether bytes moved.
-    fn note(&mut self, side: Side, p: Pumped) -> bool {
-        if let Some(code) = p.close {
-            if self.closing.is_none() {
-                let deadline = Box::pin(tokio::time::sleep(CLOSE_GRACE));
-                self.closing = Some((side, code, deadline));
-            }
+    /// Records the first close frame [`pump`] saw, and starts waiting for the answer to it.
+    fn note(&mut self, side: Side, close: Option<Option<u16>>) {
+        if let (Some(code), None) = (close, &self.closing) {
+            self.closing = Some((side, code, Box::pin(tokio::time::sleep(CLOSE_GRACE))));
         }
-        p.moved
     }
 
     fn ping(&mut self) {
@@ -217,51 +207,51 @@ where
     }
 }
 
-/// What one direction did in one round.
-struct Pumped {
-    moved: bool,
-    close: Option<Option<u16>>,
-}
-
-/// One round of one direction: write what is approved, then read and approve more.
+/// Moves one direction as far as it goes now: writes what is approved, reads, approves,
+/// and repeats until the source has nothing more (its waker is registered) or the destination
+/// takes nothing more (backpressure: the source is not read while 16 KiB wait). Returns the
+/// code of a close frame that passed, if one did.
 fn pump<R, W>(
     pipe: &mut Pipe,
     src: &mut Leg<R>,
     dst: &mut Leg<W>,
     from: Side,
     cx: &mut Context<'_>,
-) -> Result<Pumped, End>
+) -> Result<Option<Option<u16>>, End>
 where
     R: AsyncRead + AsyncWrite + Unpin,
     W: AsyncRead + AsyncWrite + Unpin,
 {
     let to = other(from);
-    let mut moved = pipe.write(cx, &mut dst.io).map_err(|_| End::Gone(to))?;
     let mut close = None;
-    if src.closed || !pipe.wants_read() {
-        return Ok(Pumped { moved, close });
-    }
-    match pipe.read(cx, &mut src.io) {
-        Ok(Read::Data) => moved = true,
-        Ok(Read::Eof) | Err(_) => return Err(End::Gone(from)),
-        Ok(Read::Pending | Read::Full) => {}
-    }
-    // Also after a pending read: bytes that came with the handshake wait here.
-    if pipe.unapproved() {
-        let found = pipe.approve().map_err(|f| match f {
-            Fault::TooBig => End::TooBig(from),
-            Fault::Protocol => End::Protocol(from),
-        })?;
-        moved |= found.approved;
-        if found.pong {
-            src.awaiting_pong = false;
+    loop {
+        pipe.write(cx, &mut dst.io).map_err(|_| End::Gone(to))?;
+        if src.closed || !pipe.wants_read() {
+            return Ok(close);
         }
-        if let Some(code) = found.close {
-            src.closed = true;
-            close = Some(code);
+        let read = match pipe.read(cx, &mut src.io) {
+            Ok(Read::Eof) | Err(_) => return Err(End::Gone(from)),
+            Ok(r) => r,
+        };
+        // Also after a pending read: bytes that came with the handshake wait here.
+        if pipe.unapproved() {
+            let found = pipe.approve().map_err(|f| match f {
+                Fault::TooBig => End::TooBig(from),
+                Fault::Protocol => End::Protocol(from),
+            })?;
+            if found.pong {
+                src.awaiting_pong = false;
+            }
+            if let Some(code) = found.close {
+                src.closed = true;
+                close = Some(code);
+            }
+        }
+        if read != Read::Data {
+            pipe.write(cx, &mut dst.io).map_err(|_| End::Gone(to))?;
+            return Ok(close);
         }
     }
-    Ok(Pumped { moved, close })
 }
 
 fn other(side: Side) -> Side {

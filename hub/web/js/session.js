@@ -206,6 +206,8 @@ export function sessionView(root, app, { instance, sid, cwd }) {
       st.queue.push(text);
       renderQueue();
       pump();
+      // Another client's turn was running: ask now whether it still is, not at the next poll.
+      if (st.running && !st.myTurn) pollStatus();
       return;
     }
     start(text);
@@ -272,6 +274,12 @@ export function sessionView(root, app, { instance, sid, cwd }) {
     } catch (e) {
       // The connection state says what is wrong; a rejected token must not keep knocking.
       if (e.kind === 'auth') clearInterval(poll);
+      // Without a status, never hold a queued prompt back: the bridge serializes turns anyway.
+      else if (st.running && !st.myTurn) {
+        st.running = false;
+        updateButtons();
+        pump();
+      }
     }
   }
 
