@@ -680,3 +680,15 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
 }
 
 pub mod hub;
+
+/// The resident memory of process `pid`, in KiB (0 if unknown).
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}

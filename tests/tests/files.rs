@@ -263,24 +263,13 @@ fn a_line_window_of_a_one_gib_sparse_file_streams_in_bounded_memory() {
             tail.drain(..tail.len() - 64);
         }
         if total % (64 << 20) < n {
-            peak = peak.max(rss_kib(pid));
+            peak = peak.max(zcode_tests::rss_kib(pid));
         }
     }
     assert!(total > 1 << 30, "only {total} bytes came");
     // Chunked: the window ends with line 4, then the last chunk.
     assert!(tail.ends_with(b"last\n\r\n0\r\n\r\n"), "{:?}", String::from_utf8_lossy(&tail));
     assert!(peak < 128 * 1024, "the bridge grew to {peak} KiB while streaming");
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 #[test]

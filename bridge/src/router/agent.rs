@@ -126,6 +126,19 @@ impl AgentLink {
         }
     }
 
+    /// The method that loads a session not live in the agent: `session/load` when it can
+    /// replay, else `session/resume` when it offers that, else `None`.
+    pub fn reload_method(&self) -> Option<&'static str> {
+        let caps = self.capabilities()?;
+        if caps["loadSession"] == true {
+            Some("session/load")
+        } else if caps["sessionCapabilities"].get("resume").is_some() {
+            Some("session/resume")
+        } else {
+            None
+        }
+    }
+
     /// Spawns the agent and sends the bridge's `initialize`, if it is down. An error means
     /// it could not be spawned at all.
     pub fn ensure_started(&mut self, events: &mpsc::Sender<Event>) -> Result<(), String> {

@@ -101,19 +101,7 @@ impl Router {
         }
         caps["_meta"]["zcode"]["fs"] = json!(true);
         self.agent.state = LinkState::Ready { for_clients: for_clients.clone(), agent };
-        let waiting: Vec<(ClientId, Id)> = self
-            .clients
-            .iter_mut()
-            .filter_map(|(c, client)| match &client.init {
-                Init::Waiting(id) => {
-                    let id = id.clone();
-                    client.init = Init::Done;
-                    Some((*c, id))
-                }
-                _ => None,
-            })
-            .collect();
-        for (c, id) in waiting {
+        for (c, id) in self.take_waiting_inits(Init::Done) {
             self.reply(c, &id, Ok(for_clients.clone()));
         }
         let held = std::mem::take(&mut self.agent.deferred);
@@ -403,6 +391,21 @@ impl Router {
         self.agent_down(reason);
     }
 
+    /// The clients whose `initialize` waits for the agent's, moved to `next`.
+    fn take_waiting_inits(&mut self, next: Init) -> Vec<(ClientId, Id)> {
+        self.clients
+            .iter_mut()
+            .filter_map(|(c, client)| match &client.init {
+                Init::Waiting(id) => {
+                    let id = id.clone();
+                    client.init = next.clone();
+                    Some((*c, id))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Answers every request that was in flight with an error naming the cause.
     fn fail_pending(&mut self, pending: Vec<Pending>, reason: &str) {
         for p in pending {
@@ -425,19 +428,7 @@ impl Router {
     /// and mark every session for a reload into the next agent.
     pub(super) fn agent_down(&mut self, reason: &str) {
         let err = RpcError::internal(format!("the agent {reason}; it restarts on the next request"));
-        let waiting: Vec<(ClientId, Id)> = self
-            .clients
-            .iter_mut()
-            .filter_map(|(c, client)| match &client.init {
-                Init::Waiting(id) => {
-                    let id = id.clone();
-                    client.init = Init::No;
-                    Some((*c, id))
-                }
-                _ => None,
-            })
-            .collect();
-        for (c, id) in waiting {
+        for (c, id) in self.take_waiting_inits(Init::No) {
             self.reply(c, &id, Err(err.clone()));
         }
         let held = std::mem::take(&mut self.agent.deferred);

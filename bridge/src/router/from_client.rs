@@ -134,15 +134,7 @@ impl Router {
         if !self.agent.ready() {
             return self.defer(client, msg);
         }
-        let caps = self.agent.capabilities().cloned().unwrap_or(Value::Null);
-        let method = if caps["loadSession"] == true {
-            "session/load"
-        } else if caps["sessionCapabilities"].get("resume").is_some() {
-            "session/resume"
-        } else {
-            msg.method()
-        }
-        .to_owned();
+        let method = self.agent.reload_method().unwrap_or(msg.method()).to_owned();
         let msg = self.pinned(msg);
         let params = msg.params_value();
         let cwd = params["cwd"].as_str().map(PathBuf::from).unwrap_or_default();
@@ -274,12 +266,7 @@ impl Router {
             Upstream::Live(g) if g == generation => true,
             Upstream::Loading | Upstream::Reattaching => false,
             Upstream::Live(_) => {
-                let caps = self.agent.capabilities().cloned().unwrap_or(Value::Null);
-                let method = if caps["loadSession"] == true {
-                    "session/load"
-                } else if caps["sessionCapabilities"].get("resume").is_some() {
-                    "session/resume"
-                } else {
+                let Some(method) = self.agent.reload_method() else {
                     let err = RpcError::internal(
                         "the agent restarted and cannot reload sessions; start a new session",
                     );

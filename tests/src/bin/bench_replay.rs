@@ -54,7 +54,7 @@ fn bench(n: usize) {
         assert!(seen >= 50);
     }
     warm.sort();
-    let rss = rss_kib(b.editor.pid());
+    let rss = zcode_tests::rss_kib(b.editor.pid());
     println!(
         "| {n} | {} | {} | {} | {} MiB |",
         ms(cold),
@@ -113,15 +113,4 @@ fn fill(home: &Home, sid: &str, n: usize) {
 
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
 }
