@@ -182,7 +182,11 @@ fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>) -> Resp {
             Ok(upgraded) => {
                 let config = WebSocketConfig::default()
                     .max_message_size(Some(MAX_MESSAGE))
-                    .max_frame_size(Some(MAX_MESSAGE));
+                    .max_frame_size(Some(MAX_MESSAGE))
+                    // tungstenite's 128 KiB default per socket would make thousands of idle
+                    // remote clients cost the bridge hundreds of MiB; frames grow it as needed.
+                    .read_buffer_size(8 * 1024)
+                    .write_buffer_size(0);
                 let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
                     .await;
                 remote_client(ws, ctx).await;

@@ -26,8 +26,10 @@ const MAX_TRACKED: usize = 10_000;
 pub fn presented<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> Option<std::borrow::Cow<'a, str>> {
     if let Some(v) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
         let v = v.trim();
-        if v.len() > 7 && v[..7].eq_ignore_ascii_case("bearer ") {
-            return Some(std::borrow::Cow::Borrowed(v[7..].trim()));
+        if let (Some(scheme), Some(token)) = (v.get(..7), v.get(7..)) {
+            if scheme.eq_ignore_ascii_case("bearer ") {
+                return Some(std::borrow::Cow::Borrowed(token.trim()));
+            }
         }
     }
     crate::http::query_param(uri, "token")
@@ -179,6 +181,8 @@ mod tests {
         assert_eq!(presented(&h, &uri).as_deref(), Some("b"));
         h.insert(header::AUTHORIZATION, "Basic xyz".parse().unwrap());
         assert_eq!(presented(&h, &uri).as_deref(), Some("q"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_bytes("Béarer x".as_bytes()).unwrap());
+        assert_eq!(presented(&h, &uri).as_deref(), Some("q"), "no panic on a multibyte scheme");
     }
 
     #[test]

@@ -178,6 +178,16 @@ pub fn wait_gone(pid: u32, within: Duration) -> bool {
     true
 }
 
+/// Waits up to [`WAIT`] until nothing accepts connections on `port` (a killed process's
+/// sockets close only when its last thread is gone, after it already looks dead in `/proc`).
+pub fn wait_port_closed(port: u16) {
+    let deadline = Instant::now() + WAIT;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        assert!(Instant::now() < deadline, "port {port} still accepts connections");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A `zcode-acp hub` the test started as its child, on an OS-picked port, with [`TEST_TOKEN`].
 /// Its stderr goes to a file in the home ([`Hub::log`] reads it). Killed when dropped.
 pub struct Hub {

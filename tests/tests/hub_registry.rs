@@ -3,7 +3,9 @@
 
 use serde_json::{Value, json};
 use std::time::Duration;
-use zcode_tests::hub::{AUTH, Hub, free_port, http, instances, listed, post_json, wait_gone, wait_instances};
+use zcode_tests::hub::{
+    AUTH, Hub, free_port, http, instances, listed, post_json, wait_gone, wait_instances, wait_port_closed,
+};
 use zcode_tests::{Bridge, Home, TEST_TOKEN, demo_agent, initialize, kill9, new_session, prompt};
 
 fn reg(id: &str, port: u16, started: u64, sessions: Value) -> Value {
@@ -177,6 +179,7 @@ fn a_killed_bridge_is_pruned_by_probes_after_the_grace() {
     wait_instances(hub.port, "the bridge", |l| listed(l, &id));
     kill9(b.editor.pid());
     assert!(wait_gone(b.editor.pid(), Duration::from_secs(5)), "the bridge survived kill -9");
+    wait_port_closed(b.port);
     let probe = || http(hub.port, "GET", "/api/instances?probe=1", &[AUTH], b"").json();
     let first = probe();
     assert!(first.as_array().unwrap().iter().any(|i| i["id"] == id.as_str()), "listed after one failure");

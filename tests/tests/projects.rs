@@ -51,6 +51,8 @@ fn world(extra: &[(&str, &str)]) -> World {
         ("ZCODE_ACP_REMOTE_PORT", "0"),
         ("ZCODE_ACP_HEARTBEAT_MS", "200"),
         ("ZCODE_ACP_HUB_TERMINAL", "0"),
+        // Serve bridges the hub starts go away soon after the test (none is left running).
+        ("ZCODE_ACP_SERVE_IDLE_MS", "5000"),
     ];
     env.extend_from_slice(extra);
     let hub = Hub::start(&home, &env);

@@ -175,14 +175,15 @@ where
         self.b.awaiting_pong = true;
     }
 
-    /// Sends each remaining leg its close frame (when its stream is at a frame boundary),
-    /// writes what is still queued, and shuts the connections down, within [`CLOSE_GRACE`].
+    /// Sends each remaining leg its close frame (when its stream is at a frame boundary and its
+    /// partner's close was not already passed on to it), writes what is still queued, and shuts
+    /// the connections down, within [`CLOSE_GRACE`].
     async fn finish(mut self, end: End) {
         let (to_client, to_bridge) = closes(end);
-        if let Some((code, reason)) = to_client.filter(|_| self.down.at_boundary() && !self.c.closed) {
+        if let Some((code, reason)) = to_client.filter(|_| self.down.at_boundary() && !self.b.closed) {
             self.down.queue(&frame::control(Op::Close, &frame::close_payload(code, reason), None));
         }
-        if let Some((code, reason)) = to_bridge.filter(|_| self.up.at_boundary() && !self.b.closed) {
+        if let Some((code, reason)) = to_bridge.filter(|_| self.up.at_boundary() && !self.c.closed) {
             let payload = frame::close_payload(code, reason);
             self.up.queue(&frame::control(Op::Close, &payload, Some(frame::mask_key())));
         }

@@ -159,3 +159,16 @@ async fn bytes_sent_with_the_handshake_are_relayed_first() {
     drop(bridge);
     assert_eq!(relay.await.unwrap(), End::Gone(Side::Bridge));
 }
+
+#[tokio::test]
+async fn a_client_whose_close_the_bridge_never_answers_still_gets_a_close_back() {
+    let (mut client, bridge, relay) = setup(Duration::from_secs(30), CancellationToken::new()).await;
+    client
+        .send(Message::Close(Some(CloseFrame { code: CloseCode::Normal, reason: "bye".into() })))
+        .await
+        .unwrap();
+    // The bridge dies before answering: the client's handshake is completed by the hub.
+    drop(bridge);
+    assert_eq!(close_code(&mut client).await, Some(1011));
+    assert_eq!(relay.await.unwrap(), End::Gone(Side::Bridge));
+}

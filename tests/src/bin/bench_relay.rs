@@ -67,8 +67,12 @@ fn main() {
     ];
     // BENCH_ONLY=hub (or direct, nginx) measures one target, for quick experiments.
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
-    let targets: Vec<Target> =
+    let mut targets: Vec<Target> =
         targets.into_iter().filter(|t| only.is_empty() || t.name.contains(only.as_str())).collect();
+    // BENCH_REVERSE=1 measures the relays in the other order (nginx before the hub).
+    if std::env::var_os("BENCH_REVERSE").is_some() && targets.len() == 3 {
+        targets.swap(1, 2);
+    }
     let rows: Vec<Row> = targets.iter().map(measure).collect();
     print_table(&targets, &rows);
 }
