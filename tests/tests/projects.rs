@@ -290,6 +290,15 @@ fn a_create_opens_chat_in_a_real_tmux_window() {
             .expect("tmux");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
+    // Whatever happens, the test's tmux server (and the chats in it) goes when the test ends.
+    struct KillServer(String);
+    impl Drop for KillServer {
+        fn drop(&mut self) {
+            let _ =
+                std::process::Command::new("tmux").args(["kill-server"]).env("TMUX_TMPDIR", &self.0).status();
+        }
+    }
+    let _cleanup = KillServer(tmux_tmp.clone());
     let (p, _) = project_with_history(&w, "delta");
     let r = post(&w.hub, "/api/instances", &json!({"workspacePath": p}));
     assert_eq!(r.status, 200, "{} / hub log: {}", r.text(), w.hub.log());
