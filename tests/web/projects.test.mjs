@@ -75,6 +75,25 @@ describe('web client projects', () => {
     await page.locator('.msg.agent', { hasText: 'You said: "somewhere new"' }).waitFor();
   });
 
+  it('deletes a session from its view, even the last one of a serve bridge', async () => {
+    await page.click('#more summary');
+    await page.click('#delete-btn');
+    await page.click('dialog button[value="ok"]');
+    await page.locator('text=Session deleted.').waitFor();
+    await page.waitForURL((u) => new URL(u).pathname === '/');
+  });
+
+  it('deletes a project', async () => {
+    await page.goto(`${stack.base}/`);
+    await project().waitFor();
+    await project().locator('button', { hasText: 'Delete' }).click();
+    await page.click('dialog button[value="ok"]');
+    await page.locator('text=/sessions hidden/').waitFor();
+    await project().waitFor({ state: 'detached' });
+    const list = await stack.api('/api/projects');
+    assert.ok(!list.some((p) => p.workspacePath === stack.project), JSON.stringify(list));
+  });
+
   it('threw nothing uncaught', () => {
     assert.deepEqual(errors.filter((e) => e.startsWith('uncaught') || e.startsWith('dialog')), []);
   });

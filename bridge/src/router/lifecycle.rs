@@ -6,6 +6,9 @@ use super::Router;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
+/// How long a serve bridge lingers after its last session was closed (a delete may follow).
+const CLOSE_EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(1000);
+
 /// A lifecycle request.
 #[derive(Debug)]
 pub enum Lifecycle {
@@ -43,7 +46,7 @@ impl Router {
             && !self.sessions.values().any(|s| !s.closed && (s.listed() || s.turns == 0 && s.fresh))
         {
             tracing::info!("the last session of this serve bridge was closed: exiting");
-            self.stopping = true;
+            self.stop_at = Some(tokio::time::Instant::now() + CLOSE_EXIT_GRACE);
         }
         Ok(json!({"ok": true}))
     }

@@ -177,8 +177,9 @@ pub struct Router {
     journal: Journal,
     /// `editor` or `serve`, recorded in the tasks index.
     origin: String,
-    /// Set when the bridge must end after the current event (a serve bridge's last close).
-    stopping: bool,
+    /// When a serve bridge whose last session was closed ends: a moment after the close, so
+    /// the client's follow-up (a delete of that session) still lands.
+    stop_at: Option<tokio::time::Instant>,
     /// Session roots pinned to this directory (serve bridges).
     pin_cwd: Option<std::path::PathBuf>,
     /// Headless: how long it may stay idle.
@@ -222,7 +223,7 @@ impl Router {
             pin_cwd: opts.pin_cwd,
             idle_exit: opts.idle_exit,
             idle_since: None,
-            stopping: false,
+            stop_at: None,
         };
         (router, events_tx)
     }
@@ -231,12 +232,15 @@ impl Router {
     /// drops every client.
     pub async fn run(mut self) {
         loop {
-            let deadline = self.idle_deadline();
+            let deadline = match (self.idle_deadline(), self.stop_deadline()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let event = match deadline {
                 Some(at) => tokio::select! {
                     e = self.events.recv() => e,
                     () = tokio::time::sleep_until(at) => {
-                        tracing::info!("no client and no turn for the idle timeout: exiting");
+                        tracing::info!("idle, or the last session was closed: exiting");
                         break;
                     }
                 },
@@ -272,9 +276,6 @@ impl Router {
                     let _ = reply.send(root.map(|s| s.cwd.clone()));
                 }
             }
-            if self.stopping {
-                break;
-            }
         }
         for client in self.clients.values() {
             client.kill.cancel();
@@ -287,6 +288,14 @@ impl Router {
 
     /// When a headless bridge will exit if nothing happens: its idle timeout after the moment
     /// the last client left and the last turn ended.
+    /// The pending exit after a serve bridge's last close, unless a session came back to life.
+    fn stop_deadline(&mut self) -> Option<tokio::time::Instant> {
+        if self.sessions.values().any(|s| !s.closed && s.listed()) {
+            self.stop_at = None;
+        }
+        self.stop_at
+    }
+
     fn idle_deadline(&mut self) -> Option<tokio::time::Instant> {
         let limit = self.idle_exit?;
         let idle = self.clients.is_empty() && !self.sessions.values().any(session::Session::busy);
