@@ -514,6 +514,12 @@ impl Bridge {
         args.extend(agent.iter().map(String::as_str));
         let mut cmd = home.command(&args);
         cmd.env("ZCODE_ACP_REMOTE_PORT", "0").env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN);
+        Bridge::spawn(home, cmd, stderr)
+    }
+
+    /// Spawns a prepared `zcode-acp bridge` command (the test is its editor) and waits for its
+    /// port file.
+    pub fn spawn(home: &Home, cmd: Command, stderr: Stdio) -> Bridge {
         let editor = Peer::spawn_with_stderr(cmd, stderr);
         let file = home.path().join("run").join(format!("bridge-{}.port", editor.pid()));
         let deadline = Instant::now() + WAIT;
