@@ -347,6 +347,15 @@ fn a_create_opens_chat_in_a_real_tmux_window() {
             && m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
     });
 
+    // A permission asked in the window is answered first on the phone: the window says so.
+    tmux(&["send-keys", "-t", "zcode-acp", "permission", "Enter"]);
+    let (req, _) =
+        phone.until("the permission on the phone", |m| m["method"] == "session/request_permission");
+    screen("answer with a number");
+    phone.send(&json!({"jsonrpc": "2.0", "id": req["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}}));
+    screen("(answered on another device)");
+    screen("Permission granted (allow)");
+
     // Ctrl-C in the window cancels the running turn.
     tmux(&["send-keys", "-t", "zcode-acp", "long", "Enter"]);
     screen("tick 3 ");
