@@ -698,3 +698,17 @@ pub fn rss_kib(pid: u32) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// A bridge over the demo agent (`delay_ms` between chunks) whose editor, initialized with
+/// `editor_caps`, created a session in the home directory, and a remote client attached to it:
+/// (bridge, session id, remote).
+pub fn shared_session(home: &Home, delay_ms: u64, editor_caps: Value) -> (Bridge, String, Peer) {
+    let mut b = Bridge::start(home, &demo_agent(delay_ms));
+    initialize(&mut b.editor, editor_caps);
+    let sid = new_session(&mut b.editor, home.path());
+    let mut remote = b.remote();
+    initialize(&mut remote, json!({}));
+    let (r, _) = remote.call("session/load", json!({"sessionId": sid, "cwd": home.path(), "mcpServers": []}));
+    assert!(r["result"].is_object(), "the remote could not attach: {r}");
+    (b, sid, remote)
+}

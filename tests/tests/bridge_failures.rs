@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use zcode_tests::{
     Bridge, Home, Peer, TEST_TOKEN, alive, children_of, demo_agent, initialize, kill9, new_session, prompt,
+    shared_session,
 };
 
 fn agent_pid(b: &Bridge) -> u32 {
@@ -21,12 +22,7 @@ fn agent_pid(b: &Bridge) -> u32 {
 #[test]
 fn killing_the_agent_mid_turn_fails_the_pending_prompts_and_the_next_prompt_works() {
     let home = Home::new();
-    let mut b = Bridge::start(&home, &demo_agent(1));
-    initialize(&mut b.editor, json!({}));
-    let sid = new_session(&mut b.editor, home.path());
-    let mut remote = b.remote();
-    initialize(&mut remote, json!({}));
-    remote.call("session/load", json!({"sessionId": sid, "cwd": home.path(), "mcpServers": []}));
+    let (mut b, sid, mut remote) = shared_session(&home, 1, json!({}));
 
     let running = b.editor.request("session/prompt", prompt(&sid, "long"));
     let queued = remote.request("session/prompt", prompt(&sid, "queued behind the long one"));
@@ -134,12 +130,7 @@ fn the_loopback_server_requires_the_token() {
 #[test]
 fn when_the_editor_closes_stdin_everything_ends_within_two_seconds() {
     let home = Home::new();
-    let mut b = Bridge::start(&home, &demo_agent(1));
-    initialize(&mut b.editor, json!({}));
-    let sid = new_session(&mut b.editor, home.path());
-    let mut remote = b.remote();
-    initialize(&mut remote, json!({}));
-    remote.call("session/load", json!({"sessionId": sid, "cwd": home.path(), "mcpServers": []}));
+    let (mut b, sid, mut remote) = shared_session(&home, 1, json!({}));
     b.editor.request("session/prompt", prompt(&sid, "long"));
     remote.until("the turn streaming", |m| m["method"] == "session/update");
     let agent = agent_pid(&b);

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 use std::time::Duration;
 use zcode_tests::{
-    Bridge, Home, Peer, agent_text, demo_agent, initialize, new_session, prompt, update_kinds,
+    Bridge, Home, Peer, agent_text, demo_agent, initialize, new_session, prompt, shared_session, update_kinds,
 };
 
 const EDITOR_CAPS: &str = r#"{"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false}"#;
@@ -111,12 +111,7 @@ fn a_remote_prompt_is_echoed_to_the_editor_only_and_titles_the_session() {
 #[test]
 fn prompts_from_two_clients_run_one_after_the_other() {
     let home = Home::new();
-    let mut b = Bridge::start(&home, &demo_agent(3));
-    initialize(&mut b.editor, caps());
-    let sid = new_session(&mut b.editor, home.path());
-    let mut remote = b.remote();
-    initialize(&mut remote, json!({}));
-    load(&mut remote, &sid, home.path());
+    let (mut b, sid, mut remote) = shared_session(&home, 3, caps());
 
     let first = b.editor.request("session/prompt", prompt(&sid, "first from the editor"));
     let second = remote.request("session/prompt", prompt(&sid, "second from the remote"));
@@ -210,12 +205,7 @@ fn a_permission_nobody_sees_waits_for_the_next_client_and_cancel_withdraws_it() 
 #[test]
 fn messages_pass_through_untouched_but_for_their_ids() {
     let home = Home::new();
-    let mut b = Bridge::start(&home, &demo_agent(0));
-    initialize(&mut b.editor, caps());
-    let sid = new_session(&mut b.editor, home.path());
-    let mut remote = b.remote();
-    initialize(&mut remote, json!({}));
-    load(&mut remote, &sid, home.path());
+    let (mut b, sid, mut remote) = shared_session(&home, 0, caps());
     while b.editor.quiet_for(Duration::from_millis(50)).is_some() {}
 
     // Client → agent: params arrive byte for byte (key order, number spellings, `_meta`).
@@ -252,12 +242,7 @@ fn fs_requests_go_to_an_editor_that_can_serve_them() {
 #[test]
 fn an_elicitation_goes_to_every_client_and_the_first_answer_wins() {
     let home = Home::new();
-    let mut b = Bridge::start(&home, &demo_agent(0));
-    initialize(&mut b.editor, caps());
-    let sid = new_session(&mut b.editor, home.path());
-    let mut remote = b.remote();
-    initialize(&mut remote, json!({}));
-    load(&mut remote, &sid, home.path());
+    let (mut b, sid, mut remote) = shared_session(&home, 0, caps());
     let id = remote.request("session/prompt", prompt(&sid, "elicit"));
     let (ereq, _) = b.editor.until("the elicitation on the editor", |m| m["method"] == "elicitation/create");
     let (rreq, _) = remote.until("the elicitation on the remote", |m| m["method"] == "elicitation/create");
