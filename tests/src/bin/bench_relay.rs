@@ -6,8 +6,11 @@
 //! A round trip is one `_demo/echo` request through the bridge to the demo agent and back (so
 //! the relay carries two messages per round trip). Measured per target:
 //! - p50/p99 round trip of 64 B and 64 KiB requests on one connection;
-//! - round trips per second with 16 connections busy at once, and the relay's CPU time (user +
-//!   system, from `/proc/<pid>/stat`) per relayed message;
+//! - round trips per second with 16 connections busy at once, and the relay's CPU time per
+//!   relayed message (all its threads' run time from `/proc/<pid>/task/*/schedstat`, in ns; the
+//!   user/system split from `/proc/<pid>/stat`, in clock ticks). The busy phase runs
+//!   `BENCH_ROUNDS` times (default 3), the targets taking turns each round, and the medians are
+//!   reported: a slow spell of the shared machine then hits every target alike;
 //! - the relay's resident memory per idle connection with 5000 held (each did `initialize`
 //!   once), and the 64 B round trip while they are held.
 
@@ -42,8 +45,8 @@ struct Target {
 struct Row {
     small: (f64, f64),
     large: (f64, f64),
-    rate: f64,
-    cpu_per_msg: Option<f64>,
+    /// Per round: (round trips/s, relay CPU µs per relayed message, user share of it).
+    rounds: Vec<(f64, Option<(f64, f64)>)>,
     idle_kib: Option<f64>,
     held: Option<(f64, f64)>,
 }
@@ -73,7 +76,14 @@ fn main() {
     if std::env::var_os("BENCH_REVERSE").is_some() && targets.len() == 3 {
         targets.swap(1, 2);
     }
-    let rows: Vec<Row> = targets.iter().map(measure).collect();
+    let mut rows: Vec<Row> = targets.iter().map(measure).collect();
+    let rounds = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    for round in 1..=rounds {
+        for (t, row) in targets.iter().zip(&mut rows) {
+            eprintln!("bench-relay: busy round {round}/{rounds}: {} …", t.name);
+            row.rounds.push(busy(t));
+        }
+    }
     print_table(&targets, &rows);
 }
 
@@ -82,7 +92,6 @@ fn measure(t: &Target) -> Row {
     let mut ws = connect(t);
     let small = percentiles(&mut ws, 64, 200, 3000);
     let large = percentiles(&mut ws, 64 * 1024, 50, 500);
-    let (rate, cpu_per_msg) = busy(t);
     let (idle_kib, held) = match t.pid {
         Some(pid) => {
             let (kib, held) = idle(t, pid, &mut ws);
@@ -90,7 +99,7 @@ fn measure(t: &Target) -> Row {
         }
         None => (None, None),
     };
-    Row { small, large, rate, cpu_per_msg, idle_kib, held }
+    Row { small, large, rounds: Vec::new(), idle_kib, held }
 }
 
 fn connect(t: &Target) -> Ws {
@@ -142,9 +151,9 @@ fn percentiles(ws: &mut Ws, size: usize, warm: usize, n: usize) -> (f64, f64) {
     (at(0.50), at(0.99))
 }
 
-/// 16 connections doing 64 B round trips for [`busy_for`]: (round trips/s, relay CPU µs per
-/// relayed message).
-fn busy(t: &Target) -> (f64, Option<f64>) {
+/// 16 connections doing 64 B round trips for [`busy_for`]: (round trips/s, (relay CPU µs per
+/// relayed message, the user share of it)).
+fn busy(t: &Target) -> (f64, Option<(f64, f64)>) {
     let mut conns: Vec<Ws> = (0..BUSY).map(|_| connect(t)).collect();
     let done = Arc::new(AtomicU64::new(0));
     let cpu_before = t.pid.map(cpu_time);
@@ -164,7 +173,12 @@ fn busy(t: &Target) -> (f64, Option<f64>) {
     });
     let secs = started.elapsed().as_secs_f64();
     let trips = done.load(Ordering::Relaxed) as f64;
-    let cpu = t.pid.zip(cpu_before).map(|(pid, before)| (cpu_time(pid) - before) / (2.0 * trips) * 1e6);
+    let cpu = t.pid.zip(cpu_before).map(|(pid, before)| {
+        let after = cpu_time(pid);
+        let per_msg = (after.run_ns - before.run_ns) as f64 / 1e3 / (2.0 * trips);
+        let (user, sys) = (after.user - before.user, after.system - before.system);
+        (per_msg, if user + sys > 0.0 { user / (user + sys) } else { 0.0 })
+    });
     for mut ws in conns {
         let _ = ws.close(None);
     }
@@ -212,21 +226,28 @@ fn hold(mut held: Vec<Ws>, stop: &AtomicBool) {
     }
 }
 
-/// User + system CPU seconds of `pid` (all its threads).
-fn cpu_time(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap_or(0.0) + fields[12].parse::<f64>().unwrap_or(0.0);
-    ticks / clock_ticks()
+/// CPU time a process has used.
+struct Cpu {
+    /// Run time of all its threads, in ns (exact).
+    run_ns: u64,
+    /// User and system time, in clock ticks (10 ms): only for the split.
+    user: f64,
+    system: f64,
 }
 
-fn clock_ticks() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
+/// The CPU time `pid` has used so far (threads that already ended are not counted by
+/// `schedstat`; the relays measured here keep theirs).
+fn cpu_time(pid: u32) -> Cpu {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
+    let ticks = |i: usize| fields[i].parse::<f64>().unwrap_or(0.0);
+    let mut run_ns = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks").flatten() {
+        if let Ok(s) = std::fs::read_to_string(task.path().join("schedstat")) {
+            run_ns += s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        }
+    }
+    Cpu { run_ns, user: ticks(11), system: ticks(12) }
 }
 
 fn rss_kib(pid: u32) -> f64 {
@@ -292,6 +313,14 @@ impl Drop for Nginx {
     }
 }
 
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 fn print_table(targets: &[Target], rows: &[Row]) {
     let us = |v: f64| format!("{v:.0}");
     let pair = |(a, b): (f64, f64)| format!("{} / {}", us(a), us(b));
@@ -311,17 +340,26 @@ fn print_table(targets: &[Target], rows: &[Row]) {
         "added p50 / p99 vs direct, 64 KiB (µs)",
         rows.iter().map(|r| pair((r.large.0 - direct.large.0, r.large.1 - direct.large.1))).collect(),
     );
+    let rate = |r: &Row| median(r.rounds.iter().map(|x| x.0).collect());
     line(
         &format!("{BUSY} connections: round trips/s"),
-        rows.iter().map(|r| format!("{:.0}", r.rate)).collect(),
+        rows.iter().map(|r| format!("{:.0}", rate(r))).collect(),
     );
     line(
         &format!("{BUSY} connections: relayed messages/s"),
-        rows.iter().map(|r| format!("{:.0}", r.rate * 2.0)).collect(),
+        rows.iter().map(|r| format!("{:.0}", rate(r) * 2.0)).collect(),
     );
+    let cpu = |r: &Row| {
+        let per_msg: Vec<f64> = r.rounds.iter().filter_map(|x| x.1.map(|c| c.0)).collect();
+        let user: Vec<f64> = r.rounds.iter().filter_map(|x| x.1.map(|c| c.1)).collect();
+        (!per_msg.is_empty()).then(|| {
+            let all: Vec<String> = per_msg.iter().map(|c| format!("{c:.2}")).collect();
+            format!("{:.2} ({}; {:.0} % user)", median(per_msg.clone()), all.join(", "), median(user) * 100.0)
+        })
+    };
     line(
-        "relay CPU per relayed message (µs)",
-        rows.iter().map(|r| opt(r.cpu_per_msg.map(|c| format!("{c:.1}")))).collect(),
+        "relay CPU per relayed message, median (rounds; user share) (µs)",
+        rows.iter().map(|r| opt(cpu(r))).collect(),
     );
     line(
         &format!("relay memory per idle connection, {IDLE} held (KiB)"),
