@@ -6,7 +6,8 @@
 //! - [`routes`]: the routing table; one module per route family.
 //! - [`auth`]: the token check, the failed-auth rate limit, the client's address.
 //! - [`registry`]: registered bridges, their TTL and probe marks, the listing's dedupe.
-//! - [`relay`]: the WebSocket relay between a client and its bridge.
+//! - [`relay`]: the WebSocket relay between a client and its bridge (its own thread, an epoll
+//!   loop over every relayed socket).
 //! - [`upstream`]: connections to a bridge's loopback server (WebSocket dial, HTTP requests).
 //! - [`http`]: response builders, CORS, bounded JSON bodies, log redaction.
 //! - [`spawn`]: starting bridges for remote create (terminal windows, headless serve).
@@ -60,27 +61,32 @@ pub struct Hub {
     limiter: Mutex<auth::Limiter>,
     /// WebSocket relays currently open.
     relays: AtomicUsize,
+    /// The relay thread.
+    pub relay: relay::Relays,
     /// Cancelled to stop the hub (signal, idle exit).
     pub shutdown: CancellationToken,
-    /// Every connection and relay task, so shutdown can wait for them.
+    /// Every connection task and relay (a relay holds a token), so shutdown can wait for them.
     pub tracker: TaskTracker,
 }
 
 impl Hub {
-    /// A hub over `cfg` with the machine's `token`, stopped by `shutdown`.
-    pub fn new(cfg: Config, token: String, shutdown: CancellationToken) -> Arc<Hub> {
+    /// A hub over `cfg` with the machine's `token`, stopped by `shutdown`; starts its relay
+    /// thread.
+    pub fn new(cfg: Config, token: String, shutdown: CancellationToken) -> std::io::Result<Arc<Hub>> {
         let t = &cfg.timings;
         let registry = registry::Registry::new(t.instance_ttl, t.probe_grace);
-        Arc::new(Hub {
+        let relay = relay::Relays::start(t.ping)?;
+        Ok(Arc::new(Hub {
             cfg,
             digest: zcode_shared::token::digest(&token),
             token,
             registry: Mutex::new(registry),
             limiter: Mutex::new(auth::Limiter::default()),
             relays: AtomicUsize::new(0),
+            relay,
             shutdown,
             tracker: TaskTracker::new(),
-        })
+        }))
     }
 
     /// The registry. A `std` mutex is right here: it is never held across an `.await`.
@@ -125,10 +131,11 @@ pub async fn run(listener: TcpListener, cfg: Config, shutdown: CancellationToken
         _ => None,
     };
     let stop = shutdown.child_token();
-    let hub = Hub::new(cfg, token, stop);
+    let hub = Hub::new(cfg, token, stop)?;
     tracing::info!(%addr, "hub listening");
     hub.tracker.spawn(daemon::housekeeping(hub.clone(), port_file.clone()));
     server::serve(listener, hub.clone()).await;
+    hub.relay.shutdown();
 
     hub.tracker.close();
     if tokio::time::timeout(SHUTDOWN_GRACE, hub.tracker.wait()).await.is_err() {

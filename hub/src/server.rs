@@ -2,7 +2,8 @@
 //! are open, `select!` between accepting and shutdown. Each connection is hyper http1 with
 //! upgrades; its headers must arrive within 10 s (slow or partial requests are cut, and one
 //! slow client never holds up another: each has its own task). On shutdown a connection
-//! finishes its current request and closes; relays close themselves with a close frame.
+//! finishes its current request and closes; `zcode_hub::run` then has the relay thread close
+//! every relay with a close frame.
 
 use crate::Hub;
 use hyper_util::rt::{TokioIo, TokioTimer};

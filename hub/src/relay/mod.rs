@@ -1,34 +1,40 @@
-//! The WebSocket relay: ONE task per relayed connection, owning both sockets (client and
-//! bridge) and one [`pipe::Pipe`] per direction.
+//! The WebSocket relay: ONE thread (`zcode-relay`) runs every relayed connection in its own
+//! edge-triggered epoll loop (mio), the way nginx runs its upstreams; the HTTP side of the hub
+//! (tokio, hyper) only hands the two sockets of a new relay over to it. A relay is two sockets
+//! and one [`pipe::Pipe`] per direction; a readiness event reads, checks and writes with plain
+//! `recv`/`send` calls, without waking a task, so a relayed message costs the relay two system
+//! calls and well under a microsecond of its own work (`scripts/bench-relay`; the tokio-task
+//! relay this replaced spent twice nginx's user time per message). The loop also keeps relays
+//! apart from the API: no handler can delay a relayed frame.
 //!
 //! Frames are relayed byte for byte: the hub parses headers only (boundaries, the framing
 //! rules, the 32 MiB message cap) and streams payloads through a 16 KiB buffer that is pooled
 //! and released whenever a direction is drained. So every frame keeps its opcode (trap 1 of the
 //! original: text forwarded as binary vanished in every ACP client), nothing is re-encoded, and
-//! an idle relay holds two sockets and a few hundred bytes of state (`scripts/bench-relay`).
-//! A slow reader is met with backpressure: its partner is not read while its 16 KiB is
-//! unwritten (per-leg queued writes are bounded by that, far under the 8 MiB cap).
+//! an idle relay holds two sockets and a few hundred bytes of state. A slow reader is met with
+//! backpressure: its partner is not read while its 16 KiB is unwritten (per-leg queued writes
+//! are bounded by that, far under the 8 MiB cap).
 //!
-//! Pings and closing: every `ping` period the hub pings both legs (its pongs are not
-//! forwarded); a leg that has not answered the previous ping is closed, and its partner gets a
-//! close frame. Pings and closes between client and bridge pass through, so a close handshake
-//! is the endpoints' own (the client sees the bridge's close code). A leg that vanishes gets
-//! its partner closed at once: 1011 to a client whose bridge went away, 1001 to a bridge
-//! whose client did; 1009 for a message over the cap, 1002 for broken framing, 1001 on
+//! Pings and closing: every `ping` period the hub pings both legs of every relay (its pongs
+//! are not forwarded); a leg that has not answered the previous ping is closed, and its partner
+//! gets a close frame. Pings and closes between client and bridge pass through, so a close
+//! handshake is the endpoints' own (the client sees the bridge's close code). A leg that
+//! vanishes gets its partner closed at once: 1011 to a client whose bridge went away, 1001 to a
+//! bridge whose client did; 1009 for a message over the cap, 1002 for broken framing, 1001 on
 //! shutdown. Close frames are injected only at a frame boundary (otherwise the TCP connection
 //! is just closed), and each close is bounded by 500 ms.
 
+mod event_loop;
 mod frame;
+mod handoff;
 mod pipe;
 
-use frame::Op;
-use pipe::{Fault, Pipe, Read};
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio_util::sync::CancellationToken;
 
 /// The largest message either leg may send: 32 MiB.
 pub const MAX_MESSAGE: usize = 32 * 1024 * 1024;
@@ -61,197 +67,137 @@ pub enum End {
     Shutdown,
 }
 
-struct Leg<S> {
-    io: S,
-    /// A ping is out and no pong has come back since.
-    awaiting_pong: bool,
-    /// It sent a close frame (it sends nothing after that).
-    closed: bool,
+/// Called once when a relay has ended and both its sockets are closed (on the hub's tokio
+/// runtime, never on the relay thread).
+pub type OnEnd = Box<dyn FnOnce(End) + Send>;
+
+/// A relay to start: both sockets (non-blocking, connected, the WebSocket handshakes done),
+/// each with the bytes already read from it during its handshake.
+pub struct Open {
+    /// The remote client's connection.
+    pub client: TcpStream,
+    /// Bytes the client sent after its upgrade request, already read.
+    pub client_early: Vec<u8>,
+    /// The connection to the bridge.
+    pub bridge: TcpStream,
+    /// Bytes the bridge sent after its 101, already read.
+    pub bridge_early: Vec<u8>,
+    /// Told how the relay ended (always called, also when it could not start).
+    pub on_end: OnEnd,
 }
 
-/// Everything an open relay holds.
-struct Relay<C, B> {
-    c: Leg<C>,
-    b: Leg<B>,
-    /// Client → bridge; its frames arrive masked.
-    up: Pipe,
-    /// Bridge → client.
-    down: Pipe,
-    tick: tokio::time::Interval,
-    /// The first close frame seen, and the deadline for the other side's answer.
-    closing: Option<(Side, Option<u16>, Pin<Box<tokio::time::Sleep>>)>,
+/// The relay thread's handle. Dropping it shuts every relay down.
+pub struct Relays {
+    /// The sending ends, locked together so each relay's sockets and the rest of it arrive in
+    /// the same order.
+    to_loop: Mutex<(UnixStream, mpsc::Sender<event_loop::Rest>)>,
 }
 
-/// Relays between `client` and `bridge` (each with the bytes already read from it during the
-/// handshake) until one ends, `shutdown` fires or a leg goes silent; then closes both.
-pub async fn run<C, B>(
-    client: (C, Vec<u8>),
-    bridge: (B, Vec<u8>),
-    ping: Duration,
-    shutdown: CancellationToken,
-) -> End
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
-{
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + ping, ping);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut r = Relay {
-        c: Leg { io: client.0, awaiting_pong: false, closed: false },
-        b: Leg { io: bridge.0, awaiting_pong: false, closed: false },
-        up: Pipe::new(true, client.1),
-        down: Pipe::new(false, bridge.1),
-        tick,
-        closing: None,
-    };
-    let cancelled = shutdown.cancelled();
-    tokio::pin!(cancelled);
-    let end = std::future::poll_fn(|cx| {
-        if cancelled.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(End::Shutdown);
-        }
-        r.poll(cx)
-    })
-    .await;
-    // Boxed: the closing's timer and state exist only while a relay ends.
-    Box::pin(r.finish(end)).await;
-    end
-}
+/// Relays that have ended, with what to call for each. The relay thread fills it and rings
+/// (one byte on a socket pair); a task on the hub's runtime empties it and makes the calls,
+/// because they may touch the hub's descriptors (waking a tokio task writes to one), which
+/// the relay thread must not (see [`handoff`]).
+type Ended = Arc<Mutex<Vec<(OnEnd, End)>>>;
 
-impl<C, B> Relay<C, B>
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
-{
-    /// Moves bytes both ways as far as they go; ready when the relay is over.
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<End> {
-        match pump(&mut self.up, &mut self.c, &mut self.b, Side::Client, cx) {
-            Ok(close) => self.note(Side::Client, close),
-            Err(end) => return Poll::Ready(end),
-        }
-        match pump(&mut self.down, &mut self.b, &mut self.c, Side::Bridge, cx) {
-            Ok(close) => self.note(Side::Bridge, close),
-            Err(end) => return Poll::Ready(end),
-        }
-        if let Some((side, code, _)) = &self.closing {
-            if self.c.closed && self.b.closed && !self.up.pending() && !self.down.pending() {
-                return Poll::Ready(End::Closed(*side, *code));
+impl Relays {
+    /// Starts the relay thread (with a descriptor table of its own, see [`handoff`]) and the
+    /// task that reports relays' ends (on the current tokio runtime); relays ping both legs
+    /// every `ping`.
+    pub fn start(ping: Duration) -> io::Result<Relays> {
+        let (ours, theirs) = UnixStream::pair()?;
+        theirs.set_nonblocking(true)?;
+        let (bell_in, bell_out) = UnixStream::pair()?;
+        bell_in.set_nonblocking(true)?;
+        bell_out.set_nonblocking(true)?;
+        let (tx, rx) = mpsc::channel();
+        let ended: Ended = Arc::default();
+        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+        let copies = [theirs.as_raw_fd(), bell_out.as_raw_fd()];
+        let bell = event_loop::Bell { ended: ended.clone(), socket: bell_out };
+        std::thread::Builder::new().name("zcode-relay".into()).spawn(move || {
+            let private = handoff::private_table(&copies);
+            match event_loop::Loop::new(theirs, rx, bell, ping) {
+                Ok(lp) => {
+                    let _ = ready_tx.send(Ok(private));
+                    lp.run();
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            }
+        })?;
+        let private =
+            ready_rx.recv().map_err(|_| io::Error::other("the relay thread ended at its start"))??;
+        if private {
+            // The thread's ends now live in its own table; the copies left in ours have no
+            // owner, and would keep the sockets open after the thread ends.
+            for fd in copies {
+                let _ = nix::unistd::close(fd);
             }
         }
-        if let Some((side, code, deadline)) = &mut self.closing {
-            if deadline.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(End::Closed(*side, *code));
-            }
-        }
-        if self.tick.poll_tick(cx).is_ready() {
-            if self.c.awaiting_pong {
-                return Poll::Ready(End::Silent(Side::Client));
-            }
-            if self.b.awaiting_pong {
-                return Poll::Ready(End::Silent(Side::Bridge));
-            }
-            self.ping();
-            cx.waker().wake_by_ref(); // write the pings on the next poll
-        }
-        Poll::Pending
+        tokio::spawn(report_ends(tokio::net::UnixStream::from_std(bell_in)?, ended));
+        Ok(Relays { to_loop: Mutex::new((ours, tx)) })
     }
 
-    /// Records the first close frame [`pump`] saw, and starts waiting for the answer to it.
-    fn note(&mut self, side: Side, close: Option<Option<u16>>) {
-        if let (Some(code), None) = (close, &self.closing) {
-            self.closing = Some((side, code, Box::pin(tokio::time::sleep(CLOSE_GRACE))));
+    /// Starts relaying between `open`'s client and bridge.
+    pub fn open(&self, open: Open) {
+        let to_loop = self.to_loop.lock().unwrap_or_else(|p| p.into_inner());
+        let fds = [open.client.as_raw_fd(), open.bridge.as_raw_fd()];
+        if handoff::send(&to_loop.0, event_loop::OPEN, &fds).is_err() {
+            // The relay thread is gone (it only ends after a shutdown): closed at once, as
+            // the loop closes relays opened while it shuts down.
+            drop(to_loop);
+            return refuse(open);
+        }
+        let Open { client, client_early, bridge, bridge_early, on_end } = open;
+        drop((client, bridge)); // the relay thread holds its own copies now
+        let rest = event_loop::Rest { client_early, bridge_early, on_end };
+        if let Err(mpsc::SendError(rest)) = to_loop.1.send(rest) {
+            (rest.on_end)(End::Shutdown);
         }
     }
 
-    fn ping(&mut self) {
-        // Not stacked: a ping still waiting from last time means the next tick finds it silent.
-        if !self.down.injecting() {
-            self.down.queue(&frame::control(Op::Ping, pipe::PING_PAYLOAD, None));
-        }
-        if !self.up.injecting() {
-            self.up.queue(&frame::control(Op::Ping, pipe::PING_PAYLOAD, Some(frame::mask_key())));
-        }
-        self.c.awaiting_pong = true;
-        self.b.awaiting_pong = true;
-    }
-
-    /// Sends each remaining leg its close frame (when its stream is at a frame boundary and its
-    /// partner's close was not already passed on to it), writes what is still queued, and shuts
-    /// the connections down, within [`CLOSE_GRACE`].
-    async fn finish(mut self, end: End) {
-        let (to_client, to_bridge) = closes(end);
-        if let Some((code, reason)) = to_client.filter(|_| self.down.at_boundary() && !self.b.closed) {
-            self.down.queue(&frame::control(Op::Close, &frame::close_payload(code, reason), None));
-        }
-        if let Some((code, reason)) = to_bridge.filter(|_| self.up.at_boundary() && !self.c.closed) {
-            let payload = frame::close_payload(code, reason);
-            self.up.queue(&frame::control(Op::Close, &payload, Some(frame::mask_key())));
-        }
-        let (drop_c, drop_b) = dropped(end);
-        let flush = std::future::poll_fn(|cx| {
-            let c_busy = !drop_c && self.down.pending() && self.down.write(cx, &mut self.c.io).is_ok();
-            let b_busy = !drop_b && self.up.pending() && self.up.write(cx, &mut self.b.io).is_ok();
-            let c_left = c_busy && self.down.pending();
-            let b_left = b_busy && self.up.pending();
-            if c_left || b_left { Poll::Pending } else { Poll::Ready(()) }
-        });
-        let _ = tokio::time::timeout(CLOSE_GRACE, flush).await;
-        let shut = async {
-            if !drop_c {
-                let _ = self.c.io.shutdown().await;
-            }
-            if !drop_b {
-                let _ = self.b.io.shutdown().await;
-            }
-        };
-        let _ = tokio::time::timeout(CLOSE_GRACE, shut).await;
+    /// Closes every relay with 1001 (each bounded by 500 ms); relays opened afterwards are
+    /// closed at once. The thread ends when the last one has.
+    pub fn shutdown(&self) {
+        let to_loop = self.to_loop.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = handoff::send(&to_loop.0, event_loop::SHUTDOWN, &[]);
     }
 }
 
-/// Moves one direction as far as it goes now: writes what is approved, reads, approves,
-/// and repeats until the source has nothing more (its waker is registered) or the destination
-/// takes nothing more (backpressure: the source is not read while 16 KiB wait). Returns the
-/// code of a close frame that passed, if one did.
-fn pump<R, W>(
-    pipe: &mut Pipe,
-    src: &mut Leg<R>,
-    dst: &mut Leg<W>,
-    from: Side,
-    cx: &mut Context<'_>,
-) -> Result<Option<Option<u16>>, End>
-where
-    R: AsyncRead + AsyncWrite + Unpin,
-    W: AsyncRead + AsyncWrite + Unpin,
-{
-    let to = other(from);
-    let mut close = None;
+/// Makes the calls for relays that ended, each time the relay thread rings; until it ends.
+async fn report_ends(mut bell: tokio::net::UnixStream, ended: Ended) {
+    use tokio::io::AsyncReadExt;
+    let mut rings = [0u8; 64];
     loop {
-        pipe.write(cx, &mut dst.io).map_err(|_| End::Gone(to))?;
-        if src.closed || !pipe.wants_read() {
-            return Ok(close);
+        let over = matches!(bell.read(&mut rings).await, Ok(0) | Err(_));
+        let calls = std::mem::take(&mut *ended.lock().unwrap_or_else(|p| p.into_inner()));
+        for (on_end, end) in calls {
+            on_end(end);
         }
-        let read = match pipe.read(cx, &mut src.io) {
-            Ok(Read::Eof) | Err(_) => return Err(End::Gone(from)),
-            Ok(r) => r,
-        };
-        // Also after a pending read: bytes that came with the handshake wait here.
-        if pipe.unapproved() {
-            let found = pipe.approve().map_err(|f| match f {
-                Fault::TooBig => End::TooBig(from),
-                Fault::Protocol => End::Protocol(from),
-            })?;
-            if found.pong {
-                src.awaiting_pong = false;
-            }
-            if let Some(code) = found.close {
-                src.closed = true;
-                close = Some(code);
-            }
+        if over {
+            return;
         }
-        if read != Read::Data {
-            pipe.write(cx, &mut dst.io).map_err(|_| End::Gone(to))?;
-            return Ok(close);
-        }
+    }
+}
+
+/// Closes a relay that cannot run with 1001 on both legs (best effort: one small write to
+/// sockets that have sent nothing yet) and reports it as shut down.
+fn refuse(o: Open) {
+    use std::io::Write;
+    let reason = frame::close_payload(1001, "hub shutting down");
+    let _ = (&o.client).write(&frame::control(frame::Op::Close, &reason, None));
+    let _ = (&o.bridge).write(&frame::control(frame::Op::Close, &reason, Some(frame::mask_key())));
+    for s in [&o.client, &o.bridge] {
+        let _ = s.shutdown(std::net::Shutdown::Write);
+    }
+    drop((o.client, o.bridge));
+    (o.on_end)(End::Shutdown);
+}
+
+impl Drop for Relays {
+    fn drop(&mut self) {
+        self.shutdown();
     }
 }
 

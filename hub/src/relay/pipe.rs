@@ -12,10 +12,7 @@
 use super::MAX_MESSAGE;
 use super::frame::{self, Malformed, Op};
 use std::cell::RefCell;
-use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use std::io::{self, ErrorKind};
 
 /// The size of a pipe's buffer while it is in use.
 pub const BUF: usize = 16 * 1024;
@@ -73,11 +70,14 @@ pub struct Found {
 /// The outcome of one read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Read {
-    /// Bytes arrived.
+    /// Bytes arrived and filled the room there was: there may be more.
     Data,
+    /// Bytes arrived, fewer than there was room for: the socket is drained for now (its next
+    /// bytes come with a new readiness event), which saves the read that would say so.
+    Drained,
     /// The source closed its side.
     Eof,
-    /// Nothing to read now (the task will be woken).
+    /// Nothing to read now (a readiness event will come).
     Pending,
     /// The buffer is full of unwritten bytes: write first.
     Full,
@@ -151,23 +151,27 @@ impl Pipe {
         self.start < self.fwd || (self.at_boundary() && self.injecting())
     }
 
-    /// Writes what it can to `dst`: approved bytes first, then (at a boundary) injected
-    /// frames. Returns whether anything was written.
-    pub fn write<W: AsyncWrite + Unpin>(&mut self, cx: &mut Context<'_>, dst: &mut W) -> io::Result<bool> {
-        let mut wrote = false;
+    /// Writes what it can to `dst` (non-blocking): approved bytes first, then (at a boundary)
+    /// injected frames. Returns whether `dst` would block (it takes nothing more until its
+    /// next readiness event).
+    pub fn write<W: io::Write>(&mut self, dst: &mut W) -> io::Result<bool> {
+        let mut blocked = false;
         loop {
             let chunk = match &self.buf {
                 Some(b) if self.start < self.fwd => &b[self.start..self.fwd],
                 _ if self.at_boundary() && self.injecting() => &self.inject[self.injected..],
                 _ => break,
             };
-            let n = match Pin::new(&mut *dst).poll_write(cx, chunk) {
-                Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
-                Poll::Ready(Ok(n)) => n,
-                Poll::Ready(Err(e)) => return Err(e),
-                Poll::Pending => break,
+            let n = match dst.write(chunk) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    blocked = true;
+                    break;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
             };
-            wrote = true;
             if self.start < self.fwd {
                 self.start += n;
             } else {
@@ -180,7 +184,7 @@ impl Pipe {
             }
         }
         self.tidy();
-        Ok(wrote)
+        Ok(blocked)
     }
 
     /// Gives the buffer back when everything read has been written; otherwise moves a leftover
@@ -209,24 +213,26 @@ impl Pipe {
         !(self.at_boundary() && self.injecting())
     }
 
-    /// Reads what the source has into the buffer (taking one from the pool if needed).
-    pub fn read<R: AsyncRead + Unpin>(&mut self, cx: &mut Context<'_>, src: &mut R) -> io::Result<Read> {
+    /// Reads what the source has (non-blocking) into the buffer, taking one from the pool if
+    /// needed.
+    pub fn read<R: io::Read>(&mut self, src: &mut R) -> io::Result<Read> {
         let buf = self.buf.get_or_insert_with(take_buffer);
-        if self.end == buf.len() {
+        let room = buf.len() - self.end;
+        if room == 0 {
             return Ok(Read::Full);
         }
-        let mut rb = ReadBuf::new(&mut buf[self.end..]);
-        match Pin::new(src).poll_read(cx, &mut rb) {
-            Poll::Ready(Ok(())) if rb.filled().is_empty() => Ok(Read::Eof),
-            Poll::Ready(Ok(())) => {
-                self.end += rb.filled().len();
-                Ok(Read::Data)
+        match src.read(&mut buf[self.end..]) {
+            Ok(0) => Ok(Read::Eof),
+            Ok(n) => {
+                self.end += n;
+                Ok(if n < room { Read::Drained } else { Read::Data })
             }
-            Poll::Ready(Err(e)) => Err(e),
-            Poll::Pending => {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
                 self.tidy();
                 Ok(Read::Pending)
             }
+            Err(e) if e.kind() == ErrorKind::Interrupted => Ok(Read::Data),
+            Err(e) => Err(e),
         }
     }
 
@@ -314,7 +320,6 @@ impl Drop for Pipe {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::task::Waker;
 
     /// A data frame as a client sends it (masked) or a bridge does (not).
     fn data(op: u8, fin: bool, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
@@ -346,12 +351,11 @@ mod tests {
     fn relay(masked: bool, bytes: &[u8], step: usize) -> (Vec<u8>, Result<Found, Fault>) {
         let mut p = Pipe::new(masked, Vec::new());
         let mut out = Vec::new();
-        let mut cx = Context::from_waker(Waker::noop());
         let mut all = Found::default();
         for chunk in bytes.chunks(step) {
             let mut src: &[u8] = chunk;
             while !src.is_empty() {
-                assert_eq!(p.read(&mut cx, &mut src).unwrap(), Read::Data);
+                assert!(matches!(p.read(&mut src).unwrap(), Read::Data | Read::Drained));
                 match p.approve() {
                     Ok(f) => {
                         all.pong |= f.pong;
@@ -359,7 +363,7 @@ mod tests {
                     }
                     Err(e) => return (out, Err(e)),
                 }
-                p.write(&mut cx, &mut out).unwrap();
+                p.write(&mut out).unwrap();
             }
         }
         (out, Ok(all))
@@ -414,19 +418,18 @@ mod tests {
     #[test]
     fn an_idle_pipe_holds_no_buffer_and_injections_wait_for_a_boundary() {
         let mut p = Pipe::new(false, Vec::new());
-        let mut cx = Context::from_waker(Waker::noop());
         let whole = data(1, true, &[b'x'; 100], None);
         let mut src: &[u8] = &whole[..50];
-        p.read(&mut cx, &mut src).unwrap();
+        p.read(&mut src).unwrap();
         p.approve().unwrap();
         p.queue(&frame::control(Op::Ping, PING_PAYLOAD, None));
         let mut out = Vec::new();
-        p.write(&mut cx, &mut out).unwrap();
+        p.write(&mut out).unwrap();
         assert_eq!(out.len(), 50, "the ping waits: the frame is not complete");
         let mut src: &[u8] = &whole[50..];
-        p.read(&mut cx, &mut src).unwrap();
+        p.read(&mut src).unwrap();
         p.approve().unwrap();
-        p.write(&mut cx, &mut out).unwrap();
+        p.write(&mut out).unwrap();
         assert_eq!(&out[..whole.len()], &whole[..]);
         assert_eq!(frame::parse(&out[whole.len()..]).unwrap().unwrap().op, Op::Ping);
         assert!(p.buf.is_none() && p.inject.capacity() == 0, "nothing held once idle");

@@ -1,23 +1,55 @@
-//! The relay between real WebSocket peers (tokio-tungstenite) over in-memory pipes.
+//! The relay thread between real WebSocket peers (tokio-tungstenite) over loopback TCP.
 
 use super::*;
+use frame::Op;
 use futures_util::{SinkExt, StreamExt};
-use tokio::io::{AsyncReadExt, DuplexStream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream as Tcp;
+use tokio::sync::oneshot;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 
-type Peer = WebSocketStream<DuplexStream>;
+type Peer = WebSocketStream<Tcp>;
 
-/// A client peer, a bridge peer, and the relay between them (spawned).
-async fn setup(ping: Duration, stop: CancellationToken) -> (Peer, Peer, tokio::task::JoinHandle<End>) {
-    let (client_end, hub_c) = tokio::io::duplex(1 << 16);
-    let (hub_b, bridge_end) = tokio::io::duplex(1 << 16);
+/// A connected pair: the peer's end (tokio) and the hub's end (std, non-blocking).
+async fn socket_pair() -> (Tcp, std::net::TcpStream) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = Tcp::connect(listener.local_addr().unwrap()).await.unwrap();
+    let (hub_end, _) = listener.accept().unwrap();
+    hub_end.set_nonblocking(true).unwrap();
+    (peer, hub_end)
+}
+
+/// Starts a relay between the hub ends; its end is reported on the receiver.
+fn open(
+    relays: &Relays,
+    client: (std::net::TcpStream, Vec<u8>),
+    bridge: (std::net::TcpStream, Vec<u8>),
+) -> oneshot::Receiver<End> {
+    let (tx, rx) = oneshot::channel();
+    relays.open(Open {
+        client: client.0,
+        client_early: client.1,
+        bridge: bridge.0,
+        bridge_early: bridge.1,
+        on_end: Box::new(move |end| {
+            let _ = tx.send(end);
+        }),
+    });
+    rx
+}
+
+/// A client peer, a bridge peer, the relay thread and the relay's end.
+async fn setup(ping: Duration) -> (Peer, Peer, Relays, oneshot::Receiver<End>) {
+    let relays = Relays::start(ping).unwrap();
+    let (client_end, hub_c) = socket_pair().await;
+    let (bridge_end, hub_b) = socket_pair().await;
     let client = WebSocketStream::from_raw_socket(client_end, Role::Client, None).await;
     let bridge = WebSocketStream::from_raw_socket(bridge_end, Role::Server, None).await;
-    let relay = tokio::spawn(run((hub_c, Vec::new()), (hub_b, Vec::new()), ping, stop));
-    (client, bridge, relay)
+    let end = open(&relays, (hub_c, Vec::new()), (hub_b, Vec::new()));
+    (client, bridge, relays, end)
 }
 
 async fn close_code(peer: &mut Peer) -> Option<u16> {
@@ -32,7 +64,7 @@ async fn close_code(peer: &mut Peer) -> Option<u16> {
 
 #[tokio::test]
 async fn frames_keep_their_opcode_both_ways_and_the_bridge_close_code_reaches_the_client() {
-    let (client, mut bridge, relay) = setup(Duration::from_secs(30), CancellationToken::new()).await;
+    let (client, mut bridge, _relays, relay) = setup(Duration::from_secs(30)).await;
     let big = "x".repeat(1 << 20);
     let sent = big.clone();
     // Sent while the bridge reads: the relay buffers 16 KiB, not a whole message.
@@ -60,15 +92,29 @@ async fn frames_keep_their_opcode_both_ways_and_the_bridge_close_code_reaches_th
 
 #[tokio::test]
 async fn a_bridge_that_vanishes_closes_the_client_with_1011() {
-    let (mut client, bridge, relay) = setup(Duration::from_secs(30), CancellationToken::new()).await;
+    let (mut client, bridge, _relays, relay) = setup(Duration::from_secs(30)).await;
     drop(bridge);
     assert_eq!(close_code(&mut client).await, Some(1011));
     assert_eq!(relay.await.unwrap(), End::Gone(Side::Bridge));
+    // Really closed: no copy of the client's socket is left open anywhere in the process.
+    assert!(client.next().await.is_none_or(|r| r.is_err()), "the client's connection stayed open");
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
+async fn the_relay_thread_keeps_no_copy_of_what_the_hub_had_open() {
+    // A connection the hub holds while the relay thread starts (and copies the table).
+    let (mut peer, hub_end) = socket_pair().await;
+    let relays = Relays::start(Duration::from_secs(30)).unwrap();
+    drop(hub_end);
+    let mut buf = [0u8; 8];
+    let n = tokio::time::timeout(Duration::from_secs(10), peer.read(&mut buf)).await;
+    assert!(matches!(n, Ok(Ok(0))), "the hub closed its end but the peer saw {n:?}");
+    drop(relays);
+}
+
+#[tokio::test]
 async fn pings_go_both_ways_their_pongs_stay_in_the_hub_and_a_silent_leg_is_closed() {
-    let (mut client, mut bridge, relay) = setup(Duration::from_secs(30), CancellationToken::new()).await;
+    let (mut client, mut bridge, _relays, relay) = setup(Duration::from_millis(100)).await;
     // The bridge reads (so answers pings) all along and reports what it saw.
     let bridge_saw = tokio::spawn(async move {
         let (mut pings, mut pongs, mut texts) = (0, 0, Vec::new());
@@ -108,25 +154,29 @@ async fn pings_go_both_ways_their_pongs_stay_in_the_hub_and_a_silent_leg_is_clos
 
 #[tokio::test]
 async fn shutdown_closes_both_legs_with_1001() {
-    let stop = CancellationToken::new();
-    let (mut client, mut bridge, relay) = setup(Duration::from_secs(30), stop.clone()).await;
-    stop.cancel();
+    let (mut client, mut bridge, relays, relay) = setup(Duration::from_secs(30)).await;
+    relays.shutdown();
     assert_eq!(close_code(&mut client).await, Some(1001));
     assert_eq!(close_code(&mut bridge).await, Some(1001));
     assert_eq!(relay.await.unwrap(), End::Shutdown);
+    // A relay opened after the shutdown is closed at once.
+    let (mut late_client, hub_c) = socket_pair().await;
+    let (_late_bridge, hub_b) = socket_pair().await;
+    let late = open(&relays, (hub_c, Vec::new()), (hub_b, Vec::new()));
+    assert_eq!(late.await.unwrap(), End::Shutdown);
+    let mut answer = vec![0u8; 64];
+    let n = late_client.read(&mut answer).await.unwrap();
+    let h = frame::parse(&answer[..n]).unwrap().unwrap();
+    assert_eq!((h.op, frame::close_code(&answer[h.size..n])), (Op::Close, Some(1001)));
 }
 
 #[tokio::test]
 async fn a_message_over_32_mib_closes_its_sender_with_1009_before_a_byte_is_forwarded() {
-    let (mut raw_client, hub_c) = tokio::io::duplex(1 << 16);
-    let (hub_b, bridge_end) = tokio::io::duplex(1 << 16);
+    let relays = Relays::start(Duration::from_secs(30)).unwrap();
+    let (mut raw_client, hub_c) = socket_pair().await;
+    let (bridge_end, hub_b) = socket_pair().await;
     let mut bridge = WebSocketStream::from_raw_socket(bridge_end, Role::Server, None).await;
-    let relay = tokio::spawn(run(
-        (hub_c, Vec::new()),
-        (hub_b, Vec::new()),
-        Duration::from_secs(30),
-        CancellationToken::new(),
-    ));
+    let relay = open(&relays, (hub_c, Vec::new()), (hub_b, Vec::new()));
     let mut header = vec![0x81, 0xff];
     header.extend_from_slice(&((MAX_MESSAGE as u64) + 1).to_be_bytes());
     header.extend_from_slice(&[1, 2, 3, 4]);
@@ -141,17 +191,13 @@ async fn a_message_over_32_mib_closes_its_sender_with_1009_before_a_byte_is_forw
 
 #[tokio::test]
 async fn bytes_sent_with_the_handshake_are_relayed_first() {
-    let (client_end, hub_c) = tokio::io::duplex(1 << 16);
-    let (hub_b, bridge_end) = tokio::io::duplex(1 << 16);
+    let relays = Relays::start(Duration::from_secs(30)).unwrap();
+    let (client_end, hub_c) = socket_pair().await;
+    let (bridge_end, hub_b) = socket_pair().await;
     let mut client = WebSocketStream::from_raw_socket(client_end, Role::Client, None).await;
     let mut bridge = WebSocketStream::from_raw_socket(bridge_end, Role::Server, None).await;
     let early = frame::control(Op::Ping, b"early", Some([5, 6, 7, 8]));
-    let relay = tokio::spawn(run(
-        (hub_c, early),
-        (hub_b, Vec::new()),
-        Duration::from_secs(30),
-        CancellationToken::new(),
-    ));
+    let relay = open(&relays, (hub_c, early), (hub_b, Vec::new()));
     assert_eq!(bridge.next().await.unwrap().unwrap(), Message::Ping(Bytes::from_static(b"early")));
     // The bridge's pong (not the hub's) goes back to the client.
     bridge.flush().await.unwrap();
@@ -162,7 +208,7 @@ async fn bytes_sent_with_the_handshake_are_relayed_first() {
 
 #[tokio::test]
 async fn a_client_whose_close_the_bridge_never_answers_still_gets_a_close_back() {
-    let (mut client, bridge, relay) = setup(Duration::from_secs(30), CancellationToken::new()).await;
+    let (mut client, bridge, _relays, relay) = setup(Duration::from_secs(30)).await;
     client
         .send(Message::Close(Some(CloseFrame { code: CloseCode::Normal, reason: "bye".into() })))
         .await
@@ -171,4 +217,6 @@ async fn a_client_whose_close_the_bridge_never_answers_still_gets_a_close_back()
     drop(bridge);
     assert_eq!(close_code(&mut client).await, Some(1011));
     assert_eq!(relay.await.unwrap(), End::Gone(Side::Bridge));
+    // Really closed: no copy of the client's socket is left open anywhere in the process.
+    assert!(client.next().await.is_none_or(|r| r.is_err()), "the client's connection stayed open");
 }

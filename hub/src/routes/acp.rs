@@ -70,13 +70,13 @@ fn accept_key(req: &Request<Incoming>) -> Option<HeaderValue> {
     HeaderValue::from_str(&derive_accept_key(key.as_bytes())).ok()
 }
 
-/// One relay, from the client's upgrade to the last close frame.
+/// Waits for the client's upgrade, then hands both sockets to the relay thread.
 async fn relay_task(
     hub: Arc<Hub>,
     on_upgrade: OnUpgrade,
     bridge: (TcpStream, Vec<u8>),
     id: String,
-    _guard: RelayGuard,
+    guard: RelayGuard,
 ) {
     let upgraded = match on_upgrade.await {
         Ok(u) => u,
@@ -92,9 +92,26 @@ async fn relay_task(
         tracing::warn!(instance = %id, "unexpected connection type after upgrade");
         return;
     };
-    let client = (io.into_inner(), read_buf.to_vec());
+    let client_early = read_buf.to_vec();
     drop(read_buf);
+    // Out of tokio (deregistered, still non-blocking) and into the relay thread's loop.
+    let (client, bridge_io) = match (io.into_inner().into_std(), bridge.0.into_std()) {
+        (Ok(c), Ok(b)) => (c, b),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!(instance = %id, "cannot hand the relay's sockets over: {e}");
+            return;
+        }
+    };
     tracing::debug!(instance = %id, "relay open");
-    let end = relay::run(client, bridge, hub.cfg.timings.ping, hub.shutdown.clone()).await;
-    tracing::debug!(instance = %id, ?end, "relay closed");
+    let token = hub.tracker.token();
+    hub.relay.open(relay::Open {
+        client,
+        client_early,
+        bridge: bridge_io,
+        bridge_early: bridge.1,
+        on_end: Box::new(move |end| {
+            tracing::debug!(instance = %id, ?end, "relay closed");
+            drop((guard, token));
+        }),
+    });
 }

@@ -1,0 +1,551 @@
+//! The relay thread: one mio `Poll` (edge-triggered epoll) over both sockets of every relay.
+//!
+//! Each socket carries a readiness flag per direction, set by its events and cleared only when
+//! a read or write says it would block (or a read came back short: the socket is drained, and
+//! its next bytes bring a new event). A relay is driven whenever one of its sockets has an
+//! event: both directions run as far as they can, and a direction whose flags are down costs
+//! nothing. Timers are few: one ping tick for all relays, and a deadline per relay only while
+//! it is closing, kept in a heap.
+
+use super::frame::{self, Op};
+use super::handoff::{self, Received};
+use super::pipe::{self, Fault, Pipe, Read};
+use super::{CLOSE_GRACE, End, OnEnd, Side, closes, dropped, other};
+use mio::net::{TcpStream, UnixStream};
+use mio::{Events, Interest, Poll, Token};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{self, ErrorKind};
+use std::net::Shutdown;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The control socket's token; a relay in slot `s` has tokens `2s` (client) and `2s + 1`
+/// (bridge).
+const CONTROL: Token = Token(usize::MAX);
+/// Reads per direction and drive before other relays get their turn.
+const READ_BUDGET: usize = 16;
+
+/// Control tag: a relay's two sockets (client, bridge) are attached; its [`Rest`] follows on
+/// the channel.
+pub const OPEN: u8 = b'O';
+/// Control tag: close every relay, and end the thread when the last is closed.
+pub const SHUTDOWN: u8 = b'S';
+
+/// How the relay thread reports ended relays: the call goes on the list (shared memory, no
+/// descriptor), and one byte on the thread's own end of a socket pair rings the hub's side.
+pub struct Bell {
+    pub ended: super::Ended,
+    pub socket: std::os::unix::net::UnixStream,
+}
+
+impl Bell {
+    fn ring(&self, on_end: OnEnd, end: End) {
+        let mut list = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        let first = list.is_empty();
+        list.push((on_end, end));
+        drop(list);
+        if first {
+            // When the socket is full, unread rings are waiting already: nothing is lost.
+            let _ = io::Write::write(&mut &self.socket, &[1]);
+        }
+    }
+}
+
+/// What comes with a relay's sockets, over the channel.
+pub struct Rest {
+    pub client_early: Vec<u8>,
+    pub bridge_early: Vec<u8>,
+    pub on_end: OnEnd,
+}
+
+struct Leg {
+    io: TcpStream,
+    /// A read may return bytes (or the end).
+    readable: bool,
+    /// A write may be taken.
+    writable: bool,
+    /// The peer closed its side or the connection failed: reads go on until one says so.
+    hup: bool,
+    /// A ping is out and no pong has come back since.
+    awaiting_pong: bool,
+    /// It sent a close frame (it sends nothing after that).
+    closed: bool,
+    /// Gets nothing more (gone, or not answering), once the relay is ending.
+    dropped: bool,
+}
+
+impl Leg {
+    fn new(io: TcpStream) -> Leg {
+        Leg {
+            io,
+            readable: true,
+            writable: true,
+            hup: false,
+            awaiting_pong: false,
+            closed: false,
+            dropped: false,
+        }
+    }
+}
+
+/// Everything an open relay holds.
+struct Relay {
+    c: Leg,
+    b: Leg,
+    /// Client → bridge; its frames arrive masked.
+    up: Pipe,
+    /// Bridge → client.
+    down: Pipe,
+    /// The first close frame seen (the relay waits for the other side's answer).
+    closing: Option<(Side, Option<u16>)>,
+    /// Why it ended, once it has (its last writes are going out).
+    ending: Option<End>,
+    /// When the closing or ending gives up waiting (its entry in the timer heap).
+    deadline: Option<Instant>,
+    /// A direction stopped on its read budget: drive it again soon.
+    more: bool,
+    on_end: Option<OnEnd>,
+}
+
+/// The relay thread's state.
+pub struct Loop {
+    poll: Poll,
+    /// Where relays' sockets arrive (and the shutdown): see [`handoff`].
+    control: UnixStream,
+    /// Where the rest of each relay arrives, in the same order.
+    rest: mpsc::Receiver<Rest>,
+    /// Where ended relays are reported.
+    bell: Bell,
+    slots: Vec<Option<Relay>>,
+    /// Free slots, reused before the vector grows.
+    free: Vec<usize>,
+    live: usize,
+    /// Closing deadlines: (when, slot). An entry whose relay has another deadline is stale.
+    timers: BinaryHeap<Reverse<(Instant, usize)>>,
+    /// Relays to drive again without waiting for an event (they used up their read budget).
+    again: Vec<usize>,
+    ping: Duration,
+    next_ping: Instant,
+    stopping: bool,
+}
+
+impl Loop {
+    /// The loop (not yet running), told of new relays on `control` (non-blocking) and `rest`.
+    pub fn new(
+        control: std::os::unix::net::UnixStream,
+        rest: mpsc::Receiver<Rest>,
+        bell: Bell,
+        ping: Duration,
+    ) -> io::Result<Loop> {
+        let poll = Poll::new()?;
+        let mut control = UnixStream::from_std(control);
+        poll.registry().register(&mut control, CONTROL, Interest::READABLE)?;
+        let ping = ping.max(Duration::from_millis(1));
+        Ok(Loop {
+            poll,
+            control,
+            rest,
+            bell,
+            slots: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            timers: BinaryHeap::new(),
+            again: Vec::new(),
+            ping,
+            next_ping: Instant::now() + ping,
+            stopping: false,
+        })
+    }
+
+    /// Runs until a shutdown (or the hub's handle is gone) and the last relay has closed.
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        // One clock reading per turn (after the wait): the timeout computed from the previous
+        // turn's reading is late by that turn's work, microseconds.
+        let mut now = Instant::now();
+        loop {
+            let timeout = match self.again.is_empty() {
+                true => self.next_deadline().saturating_duration_since(now),
+                false => Duration::ZERO,
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != ErrorKind::Interrupted {
+                    tracing::error!("the relay loop failed: {e}");
+                    break;
+                }
+            }
+            let mut woken = false;
+            for ev in events.iter() {
+                if ev.token() == CONTROL {
+                    woken = true;
+                    continue;
+                }
+                let (slot, side) = (ev.token().0 / 2, ev.token().0 % 2);
+                let Some(Some(r)) = self.slots.get_mut(slot) else { continue };
+                let leg = if side == 0 { &mut r.c } else { &mut r.b };
+                let failed = ev.is_error() || ev.is_read_closed();
+                leg.readable |= ev.is_readable() || failed;
+                leg.hup |= failed;
+                leg.writable |= ev.is_writable() || ev.is_write_closed() || ev.is_error();
+                self.drive(slot);
+            }
+            for slot in std::mem::take(&mut self.again) {
+                self.drive(slot);
+            }
+            if woken {
+                self.commands();
+            }
+            now = Instant::now();
+            if now >= self.next_deadline() {
+                self.expire(now);
+            }
+            if self.stopping && self.live == 0 {
+                break;
+            }
+        }
+    }
+
+    fn next_deadline(&self) -> Instant {
+        let timer = self.timers.peek().map(|Reverse((t, _))| *t);
+        timer.map_or(self.next_ping, |t| t.min(self.next_ping))
+    }
+
+    /// Takes what the hub sent: new relays, the shutdown.
+    fn commands(&mut self) {
+        loop {
+            match handoff::recv(self.control.as_raw_fd()) {
+                Ok(Received::Message(OPEN, fds)) => self.open(fds),
+                Ok(Received::Message(_, _)) => self.stop(), // SHUTDOWN
+                Ok(Received::Empty) => return,
+                Ok(Received::Closed) => return self.stop(),
+                Err(e) => {
+                    tracing::error!("the relay thread's control socket failed: {e}");
+                    return self.stop();
+                }
+            }
+        }
+    }
+
+    /// Ends every relay with 1001; relays opened from now on are ended at once.
+    fn stop(&mut self) {
+        if !self.stopping {
+            self.stopping = true;
+            for slot in 0..self.slots.len() {
+                self.end(slot, End::Shutdown);
+            }
+        }
+    }
+
+    /// Starts the relay whose sockets are `fds` (client, bridge).
+    fn open(&mut self, fds: Vec<OwnedFd>) {
+        // Sent right after the sockets, under the same lock: here at once.
+        let Ok(o) = self.rest.recv_timeout(Duration::from_secs(1)) else {
+            tracing::error!("a relay's sockets came without the rest of it");
+            return;
+        };
+        let Ok::<[OwnedFd; 2], _>([client, bridge]) = fds.try_into() else {
+            // Out of descriptors: the message came truncated.
+            tracing::warn!("a relay's sockets did not arrive (out of file descriptors?)");
+            return self.bell.ring(o.on_end, End::Gone(Side::Client));
+        };
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
+        let mut c = TcpStream::from_std(std::net::TcpStream::from(client));
+        let mut b = TcpStream::from_std(std::net::TcpStream::from(bridge));
+        let both = Interest::READABLE | Interest::WRITABLE;
+        let registry = self.poll.registry();
+        let registered = registry
+            .register(&mut c, Token(2 * slot), both)
+            .and_then(|()| registry.register(&mut b, Token(2 * slot + 1), both));
+        if let Err(e) = registered {
+            tracing::warn!("cannot watch a relay's sockets: {e}");
+            self.free.push(slot);
+            self.bell.ring(o.on_end, End::Gone(Side::Bridge));
+            return;
+        }
+        self.slots[slot] = Some(Relay {
+            c: Leg::new(c),
+            b: Leg::new(b),
+            up: Pipe::new(true, o.client_early),
+            down: Pipe::new(false, o.bridge_early),
+            closing: None,
+            ending: None,
+            deadline: None,
+            more: false,
+            on_end: Some(o.on_end),
+        });
+        self.live += 1;
+        if self.stopping {
+            self.end(slot, End::Shutdown);
+        } else {
+            self.drive(slot);
+        }
+    }
+
+    /// Moves what can move in relay `slot` after an event (or a timer, or a command).
+    fn drive(&mut self, slot: usize) {
+        let Some(Some(r)) = self.slots.get_mut(slot) else { return };
+        if r.ending.is_none() {
+            r.more = false;
+            match r.step() {
+                Ok(started_closing) => {
+                    if r.more {
+                        self.again.push(slot);
+                    }
+                    if started_closing {
+                        let at = Instant::now() + CLOSE_GRACE;
+                        r.deadline = Some(at);
+                        self.timers.push(Reverse((at, slot)));
+                    }
+                    return;
+                }
+                Err(end) => return self.end(slot, end),
+            }
+        }
+        if r.flush() {
+            self.remove(slot);
+        }
+    }
+
+    /// Ends relay `slot` (if it is not ending already): close frames queued, last writes out.
+    fn end(&mut self, slot: usize, end: End) {
+        let Some(Some(r)) = self.slots.get_mut(slot) else { return };
+        if r.ending.is_some() {
+            return;
+        }
+        r.begin_end(end);
+        if r.flush() {
+            return self.remove(slot);
+        }
+        let at = Instant::now() + CLOSE_GRACE;
+        r.deadline = Some(at);
+        self.timers.push(Reverse((at, slot)));
+    }
+
+    /// Closes relay `slot`'s sockets (a FIN after the last write) and frees the slot.
+    fn remove(&mut self, slot: usize) {
+        let Some(mut r) = self.slots.get_mut(slot).and_then(Option::take) else { return };
+        for leg in [&r.c, &r.b] {
+            if !leg.dropped {
+                let _ = leg.io.shutdown(Shutdown::Write);
+            }
+        }
+        let end = r.ending.unwrap_or(End::Shutdown);
+        let on_end = r.on_end.take();
+        drop(r); // the sockets close (and leave the epoll set) here
+        self.free.push(slot);
+        self.live -= 1;
+        if let Some(f) = on_end {
+            self.bell.ring(f, end);
+        }
+    }
+
+    /// Handles the ping tick and closing deadlines that are due at `now`.
+    fn expire(&mut self, now: Instant) {
+        if now >= self.next_ping {
+            self.next_ping = now + self.ping;
+            for slot in 0..self.slots.len() {
+                self.tick(slot);
+            }
+        }
+        while let Some(Reverse((at, slot))) = self.timers.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(Some(r)) = self.slots.get_mut(slot) else { continue };
+            if r.deadline != Some(at) {
+                continue; // stale: the slot moved on (or was reused)
+            }
+            r.deadline = None;
+            match (r.ending, r.closing) {
+                (Some(_), _) => self.remove(slot),
+                (None, Some((side, code))) => self.end(slot, End::Closed(side, code)),
+                (None, None) => {}
+            }
+        }
+    }
+
+    /// The ping period for relay `slot`: a leg still owing the last pong is silent; otherwise
+    /// both legs get a ping.
+    fn tick(&mut self, slot: usize) {
+        let Some(Some(r)) = self.slots.get_mut(slot) else { return };
+        if r.ending.is_some() {
+            return;
+        }
+        if r.c.awaiting_pong {
+            return self.end(slot, End::Silent(Side::Client));
+        }
+        if r.b.awaiting_pong {
+            return self.end(slot, End::Silent(Side::Bridge));
+        }
+        r.ping();
+        self.drive(slot);
+    }
+}
+
+impl Relay {
+    /// Moves bytes both ways as far as they go; `Ok(true)` when a close frame started the
+    /// closing handshake, `Err` when the relay is over.
+    fn step(&mut self) -> Result<bool, End> {
+        let (up, more_up) = pump(&mut self.up, &mut self.c, &mut self.b, Side::Client)?;
+        let mut started = self.note(Side::Client, up);
+        let (down, more_down) = pump(&mut self.down, &mut self.b, &mut self.c, Side::Bridge)?;
+        started |= self.note(Side::Bridge, down);
+        self.more = more_up || more_down;
+        if let Some((side, code)) = self.closing {
+            if self.c.closed && self.b.closed && !self.up.pending() && !self.down.pending() {
+                return Err(End::Closed(side, code));
+            }
+        }
+        Ok(started)
+    }
+
+    /// Records the first close frame [`pump`] saw; true when it is the first.
+    fn note(&mut self, side: Side, close: Option<Option<u16>>) -> bool {
+        match (close, self.closing) {
+            (Some(code), None) => {
+                self.closing = Some((side, code));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn ping(&mut self) {
+        // Not stacked: a ping still waiting from last time means the next tick finds it silent.
+        if !self.down.injecting() {
+            self.down.queue(&frame::control(Op::Ping, pipe::PING_PAYLOAD, None));
+        }
+        if !self.up.injecting() {
+            self.up.queue(&frame::control(Op::Ping, pipe::PING_PAYLOAD, Some(frame::mask_key())));
+        }
+        self.c.awaiting_pong = true;
+        self.b.awaiting_pong = true;
+    }
+
+    /// Queues each remaining leg its close frame (when its stream is at a frame boundary and its
+    /// partner's close was not already passed on to it).
+    fn begin_end(&mut self, end: End) {
+        let (to_client, to_bridge) = closes(end);
+        if let Some((code, reason)) = to_client.filter(|_| self.down.at_boundary() && !self.b.closed) {
+            self.down.queue(&frame::control(Op::Close, &frame::close_payload(code, reason), None));
+        }
+        if let Some((code, reason)) = to_bridge.filter(|_| self.up.at_boundary() && !self.c.closed) {
+            let payload = frame::close_payload(code, reason);
+            self.up.queue(&frame::control(Op::Close, &payload, Some(frame::mask_key())));
+        }
+        (self.c.dropped, self.b.dropped) = dropped(end);
+        self.ending = Some(end);
+    }
+
+    /// Writes what an ending relay still owes its legs; true when nothing is left.
+    fn flush(&mut self) -> bool {
+        let c_left = flush_leg(&mut self.down, &mut self.c);
+        let b_left = flush_leg(&mut self.up, &mut self.b);
+        !c_left && !b_left
+    }
+}
+
+impl Drop for Loop {
+    /// Only when the thread ends with relays open (its loop failed, or panicked): they are
+    /// closed without their close frames, and still reported.
+    fn drop(&mut self) {
+        for r in self.slots.iter_mut().filter_map(Option::take) {
+            let mut r = r;
+            if let Some(f) = r.on_end.take() {
+                self.bell.ring(f, r.ending.unwrap_or(End::Shutdown));
+            }
+        }
+    }
+}
+
+/// Writes `pipe`'s rest to `dst` if it takes it; whether something is still owed to it.
+fn flush_leg(pipe: &mut Pipe, dst: &mut Leg) -> bool {
+    if dst.dropped || !pipe.pending() {
+        return false;
+    }
+    if dst.writable {
+        match pipe.write(&mut dst.io) {
+            Ok(blocked) => dst.writable = !blocked,
+            Err(_) => {
+                dst.dropped = true;
+                return false;
+            }
+        }
+    }
+    pipe.pending()
+}
+
+/// Moves one direction as far as it goes now: writes what is approved, reads, approves, and
+/// repeats until the source has nothing more, the destination takes nothing more
+/// (backpressure: the source is not read while 16 KiB wait), or the read budget is spent.
+/// Returns the code of a close frame that passed, if one did, and whether the budget ran out.
+fn pump(
+    pipe: &mut Pipe,
+    src: &mut Leg,
+    dst: &mut Leg,
+    from: Side,
+) -> Result<(Option<Option<u16>>, bool), End> {
+    let to = other(from);
+    let mut close = None;
+    let mut budget = READ_BUDGET;
+    loop {
+        write(pipe, dst, to)?;
+        if src.closed || !src.readable || !pipe.wants_read() {
+            // Bytes that came with the handshake wait for approval here.
+            if pipe.unapproved() {
+                approve(pipe, src, from, &mut close)?;
+                write(pipe, dst, to)?;
+            }
+            return Ok((close, false));
+        }
+        if budget == 0 {
+            return Ok((close, true));
+        }
+        budget -= 1;
+        let read = match pipe.read(&mut src.io) {
+            Ok(Read::Eof) | Err(_) => return Err(End::Gone(from)),
+            Ok(r) => r,
+        };
+        match read {
+            Read::Pending => src.readable = false,
+            Read::Drained if !src.hup => src.readable = false,
+            _ => {}
+        }
+        if pipe.unapproved() {
+            approve(pipe, src, from, &mut close)?;
+        }
+        if read == Read::Full {
+            write(pipe, dst, to)?;
+            return Ok((close, false));
+        }
+    }
+}
+
+fn write(pipe: &mut Pipe, dst: &mut Leg, to: Side) -> Result<(), End> {
+    if dst.writable && pipe.pending() {
+        let blocked = pipe.write(&mut dst.io).map_err(|_| End::Gone(to))?;
+        dst.writable = !blocked;
+    }
+    Ok(())
+}
+
+fn approve(pipe: &mut Pipe, src: &mut Leg, from: Side, close: &mut Option<Option<u16>>) -> Result<(), End> {
+    let found = pipe.approve().map_err(|f| match f {
+        Fault::TooBig => End::TooBig(from),
+        Fault::Protocol => End::Protocol(from),
+    })?;
+    if found.pong {
+        src.awaiting_pong = false;
+    }
+    if let Some(code) = found.close {
+        src.closed = true;
+        *close = Some(code);
+    }
+    Ok(())
+}
