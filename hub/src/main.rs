@@ -228,6 +228,9 @@ fn hub(background: bool, detached: bool) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
     };
+    if let Some(limit) = zcode_hub::daemon::raise_open_file_limit() {
+        tracing::debug!(limit, "open-file limit");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = rt.block_on(async {
         let listener = match tokio::net::TcpListener::bind((host.as_str(), port)).await {

@@ -148,3 +148,30 @@ fn the_hub_exits_when_idle_and_the_next_bridge_starts_it_again() {
     assert_ne!(again.0, first.0);
     wait_instances(port, "the new bridge", |l| listed(l, &b2.id()));
 }
+
+/// Every relay holds two sockets: a hub started under a low soft open-file limit raises it to
+/// the hard one.
+#[test]
+fn the_hub_raises_its_open_file_soft_limit_to_the_hard_one() {
+    let home = Home::new();
+    let hub = home.command(&["hub"]);
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c").arg(r#"ulimit -Sn 256 && exec "$0" hub"#).arg(hub.get_program());
+    for (k, v) in hub.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd.env("ZCODE_ACP_REMOTE_TOKEN", zcode_tests::TEST_TOKEN).stdout(std::process::Stdio::null());
+    let mut child = cmd.spawn().expect("spawn the hub under sh");
+    wait_for_hub(&home, None);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).expect("limits");
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).expect("the open-files line");
+    let numbers: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
+    assert_eq!(numbers.len(), 2, "{line}");
+    assert_ne!(numbers[0], "256", "the soft limit stayed low: {line}");
+    assert_eq!(numbers[0], numbers[1], "soft is not the hard limit: {line}");
+}
