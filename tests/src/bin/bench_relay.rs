@@ -5,14 +5,16 @@
 //!
 //! A round trip is one `_demo/echo` request through the bridge to the demo agent and back (so
 //! the relay carries two messages per round trip). Measured per target:
-//! - p50/p99 round trip of 64 B and 64 KiB requests on one connection;
+//! - p50/p99 round trip of 64 B and 64 KiB requests on one connection (1000 and 200 per round);
 //! - round trips per second with 16 connections busy at once, and the relay's CPU time per
 //!   relayed message (all its threads' run time from `/proc/<pid>/task/*/schedstat`, in ns; the
-//!   user/system split from `/proc/<pid>/stat`, in clock ticks). The busy phase runs
-//!   `BENCH_ROUNDS` times (default 3), the targets taking turns each round, and the medians are
-//!   reported: a slow spell of the shared machine then hits every target alike;
+//!   user/system split from `/proc/<pid>/stat`, in clock ticks);
 //! - the relay's resident memory per idle connection with 5000 held (each did `initialize`
 //!   once), and the 64 B round trip while they are held.
+//!
+//! All but the last run `BENCH_ROUNDS` times (default 5), the targets taking turns each round,
+//! and the medians of the rounds are reported: a slow spell of the shared machine then hits
+//! every target alike.
 
 use std::io::ErrorKind;
 use std::net::TcpStream;
@@ -43,8 +45,9 @@ struct Target {
 
 #[derive(Default)]
 struct Row {
-    small: (f64, f64),
-    large: (f64, f64),
+    /// Per round: (p50, p99) µs of 64 B and of 64 KiB round trips.
+    small: Vec<(f64, f64)>,
+    large: Vec<(f64, f64)>,
     /// Per round: (round trips/s, relay CPU µs per relayed message, user share of it).
     rounds: Vec<(f64, Option<(f64, f64)>)>,
     idle_kib: Option<f64>,
@@ -76,30 +79,27 @@ fn main() {
     if std::env::var_os("BENCH_REVERSE").is_some() && targets.len() == 3 {
         targets.swap(1, 2);
     }
-    let mut rows: Vec<Row> = targets.iter().map(measure).collect();
-    let rounds = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    // Every measurement but the idle one runs in rounds, the targets taking turns, and the
+    // medians are reported: a slow spell of the shared machine then hits every target alike.
+    let rounds = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    let mut rows: Vec<Row> = targets.iter().map(|_| Row::default()).collect();
+    let mut conns: Vec<Ws> = targets.iter().map(connect).collect();
     for round in 1..=rounds {
-        for (t, row) in targets.iter().zip(&mut rows) {
-            eprintln!("bench-relay: busy round {round}/{rounds}: {} …", t.name);
+        for ((t, row), ws) in targets.iter().zip(&mut rows).zip(&mut conns) {
+            eprintln!("bench-relay: round {round}/{rounds}: {} …", t.name);
+            row.small.push(percentiles(ws, 64, 100, 1000));
+            row.large.push(percentiles(ws, 64 * 1024, 20, 200));
             row.rounds.push(busy(t));
         }
     }
-    print_table(&targets, &rows);
-}
-
-fn measure(t: &Target) -> Row {
-    eprintln!("bench-relay: {} …", t.name);
-    let mut ws = connect(t);
-    let small = percentiles(&mut ws, 64, 200, 3000);
-    let large = percentiles(&mut ws, 64 * 1024, 50, 500);
-    let (idle_kib, held) = match t.pid {
-        Some(pid) => {
-            let (kib, held) = idle(t, pid, &mut ws);
-            (Some(kib), Some(held))
+    for ((t, row), ws) in targets.iter().zip(&mut rows).zip(&mut conns) {
+        if let Some(pid) = t.pid {
+            eprintln!("bench-relay: {IDLE} idle connections: {} …", t.name);
+            let (kib, held) = idle(t, pid, ws);
+            (row.idle_kib, row.held) = (Some(kib), Some(held));
         }
-        None => (None, None),
-    };
-    Row { small, large, rounds: Vec::new(), idle_kib, held }
+    }
+    print_table(&targets, &rows);
 }
 
 fn connect(t: &Target) -> Ws {
@@ -325,20 +325,33 @@ fn print_table(targets: &[Target], rows: &[Row]) {
     let us = |v: f64| format!("{v:.0}");
     let pair = |(a, b): (f64, f64)| format!("{} / {}", us(a), us(b));
     let opt = |v: Option<String>| v.unwrap_or_else(|| "—".into());
+    let small = |r: &Row| {
+        (median(r.small.iter().map(|x| x.0).collect()), median(r.small.iter().map(|x| x.1).collect()))
+    };
+    let large = |r: &Row| {
+        (median(r.large.iter().map(|x| x.0).collect()), median(r.large.iter().map(|x| x.1).collect()))
+    };
     let direct = &rows[0]; // the first target (direct unless BENCH_ONLY picks another)
     let line = |label: &str, cells: Vec<String>| println!("| {label} | {} |", cells.join(" | "));
     let names: Vec<String> = targets.iter().map(|t| t.name.to_owned()).collect();
     line("", names);
     line("---", targets.iter().map(|_| "---:".to_owned()).collect());
-    line("64 B round trip p50 / p99 (µs)", rows.iter().map(|r| pair(r.small)).collect());
+    let (ds, dl) = (small(direct), large(direct));
+    line(
+        "64 B round trip p50 / p99, medians of the rounds (µs)",
+        rows.iter().map(|r| pair(small(r))).collect(),
+    );
     line(
         "added p50 / p99 vs direct, 64 B (µs)",
-        rows.iter().map(|r| pair((r.small.0 - direct.small.0, r.small.1 - direct.small.1))).collect(),
+        rows.iter().map(|r| pair((small(r).0 - ds.0, small(r).1 - ds.1))).collect(),
     );
-    line("64 KiB round trip p50 / p99 (µs)", rows.iter().map(|r| pair(r.large)).collect());
+    line(
+        "64 KiB round trip p50 / p99, medians of the rounds (µs)",
+        rows.iter().map(|r| pair(large(r))).collect(),
+    );
     line(
         "added p50 / p99 vs direct, 64 KiB (µs)",
-        rows.iter().map(|r| pair((r.large.0 - direct.large.0, r.large.1 - direct.large.1))).collect(),
+        rows.iter().map(|r| pair((large(r).0 - dl.0, large(r).1 - dl.1))).collect(),
     );
     let rate = |r: &Row| median(r.rounds.iter().map(|x| x.0).collect());
     line(
