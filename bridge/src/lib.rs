@@ -118,7 +118,8 @@ pub async fn run(
     opts: BridgeOptions,
     stop: CancellationToken,
 ) -> Result<(), BridgeError> {
-    let (token, _) = zcode_shared::token::resolve(cfg)?;
+    // Re-read when rotated: the hub presents the new token as soon as it has it.
+    let token = std::sync::Arc::new(zcode_shared::token::Live::resolve(cfg)?);
     let start = cfg.remote.bridge_port;
     let listener =
         server::bind_loopback(start).await.map_err(|source| BridgeError::Bind { port: start, source })?;
@@ -137,7 +138,7 @@ pub async fn run(
         idle_exit: opts.idle_exit,
     };
     let (router, events) = router::Router::new(spec, journal, ropts);
-    let ctx = server::Ctx::new(events.clone(), &token, shutdown.clone(), tracker.clone());
+    let ctx = server::Ctx::new(events.clone(), token.clone(), shutdown.clone(), tracker.clone());
     tracker.spawn(server::serve(listener, ctx));
     register::spawn(
         cfg,

@@ -11,10 +11,12 @@
 //!   `logs/`), at most once per `hub_spawn_throttle`, then retries every 200 ms for a while so
 //!   it is listed as soon as the hub is up. Several bridges racing is fine: one hub wins the
 //!   home's lock, the others step aside.
-//! - The hub answers 401 (the token was rotated under one of us): heartbeats go on, spaced by
-//!   a backoff of 6 heartbeats doubling to 60 (60 s to 10 min at the default 10 s; tests scale
-//!   it with `ZCODE_ACP_HEARTBEAT_MS`), reset by the first success. No hub is spawned for a
-//!   401: the port is held by a live hub, so a new one could only find it running.
+//! - The hub answers 401 (the token was rotated under one of us): the bridge re-reads its token
+//!   and, if that changed (`zcode-acp token --rotate`), registers again at once with the new
+//!   one. Otherwise heartbeats go on, spaced by a backoff of 6 heartbeats doubling to 60 (60 s
+//!   to 10 min at the default 10 s; tests scale it with `ZCODE_ACP_HEARTBEAT_MS`), reset by
+//!   the first success. No hub is spawned for a 401: the port is held by a live hub, so a new
+//!   one could only find it running.
 
 use crate::router::{Event, SessionStatus};
 use bytes::Bytes;
@@ -23,6 +25,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -58,7 +61,7 @@ impl Registrant {
 /// fires. Sessions come from the router (`Event::Status` on `events`).
 pub fn spawn(
     cfg: &Config,
-    token: &str,
+    token: &Arc<zcode_shared::token::Live>,
     port: u16,
     events: mpsc::Sender<Event>,
     who: Registrant,
@@ -72,7 +75,7 @@ pub fn spawn(
     let pid = std::process::id();
     let ctx = Ctx {
         cfg: cfg.clone(),
-        token: token.to_owned(),
+        token: token.clone(),
         port,
         pid,
         id: pid.to_string(),
@@ -86,7 +89,7 @@ pub fn spawn(
 
 struct Ctx {
     cfg: Config,
-    token: String,
+    token: Arc<zcode_shared::token::Live>,
     port: u16,
     pid: u32,
     id: String,
@@ -116,6 +119,10 @@ async fn run(ctx: Ctx, stop: CancellationToken) {
             o = ctx.register() => o,
         };
         let Some(outcome) = outcome else { break };
+        if outcome == Outcome::Unauthorized && ctx.token.refresh() {
+            tracing::info!("the token was rotated: registering with the new one");
+            continue;
+        }
         let (wait, spawn) = schedule.next(outcome, Instant::now());
         log(outcome, wait, &schedule);
         if spawn {
@@ -146,7 +153,7 @@ impl Ctx {
     async fn register(&self) -> Option<Outcome> {
         let sessions = self.sessions().await?;
         let mut body = serde_json::json!({
-            "token": self.token,
+            "token": self.token.token(),
             "id": self.id,
             "port": self.port,
             "pid": self.pid,
@@ -168,7 +175,7 @@ impl Ctx {
     }
 
     async fn unregister(&self) {
-        let body = serde_json::json!({"token": self.token, "id": self.id}).to_string();
+        let body = serde_json::json!({"token": self.token.token(), "id": self.id}).to_string();
         let _ = tokio::time::timeout(UNREGISTER_TIMEOUT, self.post("/api/unregister", body)).await;
     }
 

@@ -50,8 +50,8 @@ pub async fn bind_loopback(start: u16) -> std::io::Result<TcpListener> {
 pub struct Ctx {
     /// The router's events.
     pub events: mpsc::Sender<Event>,
-    /// SHA-256 of the machine's token.
-    pub token_digest: [u8; 32],
+    /// The machine's token (re-read when rotated).
+    pub token: Arc<zcode_shared::token::Live>,
     /// Cancelled on shutdown.
     pub shutdown: CancellationToken,
     /// Tracks connection tasks, so shutdown can wait for close frames to go out.
@@ -63,17 +63,11 @@ impl Ctx {
     /// A context for one bridge.
     pub fn new(
         events: mpsc::Sender<Event>,
-        token: &str,
+        token: Arc<zcode_shared::token::Live>,
         shutdown: CancellationToken,
         tracker: TaskTracker,
     ) -> Arc<Ctx> {
-        Arc::new(Ctx {
-            events,
-            token_digest: zcode_shared::token::digest(token),
-            shutdown,
-            tracker,
-            next_client: AtomicU64::new(1),
-        })
+        Arc::new(Ctx { events, token, shutdown, tracker, next_client: AtomicU64::new(1) })
     }
 }
 
@@ -109,7 +103,7 @@ fn authorized(req: &Request<Incoming>, ctx: &Ctx) -> bool {
     let Some(value) = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
         return false;
     };
-    value.strip_prefix("Bearer ").is_some_and(|t| zcode_shared::token::verify(&ctx.token_digest, t.trim()))
+    value.strip_prefix("Bearer ").is_some_and(|t| ctx.token.verify_fresh(t.trim()))
 }
 
 async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>, peer: SocketAddr) -> Result<Resp, Infallible> {

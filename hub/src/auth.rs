@@ -37,7 +37,7 @@ pub fn presented<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> Option<std::borrow
 
 /// Whether `candidate` is the machine's token.
 pub fn valid(hub: &Hub, candidate: Option<&str>) -> bool {
-    candidate.is_some_and(|t| zcode_shared::token::verify(&hub.digest, t))
+    candidate.is_some_and(|t| hub.token.verify_fresh(t))
 }
 
 /// The address a failure is charged to: the tunnel's client-address header when the peer is

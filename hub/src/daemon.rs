@@ -120,6 +120,9 @@ pub async fn housekeeping(hub: Arc<Hub>, port_file: Option<PortFile>) {
             () = hub.shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
+        if hub.token.refresh() {
+            tracing::info!(source = %hub.token.source(), "the token was rotated: the old one no longer works");
+        }
         let now = Instant::now();
         let (expired, live) = {
             let mut r = hub.registry();

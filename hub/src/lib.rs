@@ -11,7 +11,8 @@
 //! - [`upstream`]: connections to a bridge's loopback server (WebSocket dial, HTTP requests).
 //! - [`http`]: response builders, CORS, bounded JSON bodies, log redaction.
 //! - [`spawn`]: starting bridges for remote create (terminal windows, headless serve).
-//! - [`daemon`]: one hub per home (the pid lock), the port file, housekeeping (prune, idle exit).
+//! - [`daemon`]: one hub per home (the pid lock), the port file, housekeeping (prune, idle exit,
+//!   the token re-read after a rotation).
 //! - [`web`]: the web client's assets, served from memory.
 
 pub mod auth;
@@ -51,10 +52,9 @@ pub enum HubError {
 pub struct Hub {
     /// The configuration, resolved once.
     pub cfg: Config,
-    /// The machine's token, sent to bridges when the hub dials them. Never logged.
-    token: String,
-    /// SHA-256 of the token, what callers' tokens are compared against.
-    digest: [u8; 32],
+    /// The machine's token: what callers' tokens are compared against (by digest), and what
+    /// the hub presents to bridges. Re-read when rotated. Never logged.
+    token: zcode_shared::token::Live,
     /// Registered bridges.
     registry: Mutex<registry::Registry>,
     /// Failed authentications per client address.
@@ -72,13 +72,16 @@ pub struct Hub {
 impl Hub {
     /// A hub over `cfg` with the machine's `token`, stopped by `shutdown`; starts its relay
     /// thread.
-    pub fn new(cfg: Config, token: String, shutdown: CancellationToken) -> std::io::Result<Arc<Hub>> {
+    pub fn new(
+        cfg: Config,
+        token: zcode_shared::token::Live,
+        shutdown: CancellationToken,
+    ) -> std::io::Result<Arc<Hub>> {
         let t = &cfg.timings;
         let registry = registry::Registry::new(t.instance_ttl, t.probe_grace);
         let relay = relay::Relays::start(t.ping)?;
         Ok(Arc::new(Hub {
             cfg,
-            digest: zcode_shared::token::digest(&token),
             token,
             registry: Mutex::new(registry),
             limiter: Mutex::new(auth::Limiter::default()),
@@ -124,7 +127,7 @@ impl Drop for RelayGuard {
 /// port to `cfg.paths.hub_port_file()` (removed again on exit). On the way out it stops
 /// accepting, closes every relay with a close frame and waits at most 1.5 s for them.
 pub async fn run(listener: TcpListener, cfg: Config, shutdown: CancellationToken) -> Result<(), HubError> {
-    let (token, _) = zcode_shared::token::resolve(&cfg)?;
+    let token = zcode_shared::token::Live::resolve(&cfg)?;
     let addr = listener.local_addr()?;
     let port_file = match cfg.remote.hub_port {
         0 => Some(daemon::PortFile::write(&cfg.paths, addr.port())?),

@@ -351,7 +351,10 @@ fn token(rotate: bool, public_url: Option<String>) -> anyhow::Result<ExitCode> {
         if rotate { zcode_shared::token::rotate(&cfg)? } else { zcode_shared::token::resolve(&cfg)? };
     println!("{token}");
     if rotate {
-        eprintln!("new token written to {source}; give it to every remote client (bridges read it at start)");
+        eprintln!(
+            "new token written to {source}; the running hub and bridges take it within seconds \
+             (the old one stops working): give it to every remote client"
+        );
     } else {
         eprintln!("token from {source}");
     }

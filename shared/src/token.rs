@@ -150,6 +150,109 @@ pub fn verify(expected: &[u8; 32], candidate: &str) -> bool {
     expected.iter().zip(got.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
+/// The token in force for a long-running process (the hub, a bridge): re-read from where it
+/// is kept when that file changes, so `zcode-acp token --rotate` takes effect in running
+/// processes: the old token stops working and the new one works, without a restart. A token
+/// set by the environment never changes.
+pub struct Live {
+    source: TokenSource,
+    state: std::sync::RwLock<LiveState>,
+}
+
+struct LiveState {
+    token: String,
+    digest: [u8; 32],
+    /// The source file as last read (none for the environment, or when it cannot be read).
+    stamp: Option<Stamp>,
+}
+
+/// Enough of a file's metadata to see that it changed (a rotation replaces the file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    ino: u64,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+fn stamp(path: &std::path::Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(Stamp { ino: m.ino(), len: m.len(), modified: m.modified().ok() })
+}
+
+impl Live {
+    /// The token in force now (see [`resolve`]), watched from here on.
+    pub fn resolve(cfg: &Config) -> Result<Live, TokenError> {
+        let (token, source) = resolve(cfg)?;
+        Ok(Live::new(token, source))
+    }
+
+    fn new(token: String, source: TokenSource) -> Live {
+        let stamp = Live::path(&source).and_then(stamp);
+        let digest = digest(&token);
+        Live { source, state: std::sync::RwLock::new(LiveState { token, digest, stamp }) }
+    }
+
+    fn path(source: &TokenSource) -> Option<&std::path::Path> {
+        match source {
+            TokenSource::Env => None,
+            TokenSource::ConfigFile(p) | TokenSource::TokenFile(p) => Some(p),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, LiveState> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The token (to present to a bridge or the hub).
+    pub fn token(&self) -> String {
+        self.read().token.clone()
+    }
+
+    /// Where it comes from.
+    pub fn source(&self) -> &TokenSource {
+        &self.source
+    }
+
+    /// Whether `candidate` is the token as last read, in constant time.
+    pub fn verify(&self, candidate: &str) -> bool {
+        verify(&self.read().digest, candidate)
+    }
+
+    /// Like [`Live::verify`], but a refused candidate gets one [`Live::refresh`] first: a
+    /// caller that already has the rotated token is not refused while this process catches up.
+    pub fn verify_fresh(&self, candidate: &str) -> bool {
+        self.verify(candidate) || (self.refresh() && self.verify(candidate))
+    }
+
+    /// Re-reads the token if its file changed since the last read; whether the token changed.
+    /// A file that vanished or holds no token leaves the token as it was.
+    pub fn refresh(&self) -> bool {
+        let Some(path) = Live::path(&self.source) else { return false };
+        let now = stamp(path);
+        if now.is_none() || now == self.read().stamp {
+            return false;
+        }
+        let fresh = match &self.source {
+            TokenSource::TokenFile(_) => std::fs::read_to_string(path).ok().map(|t| t.trim().to_owned()),
+            TokenSource::ConfigFile(_) => RawConfig::read(path)
+                .ok()
+                .and_then(|raw| raw.get("remote.token").and_then(|v| v.as_str()).map(str::to_owned)),
+            TokenSource::Env => None,
+        };
+        let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+        state.stamp = now;
+        match fresh {
+            Some(t) if !t.is_empty() && t != state.token => {
+                state.digest = digest(&t);
+                state.token = t;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,5 +324,33 @@ mod tests {
         assert!(verify(&d, "secret"));
         assert!(!verify(&d, "secret2"));
         assert!(!verify(&d, ""));
+    }
+
+    #[test]
+    fn a_live_token_follows_rotations_of_its_file_or_config_and_never_of_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cfg(dir.path(), &[]);
+        let live = Live::resolve(&c).unwrap();
+        let first = live.token();
+        assert!(live.verify(&first) && !live.refresh(), "nothing changed yet");
+        let (second, _) = rotate(&c).unwrap();
+        assert!(live.verify(&first) && !live.verify(&second), "not re-read before a refresh");
+        assert!(live.verify_fresh(&second), "a caller with the new token is let in at once");
+        assert!(!live.verify(&first), "the old token no longer works");
+        assert_eq!(live.token(), second);
+        std::fs::remove_file(dir.path().join("token")).unwrap();
+        assert!(!live.refresh() && live.verify(&second), "a vanished file keeps the token");
+
+        std::fs::write(dir.path().join("config.json"), r#"{"remote":{"token":"config-one"}}"#).unwrap();
+        let c = cfg(dir.path(), &[]);
+        let live = Live::resolve(&c).unwrap();
+        assert_eq!(live.token(), "config-one");
+        let (rotated, _) = rotate(&c).unwrap();
+        assert!(live.refresh() && live.verify(&rotated) && !live.verify("config-one"));
+
+        let c = cfg(dir.path(), &[("ZCODE_ACP_REMOTE_TOKEN", "from-env")]);
+        let live = Live::resolve(&c).unwrap();
+        std::fs::write(dir.path().join("config.json"), r#"{"remote":{"token":"other"}}"#).unwrap();
+        assert!(!live.refresh() && !live.verify_fresh("other") && live.verify("from-env"));
     }
 }

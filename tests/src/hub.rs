@@ -199,8 +199,9 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// Starts a hub in `home` with `env` on top of `ZCODE_ACP_HUB_PORT=0` and the token;
-    /// returns once it answers `/api/health`.
+    /// Starts a hub in `home` with `env` on top of `ZCODE_ACP_HUB_PORT=0` and the token (an
+    /// empty value removes a variable: `("ZCODE_ACP_REMOTE_TOKEN", "")` leaves the hub the
+    /// home's token file); returns once it answers `/api/health`.
     pub fn start(home: &Home, env: &[(&str, &str)]) -> Hub {
         let old = hub_port(home);
         static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -209,7 +210,10 @@ impl Hub {
         let mut cmd = home.command(&["hub"]);
         cmd.env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN);
         for (k, v) in env {
-            cmd.env(k, v);
+            match v.is_empty() {
+                true => cmd.env_remove(k),
+                false => cmd.env(k, v),
+            };
         }
         let log = std::fs::File::create(&log_file).expect("hub log");
         let child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn().expect("spawn hub");

@@ -5,9 +5,10 @@
 use std::net::TcpListener;
 use std::time::Duration;
 use zcode_tests::hub::{
-    Hub, hub_pid, hub_port, listed, proc_stat_field, run_cli, signal, wait_for_hub, wait_gone, wait_instances,
+    Hub, http, hub_pid, hub_port, listed, proc_stat_field, run_cli, signal, wait_for_hub, wait_gone,
+    wait_instances,
 };
-use zcode_tests::{Bridge, Home, alive, demo_agent, kill9};
+use zcode_tests::{Bridge, Home, Peer, alive, demo_agent, initialize, kill9};
 
 /// The home's detached hub, stopped when the test ends (it would also stop by itself once the
 /// home is deleted).
@@ -174,4 +175,61 @@ fn the_hub_raises_its_open_file_soft_limit_to_the_hard_one() {
     assert_eq!(numbers.len(), 2, "{line}");
     assert_ne!(numbers[0], "256", "the soft limit stayed low: {line}");
     assert_eq!(numbers[0], numbers[1], "soft is not the hard limit: {line}");
+}
+
+/// `zcode-acp token --rotate` takes effect in the running hub and bridge, nothing restarted:
+/// the new token works at once, the old one is refused within a housekeeping period, the
+/// bridge registers again with the new token, and the hub's relay into it works.
+#[test]
+fn a_rotated_token_takes_effect_without_a_restart() {
+    let home = Home::new();
+    // Housekeeping every second (TTL / 2), heartbeats every 300 ms; the token from its file.
+    let env = [
+        ("ZCODE_ACP_REMOTE_TOKEN", ""),
+        ("ZCODE_ACP_INSTANCE_TTL_MS", "2000"),
+        ("ZCODE_ACP_HEARTBEAT_MS", "300"),
+    ];
+    let hub = Hub::start(&home, &env);
+    let agent = demo_agent(0);
+    let mut args = vec!["bridge", "--"];
+    args.extend(agent.iter().map(String::as_str));
+    let mut cmd = home.command(&args);
+    cmd.env("ZCODE_ACP_REMOTE_PORT", "0")
+        .env("ZCODE_ACP_HEARTBEAT_MS", "300")
+        .env("ZCODE_ACP_INSTANCE_TTL_MS", "2000");
+    let bridge = Bridge::spawn(&home, cmd, std::process::Stdio::inherit());
+    let token_file = home.path().join("token");
+    let old = std::fs::read_to_string(&token_file).expect("the hub made the token file").trim().to_owned();
+    let list = |token: &str| {
+        http(hub.port, "GET", "/api/instances", &[("Authorization", &format!("Bearer {token}"))], b"")
+    };
+    let id = bridge.editor.pid().to_string();
+    let listed_with = |token: &str| {
+        let r = list(token);
+        r.status == 200 && r.json().as_array().is_some_and(|l| l.iter().any(|i| i["id"] == id.as_str()))
+    };
+    wait_until("the bridge listed with the first token", || listed_with(&old));
+
+    let out = home.command(&["token", "--rotate"]).output().expect("token --rotate");
+    assert!(out.status.success(), "{out:?}");
+    let new = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert_ne!(new, old);
+    assert_eq!(list(&new).status, 200, "the new token is refused by the running hub");
+    wait_until("the old token refused", || list(&old).status == 401);
+    // The registrations went on with the new token; heartbeats keep it listed past its TTL.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(listed_with(&new), "the bridge did not register again with the new token");
+    // The hub dials the bridge with the new token, and the bridge takes it.
+    let path = format!("/acp?instance={id}");
+    let mut phone = Peer::connect_ws(hub.port, &path, Some(&new)).expect("the relay with the new token");
+    assert!(initialize(&mut phone, serde_json::json!({}))["protocolVersion"].is_number());
+    assert_eq!(Peer::connect_ws(hub.port, &path, Some(&old)).err(), Some(401));
+}
+
+fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !ok() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -32,7 +32,7 @@ pub async fn upgrade(mut req: Request<Incoming>, hub: &Arc<Hub>) -> Resp {
     if hub.relay_count() >= MAX_RELAYS {
         return text(StatusCode::SERVICE_UNAVAILABLE, "too many connections");
     }
-    let bridge = match upstream::dial_ws(port, &hub.token).await {
+    let bridge = match upstream::dial_ws(port, &hub.token.token()).await {
         Ok(ws) => ws,
         Err(e) => {
             tracing::debug!(instance = %id, port, "cannot dial the bridge: {e}");

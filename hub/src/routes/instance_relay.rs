@@ -37,7 +37,7 @@ pub async fn relay(req: Request<Incoming>, hub: &Arc<Hub>, id: &str, rest: &str)
     *out.uri_mut() = uri;
     copy_end_to_end(&parts.headers, out.headers_mut());
     out.headers_mut().remove(header::AUTHORIZATION);
-    upstream::authorize(out.headers_mut(), port, &hub.token);
+    upstream::authorize(out.headers_mut(), port, &hub.token.token());
     match tokio::time::timeout(RESPONSE_TIMEOUT, upstream::request(port, out)).await {
         Ok(Ok(resp)) => {
             let (mut parts, body) = resp.into_parts();
