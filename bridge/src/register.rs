@@ -1,8 +1,9 @@
 //! The bridge's side of discovery: registration with the machine's hub.
 //!
 //! At start and every heartbeat the bridge POSTs `/api/register` to the hub on 127.0.0.1
-//! (payload: token, id = pid, port, pid, startedAt, workspace, origin, sessions, nonce?,
-//! version; 3 s timeout), and `/api/unregister` on the way out. The hub keeps nothing across a
+//! (the payload is `zcode_shared::registration::Registration`: token, id = pid, port, pid,
+//! startedAt, workspace, origin, sessions, nonce?, version; 3 s timeout), and
+//! `/api/unregister` on the way out. The hub keeps nothing across a
 //! restart, so the heartbeat IS the registration. The hub's port is `remote.hubPort`, or, when
 //! that is 0, whatever the running hub wrote to `run/hub.port`.
 //!
@@ -31,6 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use zcode_shared::config::Config;
+use zcode_shared::registration::{Registration, SessionRow};
 
 /// How long one registration may take.
 const TIMEOUT: Duration = Duration::from_secs(3);
@@ -152,20 +154,18 @@ impl Ctx {
     /// One registration; `None` when the router is gone (the bridge is stopping).
     async fn register(&self) -> Option<Outcome> {
         let sessions = self.sessions().await?;
-        let mut body = serde_json::json!({
-            "token": self.token.token(),
-            "id": self.id,
-            "port": self.port,
-            "pid": self.pid,
-            "startedAt": self.started_at,
-            "workspace": self.workspace,
-            "origin": self.who.origin,
-            "sessions": sessions,
-            "version": zcode_shared::VERSION,
-        });
-        if let Some(n) = &self.who.nonce {
-            body["nonce"] = n.clone().into();
-        }
+        let reg = Registration {
+            id: self.id.clone(),
+            port: self.port,
+            pid: self.pid,
+            started_at: self.started_at,
+            workspace: self.workspace.clone(),
+            origin: self.who.origin,
+            sessions: sessions.into_iter().map(row).collect(),
+            nonce: self.who.nonce.clone(),
+            version: Some(zcode_shared::VERSION.to_owned()),
+        };
+        let body = reg.to_json(&self.token.token());
         Some(match self.post("/api/register", body.to_string()).await {
             Some(StatusCode::OK) => Outcome::Registered,
             Some(StatusCode::UNAUTHORIZED) => Outcome::Unauthorized,
@@ -244,6 +244,11 @@ impl Ctx {
             Err(e) => tracing::warn!("no hub answered, and starting one failed: {e}"),
         }
     }
+}
+
+/// A router session as the registration advertises it.
+fn row(s: SessionStatus) -> SessionRow {
+    SessionRow { session_id: s.session_id, title: s.title, status: Some(s.status), updated_at: s.updated_at }
 }
 
 /// When to try next, and whether to start a hub first. Pure, so it is unit-tested.

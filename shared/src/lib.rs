@@ -4,6 +4,7 @@
 //! - [`paths`]: where config, data, token, logs and port files live.
 //! - [`config`]: the one config struct, environment over file over default.
 //! - [`token`]: the remote token, its generation and rotation.
+//! - [`registration`]: the payload a bridge registers with (both sides' one definition).
 //! - [`logging`]: tracing setup (stderr only: stdout carries ACP).
 //! - [`time`]: epoch milliseconds and ISO 8601.
 //! - [`store`]: the SQLite store (journal and tasks index): the only SQL in the workspace.
@@ -12,6 +13,7 @@ pub mod config;
 pub mod jsonrpc;
 pub mod logging;
 pub mod paths;
+pub mod registration;
 pub mod store;
 pub mod time;
 pub mod token;

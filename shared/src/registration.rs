@@ -1,0 +1,223 @@
+//! The registration payload between a bridge and its hub (`POST /api/register`): one
+//! definition for both sides. The bridge builds a [`Registration`] and sends
+//! [`Registration::to_json`]; the hub validates a body with [`Registration::parse`] (its error
+//! is the 400 answer's text). Fields per ORIGINAL-NOTES: token, id (the bridge's pid), port,
+//! pid, startedAt, workspace, origin (`editor` | `serve`), sessions, nonce?, version.
+
+use serde_json::{Map, Value, json};
+
+/// One bridge's registration, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Registration {
+    /// The instance id (the bridge's pid, as a string).
+    pub id: String,
+    /// Its loopback port.
+    pub port: u16,
+    /// Its process id.
+    pub pid: u32,
+    /// The bridge's own boot instant (epoch ms); the first value seen for an instance is kept.
+    pub started_at: u64,
+    /// Its working directory.
+    pub workspace: String,
+    /// `editor` or `serve`.
+    pub origin: &'static str,
+    /// The sessions it advertises.
+    pub sessions: Vec<SessionRow>,
+    /// Pairs a registration with the hub's spawn of it (serve bridges).
+    pub nonce: Option<String>,
+    /// The bridge's version.
+    pub version: Option<String>,
+}
+
+/// One advertised session.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionRow {
+    /// The ACP session id.
+    pub session_id: String,
+    /// Its title, when it has one.
+    pub title: Option<String>,
+    /// `running` or `idle`; any other value was dropped.
+    pub status: Option<&'static str>,
+    /// Last activity, epoch ms.
+    pub updated_at: u64,
+}
+
+/// Ids and session ids are used in paths: this is the contract's accepted pattern.
+pub fn valid_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 256 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b))
+}
+
+impl Registration {
+    /// Validates a registration body (the token is checked by the caller). The error is the
+    /// 400 answer's text.
+    pub fn parse(v: &Value) -> Result<Registration, &'static str> {
+        let o = v.as_object().ok_or("registration must be a JSON object")?;
+        let id = match o.get("id") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            _ => return Err("id required"),
+        };
+        if !valid_id(&id) {
+            return Err("invalid id");
+        }
+        let port = o
+            .get("port")
+            .and_then(Value::as_u64)
+            .filter(|p| (1..=65535).contains(p))
+            .ok_or("port must be 1-65535")?;
+        let pid = match o.get("pid") {
+            None | Some(Value::Null) => id.parse().unwrap_or(0),
+            Some(p) => p.as_u64().and_then(|p| u32::try_from(p).ok()).ok_or("pid must be a process id")?,
+        };
+        let started_at = match o.get("startedAt") {
+            None | Some(Value::Null) => crate::time::now_ms(),
+            Some(t) => t.as_u64().ok_or("startedAt must be epoch milliseconds")?,
+        };
+        let origin = match o.get("origin").map(|v| v.as_str()) {
+            None | Some(Some("editor")) => "editor",
+            Some(Some("serve")) => "serve",
+            Some(_) => return Err("origin must be editor or serve"),
+        };
+        let sessions = match o.get("sessions") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(a)) => a.iter().map(SessionRow::parse).collect::<Result<_, _>>()?,
+            Some(_) => return Err("sessions must be an array"),
+        };
+        let text = |k: &str| o.get(k).and_then(Value::as_str).map(str::to_owned);
+        Ok(Registration {
+            id,
+            port: port as u16,
+            pid,
+            started_at,
+            workspace: text("workspace").unwrap_or_default(),
+            origin,
+            sessions,
+            nonce: text("nonce"),
+            version: text("version"),
+        })
+    }
+}
+
+impl Registration {
+    /// The payload a bridge POSTs (`/api/register`), with the machine's `token`; what
+    /// [`Registration::parse`] reads back.
+    pub fn to_json(&self, token: &str) -> Value {
+        let mut v = json!({
+            "token": token,
+            "id": self.id,
+            "port": self.port,
+            "pid": self.pid,
+            "startedAt": self.started_at,
+            "workspace": self.workspace,
+            "origin": self.origin,
+            "sessions": self.sessions.iter().map(SessionRow::to_json).collect::<Vec<_>>(),
+        });
+        if let Some(n) = &self.nonce {
+            v["nonce"] = n.clone().into();
+        }
+        if let Some(ver) = &self.version {
+            v["version"] = ver.clone().into();
+        }
+        v
+    }
+}
+
+impl SessionRow {
+    /// Validates one advertised session.
+    pub fn parse(v: &Value) -> Result<SessionRow, &'static str> {
+        let session_id = v
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .filter(|s| valid_id(s))
+            .ok_or("every session needs a valid sessionId")?;
+        let status = match v.get("status").and_then(Value::as_str) {
+            Some("running") => Some("running"),
+            Some("idle") => Some("idle"),
+            _ => None,
+        };
+        Ok(SessionRow {
+            session_id: session_id.to_owned(),
+            title: v.get("title").and_then(Value::as_str).map(str::to_owned),
+            status,
+            updated_at: v.get("updatedAt").and_then(Value::as_u64).unwrap_or(0),
+        })
+    }
+
+    /// The row as the payload and the listing carry it.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("sessionId".into(), self.session_id.clone().into());
+        if let Some(t) = &self.title {
+            m.insert("title".into(), t.clone().into());
+        }
+        if let Some(s) = self.status {
+            m.insert("status".into(), s.into());
+        }
+        m.insert("updatedAt".into(), self.updated_at.into());
+        Value::Object(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_payloads_are_refused() {
+        let ok = json!({"id": "7", "port": 8378, "sessions": []});
+        assert!(Registration::parse(&ok).is_ok());
+        for bad in [
+            json!([]),
+            json!({"port": 8378}),
+            json!({"id": "", "port": 8378}),
+            json!({"id": "a/b", "port": 8378}),
+            json!({"id": "7", "port": 0}),
+            json!({"id": "7", "port": 70000}),
+            json!({"id": "7", "port": "8378"}),
+            json!({"id": "7", "port": 8378, "sessions": {}}),
+            json!({"id": "7", "port": 8378, "sessions": [{"title": "no id"}]}),
+            json!({"id": "7", "port": 8378, "origin": "phone"}),
+            json!({"id": "7", "port": 8378, "startedAt": -1}),
+        ] {
+            assert!(Registration::parse(&bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn unknown_status_values_are_dropped() {
+        let r = Registration::parse(&json!({"id": "7", "port": 1, "sessions": [
+            {"sessionId": "a", "status": "running"}, {"sessionId": "b", "status": "exploded"}
+        ]}))
+        .unwrap();
+        assert_eq!(r.sessions[0].status, Some("running"));
+        assert_eq!(r.sessions[1].status, None);
+        assert_eq!(r.origin, "editor");
+        assert_eq!(r.pid, 7, "pid defaults to the id");
+    }
+
+    #[test]
+    fn what_a_bridge_sends_is_what_the_hub_reads() {
+        let reg = Registration {
+            id: "4242".into(),
+            port: 8379,
+            pid: 4242,
+            started_at: 1_700_000_000_000,
+            workspace: "/home/me/project".into(),
+            origin: "serve",
+            sessions: vec![
+                SessionRow {
+                    session_id: "s-1".into(),
+                    title: Some("Fix it".into()),
+                    status: Some("running"),
+                    updated_at: 9,
+                },
+                SessionRow { session_id: "s-2".into(), title: None, status: Some("idle"), updated_at: 3 },
+            ],
+            nonce: Some("n0nce".into()),
+            version: Some(crate::VERSION.into()),
+        };
+        let body = reg.to_json("the-token");
+        assert_eq!(body["token"], "the-token");
+        assert_eq!(Registration::parse(&body), Ok(reg));
+    }
+}
