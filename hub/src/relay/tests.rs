@@ -220,3 +220,22 @@ async fn a_client_whose_close_the_bridge_never_answers_still_gets_a_close_back()
     // Really closed: no copy of the client's socket is left open anywhere in the process.
     assert!(client.next().await.is_none_or(|r| r.is_err()), "the client's connection stayed open");
 }
+
+#[tokio::test]
+async fn a_close_the_other_side_never_answers_ends_the_relay_after_the_grace() {
+    let (mut client, bridge, _relays, relay) = setup(Duration::from_secs(30)).await;
+    client
+        .send(Message::Close(Some(CloseFrame { code: CloseCode::Normal, reason: "bye".into() })))
+        .await
+        .unwrap();
+    // The bridge sees the close but never answers it (a raw read: tungstenite would answer).
+    let mut raw = bridge.into_inner();
+    let mut buf = [0u8; 64];
+    let n = raw.read(&mut buf).await.unwrap();
+    let h = frame::parse(&buf[..n]).unwrap().unwrap();
+    assert_eq!(h.op, Op::Close);
+    // The relay waits for the answer for CLOSE_GRACE, then closes both connections.
+    assert_eq!(relay.await.unwrap(), End::Closed(Side::Client, Some(1000)));
+    assert!(matches!(raw.read(&mut buf).await, Ok(0) | Err(_)), "the bridge leg stayed open");
+    assert!(client.next().await.is_none_or(|r| r.is_err()), "the client leg stayed open");
+}
