@@ -606,28 +606,8 @@ pub fn kill9(pid: u32) {
     assert!(status.success(), "kill -9 {pid} failed");
 }
 
-/// A whole HTTP response.
-#[derive(Debug)]
-pub struct HttpResponse {
-    /// The status code.
-    pub status: u16,
-    /// Headers, names lower-cased.
-    pub headers: Vec<(String, String)>,
-    /// The body (de-chunked).
-    pub body: Vec<u8>,
-}
-
-impl HttpResponse {
-    /// A header's value.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-    }
-
-    /// The body as text.
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
+/// A whole HTTP response (one client and parser for every test: [`hub::http`]).
+pub type HttpResponse = hub::Reply;
 
 /// An HTTP/1.1 request over loopback with a Bearer token, reading the whole answer.
 pub fn http(port: u16, method: &str, path: &str, token: Option<&str>) -> HttpResponse {
@@ -642,47 +622,15 @@ pub fn http_with_body(
     token: Option<&str>,
     body: Option<&[u8]>,
 ) -> HttpResponse {
-    use std::io::Read;
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(WAIT)).expect("timeout");
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    let len = body
-        .map(|b| format!("Content-Type: application/json\r\nContent-Length: {}\r\n", b.len()))
-        .unwrap_or_default();
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}{len}Connection: close\r\n\r\n")
-        .expect("write");
-    if let Some(b) = body {
-        s.write_all(b).expect("write body");
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut headers = Vec::new();
+    if let Some(a) = &auth {
+        headers.push(("Authorization", a.as_str()));
     }
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("read");
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a header block");
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut body = raw[split + 4..].to_vec();
-    let mut lines = head.lines();
-    let status =
-        lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|c| c.parse().ok()).expect("status");
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked")) {
-        body = dechunk(&body);
+    if body.is_some() {
+        headers.push(("Content-Type", "application/json"));
     }
-    HttpResponse { status, headers, body }
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else { return out };
-        let size = usize::from_str_radix(String::from_utf8_lossy(&b[..eol]).trim(), 16).unwrap_or(0);
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&b[eol + 2..eol + 2 + size]);
-        b = &b[eol + 2 + size + 2..];
-    }
+    hub::http(port, method, path, &headers, body.unwrap_or_default())
 }
 
 pub mod hub;

@@ -104,8 +104,6 @@ struct Relay {
     ending: Option<End>,
     /// When the closing or ending gives up waiting (its entry in the timer heap).
     deadline: Option<Instant>,
-    /// A direction stopped on its read budget: drive it again soon.
-    more: bool,
     on_end: Option<OnEnd>,
 }
 
@@ -119,9 +117,8 @@ pub struct Loop {
     /// Where ended relays are reported.
     bell: Bell,
     slots: Vec<Option<Relay>>,
-    /// Free slots, reused before the vector grows.
+    /// Free slots, reused before the vector grows (every empty slot is here).
     free: Vec<usize>,
-    live: usize,
     /// Closing deadlines: (when, slot). An entry whose relay has another deadline is stale.
     timers: BinaryHeap<Reverse<(Instant, usize)>>,
     /// Relays to drive again without waiting for an event (they used up their read budget).
@@ -150,7 +147,6 @@ impl Loop {
             bell,
             slots: Vec::new(),
             free: Vec::new(),
-            live: 0,
             timers: BinaryHeap::new(),
             again: Vec::new(),
             ping,
@@ -201,7 +197,7 @@ impl Loop {
             if now >= self.next_deadline() {
                 self.expire(now);
             }
-            if self.stopping && self.live == 0 {
+            if self.stopping && self.slots.len() == self.free.len() {
                 break;
             }
         }
@@ -275,10 +271,8 @@ impl Loop {
             closing: None,
             ending: None,
             deadline: None,
-            more: false,
             on_end: Some(o.on_end),
         });
-        self.live += 1;
         if self.stopping {
             self.end(slot, End::Shutdown);
         } else {
@@ -290,10 +284,9 @@ impl Loop {
     fn drive(&mut self, slot: usize) {
         let Some(Some(r)) = self.slots.get_mut(slot) else { return };
         if r.ending.is_none() {
-            r.more = false;
             match r.step() {
-                Ok(started_closing) => {
-                    if r.more {
+                Ok((started_closing, more)) => {
+                    if more {
                         self.again.push(slot);
                     }
                     if started_closing {
@@ -338,7 +331,6 @@ impl Loop {
         let on_end = r.on_end.take();
         drop(r); // the sockets close (and leave the epoll set) here
         self.free.push(slot);
-        self.live -= 1;
         if let Some(f) = on_end {
             self.bell.ring(f, end);
         }
@@ -389,20 +381,20 @@ impl Loop {
 }
 
 impl Relay {
-    /// Moves bytes both ways as far as they go; `Ok(true)` when a close frame started the
-    /// closing handshake, `Err` when the relay is over.
-    fn step(&mut self) -> Result<bool, End> {
+    /// Moves bytes both ways as far as they go: whether a close frame started the closing
+    /// handshake, and whether a direction stopped on its read budget (drive it again soon);
+    /// `Err` when the relay is over.
+    fn step(&mut self) -> Result<(bool, bool), End> {
         let (up, more_up) = pump(&mut self.up, &mut self.c, &mut self.b, Side::Client)?;
         let mut started = self.note(Side::Client, up);
         let (down, more_down) = pump(&mut self.down, &mut self.b, &mut self.c, Side::Bridge)?;
         started |= self.note(Side::Bridge, down);
-        self.more = more_up || more_down;
         if let Some((side, code)) = self.closing {
             if self.c.closed && self.b.closed && !self.up.pending() && !self.down.pending() {
                 return Err(End::Closed(side, code));
             }
         }
-        Ok(started)
+        Ok((started, more_up || more_down))
     }
 
     /// Records the first close frame [`pump`] saw; true when it is the first.

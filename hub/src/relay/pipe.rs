@@ -59,8 +59,6 @@ impl From<Malformed> for Fault {
 /// What the approved frames carried that the relay reacts to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Found {
-    /// Bytes were approved (there is something new to write).
-    pub approved: bool,
     /// A pong (the source is alive).
     pub pong: bool,
     /// A close frame, with its code if it had one.
@@ -246,7 +244,6 @@ impl Pipe {
     pub fn approve(&mut self) -> Result<Found, Fault> {
         let mut found = Found::default();
         let Some(buf) = &mut self.buf else { return Ok(found) };
-        let before = self.fwd;
         let result = loop {
             if self.remaining > 0 {
                 let take = ((self.end - self.fwd) as u64).min(self.remaining);
@@ -304,7 +301,6 @@ impl Pipe {
             self.fwd += h.size;
             self.remaining = h.len;
         };
-        found.approved = self.fwd > before;
         result.map(|()| found)
     }
 }
@@ -394,7 +390,7 @@ mod tests {
         let mut want = other.clone();
         want.extend(&close);
         assert_eq!(out, want);
-        assert_eq!(found, Ok(Found { approved: false, pong: true, close: Some(Some(4001)) }));
+        assert_eq!(found, Ok(Found { pong: true, close: Some(Some(4001)) }));
     }
 
     #[test]
