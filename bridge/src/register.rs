@@ -18,6 +18,10 @@
 //!   to 10 min at the default 10 s; tests scale it with `ZCODE_ACP_HEARTBEAT_MS`), reset by
 //!   the first success. No hub is spawned for a 401: the port is held by a live hub, so a new
 //!   one could only find it running.
+//! - Nothing is written to the hub's port before `zcode_shared::peer` says a process of this
+//!   user holds it: another user squatting it gets a connection and no token. That counts as
+//!   no hub (a hub is started, throttled; it refuses to run and says why in `logs/hub.log`);
+//!   the refusal is logged once, and the bridge goes on serving its editor and retrying.
 
 use crate::router::{Event, SessionStatus};
 use bytes::Bytes;
@@ -110,6 +114,8 @@ enum Outcome {
     Refused(u16),
     /// No hub to talk to.
     Unreachable,
+    /// Another user (or nobody we can name) holds the hub's port: nothing was sent.
+    NotOurs,
 }
 
 async fn run(ctx: Ctx, stop: CancellationToken) {
@@ -147,6 +153,8 @@ fn log(outcome: Outcome, wait: Duration, schedule: &Schedule) {
         }
         Outcome::Refused(status) => tracing::warn!(status, "the hub refused the registration"),
         Outcome::Unreachable => tracing::debug!("no hub answered"),
+        // Logged once when refused (`PeerError::warn_once`).
+        Outcome::NotOurs => tracing::debug!("the hub's port is not held by this user"),
     }
 }
 
@@ -167,10 +175,11 @@ impl Ctx {
         };
         let body = reg.to_json(&self.token.token());
         Some(match self.post("/api/register", body.to_string()).await {
-            Some(StatusCode::OK) => Outcome::Registered,
-            Some(StatusCode::UNAUTHORIZED) => Outcome::Unauthorized,
-            Some(other) => Outcome::Refused(other.as_u16()),
-            None => Outcome::Unreachable,
+            Ok(StatusCode::OK) => Outcome::Registered,
+            Ok(StatusCode::UNAUTHORIZED) => Outcome::Unauthorized,
+            Ok(other) => Outcome::Refused(other.as_u16()),
+            Err(Unsent::Unreachable) => Outcome::Unreachable,
+            Err(Unsent::NotOurs) => Outcome::NotOurs,
         })
     }
 
@@ -207,11 +216,15 @@ impl Ctx {
         Some((host, port))
     }
 
-    /// POSTs `body` to the hub: its status, or `None` when no hub could be talked to.
-    async fn post(&self, path: &'static str, body: String) -> Option<StatusCode> {
-        let (host, port) = self.hub_addr()?;
+    /// POSTs `body` to the hub: its status, or why it was not (or could not be) sent.
+    async fn post(&self, path: &'static str, body: String) -> Result<StatusCode, Unsent> {
+        let (host, port) = self.hub_addr().ok_or(Unsent::Unreachable)?;
         let attempt = async {
             let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await.ok()?;
+            if let Err(e) = verify(&tcp, port).await {
+                e.warn_once("the hub's port");
+                return Some(Err(Unsent::NotOurs));
+            }
             let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.ok()?;
             let mut req = Request::post(path).body(Full::new(Bytes::from(body))).ok()?;
             let h = req.headers_mut();
@@ -219,11 +232,11 @@ impl Ctx {
             h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
             tokio::pin!(conn);
             tokio::select! {
-                resp = sender.send_request(req) => resp.ok().map(|r| r.status()),
+                resp = sender.send_request(req) => resp.ok().map(|r| Ok(r.status())),
                 _ = &mut conn => None,
             }
         };
-        tokio::time::timeout(TIMEOUT, attempt).await.ok().flatten()
+        tokio::time::timeout(TIMEOUT, attempt).await.ok().flatten().unwrap_or(Err(Unsent::Unreachable))
     }
 
     /// Starts `zcode-acp hub --background` (which detaches the hub and exits at once).
@@ -244,6 +257,27 @@ impl Ctx {
             Err(e) => tracing::warn!("no hub answered, and starting one failed: {e}"),
         }
     }
+}
+
+/// Why a POST to the hub was not answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unsent {
+    /// Nothing listens there, or no answer in time.
+    Unreachable,
+    /// The port is not held by a process of this user: nothing was written to it.
+    NotOurs,
+}
+
+/// Whether the other end of `tcp` (the hub's `port`) belongs to this user.
+async fn verify(tcp: &tokio::net::TcpStream, port: u16) -> Result<(), zcode_shared::peer::PeerError> {
+    let unknown = |reason: String| zcode_shared::peer::PeerError::Unknown { port, reason };
+    let (local, peer) = (tcp.local_addr(), tcp.peer_addr());
+    let (local, peer) =
+        (local.map_err(|e| unknown(e.to_string()))?, peer.map_err(|e| unknown(e.to_string()))?);
+    // Reading the kernel's TCP tables is blocking file I/O.
+    tokio::task::spawn_blocking(move || zcode_shared::peer::verify(local, peer))
+        .await
+        .unwrap_or_else(|e| Err(unknown(e.to_string())))
 }
 
 /// A router session as the registration advertises it.
@@ -284,7 +318,9 @@ impl Schedule {
                 (backoff, false)
             }
             Outcome::Refused(_) => (self.heartbeat, false),
-            Outcome::Unreachable => {
+            // A squatted port: a hub started now refuses to run and says why in its log; once
+            // the squatter leaves, the next one (after the throttle) takes the port.
+            Outcome::Unreachable | Outcome::NotOurs => {
                 let spawn = self.last_spawn.is_none_or(|t| now.saturating_duration_since(t) >= self.throttle);
                 if spawn {
                     self.last_spawn = Some(now);

@@ -89,13 +89,49 @@ impl PortFile {
     }
 }
 
-/// Whether a zcode-acp hub answers `GET /api/health` on `host:port` (within 1 s): tells "a hub
-/// is already running" from "another program holds the port".
+/// Who holds a port another process listens on, as far as a connection to it tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// A process of this user.
+    Ours,
+    /// Another user's, or one whose owner cannot be told (the error says which).
+    NotOurs(zcode_shared::peer::PeerError),
+    /// Nothing accepted a connection within 1 s.
+    Nobody,
+}
+
+/// Connects to `host:port` (loopback for an unspecified host) and says whose socket answered.
+pub async fn holder(host: &str, port: u16) -> Holder {
+    match connect_verified(host, port).await {
+        Ok(Some(_)) => Holder::Ours,
+        Ok(None) => Holder::Nobody,
+        Err(e) => Holder::NotOurs(e),
+    }
+}
+
+/// A connection to `host:port` within 1 s, once its other end is known to be this user's;
+/// `Ok(None)` when nothing accepted it.
+async fn connect_verified(
+    host: &str,
+    port: u16,
+) -> Result<Option<tokio::net::TcpStream>, zcode_shared::peer::PeerError> {
+    let host = if host == "0.0.0.0" || host == "::" { "127.0.0.1" } else { host };
+    let dial = tokio::net::TcpStream::connect((host, port));
+    let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(1), dial).await else { return Ok(None) };
+    let (Ok(local), Ok(peer)) = (s.local_addr(), s.peer_addr()) else { return Ok(None) };
+    tokio::task::spawn_blocking(move || zcode_shared::peer::verify(local, peer))
+        .await
+        .unwrap_or_else(|e| Err(zcode_shared::peer::PeerError::Unknown { port, reason: e.to_string() }))?;
+    Ok(Some(s))
+}
+
+/// Whether a zcode-acp hub of this user answers `GET /api/health` on `host:port` (within
+/// 1 s): tells "a hub is already running" from "another program holds the port". Nothing is
+/// sent to another user's socket.
 pub async fn hub_answers(host: &str, port: u16) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let ask = async {
-        let host = if host == "0.0.0.0" || host == "::" { "127.0.0.1" } else { host };
-        let mut s = tokio::net::TcpStream::connect((host, port)).await.ok()?;
+        let mut s = connect_verified(host, port).await.ok().flatten()?;
         s.write_all(b"GET /api/health HTTP/1.1\r\nHost: hub\r\nConnection: close\r\n\r\n").await.ok()?;
         let mut answer = Vec::new();
         s.take(4096).read_to_end(&mut answer).await.ok()?;

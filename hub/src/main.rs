@@ -236,6 +236,20 @@ fn hub(background: bool, detached: bool) -> anyhow::Result<ExitCode> {
         let listener = match tokio::net::TcpListener::bind((host.as_str(), port)).await {
             Ok(l) => l,
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                use zcode_hub::daemon::Holder;
+                use zcode_shared::peer::PeerError;
+                match zcode_hub::daemon::holder(&host, port).await {
+                    Holder::NotOurs(PeerError::Foreign { uid, .. }) => anyhow::bail!(
+                        "port {port} on {host} is held by another user (uid {uid}): refusing to start; \
+                         choose another remote.hubPort (ZCODE_ACP_HUB_PORT)"
+                    ),
+                    Holder::NotOurs(e) => {
+                        anyhow::bail!(
+                            "{host}:{port} is in use and {e}: refusing to start (set ZCODE_ACP_HUB_PORT)"
+                        )
+                    }
+                    Holder::Ours | Holder::Nobody => {}
+                }
                 if zcode_hub::daemon::hub_answers(&host, port).await {
                     eprintln!("zcode-acp hub: a hub is already running on {host}:{port}");
                     return Ok(ExitCode::SUCCESS);

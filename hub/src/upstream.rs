@@ -2,7 +2,9 @@
 //! the WebSocket dial, and one-shot HTTP requests. Every request carries the machine's token
 //! (the bridge refuses anything else); the handshakes are done here, with hyper, so no
 //! library ever sees (or logs) the `Authorization` header. After the WebSocket handshake the
-//! relay owns the bare socket.
+//! relay owns the bare socket. [`connect`], the one way in, checks that the port is held by
+//! this user before any byte is written (`zcode_shared::peer`): a dead bridge's port taken
+//! by another user gets no token and counts as unreachable.
 
 use bytes::Bytes;
 use http_body_util::Empty;
@@ -26,6 +28,9 @@ pub enum DialError {
     /// Nothing listens there (or the connect failed).
     #[error("cannot connect to the bridge: {0}")]
     Connect(std::io::Error),
+    /// What listens there is not a process of this user (or that cannot be told).
+    #[error("not dialling the bridge: {0}")]
+    Unverified(#[from] zcode_shared::peer::PeerError),
     /// It did not answer in time.
     #[error("the bridge did not answer in time")]
     Timeout,
@@ -40,19 +45,31 @@ pub enum DialError {
     BadHandshake,
 }
 
-/// A TCP connection to the bridge on `port`, within [`CONNECT_TIMEOUT`].
+/// A TCP connection to the bridge on `port`, within [`CONNECT_TIMEOUT`], once its other end
+/// is known to belong to this user.
 pub async fn connect(port: u16) -> Result<TcpStream, DialError> {
-    match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((Ipv4Addr::LOCALHOST, port))).await {
-        Ok(Ok(s)) => {
-            let _ = s.set_nodelay(true);
-            Ok(s)
-        }
-        Ok(Err(e)) => Err(DialError::Connect(e)),
-        Err(_) => Err(DialError::Timeout),
+    let s = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((Ipv4Addr::LOCALHOST, port))).await
+    {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(DialError::Connect(e)),
+        Err(_) => return Err(DialError::Timeout),
+    };
+    let (local, peer) =
+        (s.local_addr().map_err(DialError::Connect)?, s.peer_addr().map_err(DialError::Connect)?);
+    // Reading the kernel's TCP tables is blocking file I/O, and long on a busy machine.
+    let verdict = tokio::task::spawn_blocking(move || zcode_shared::peer::verify(local, peer))
+        .await
+        .unwrap_or_else(|e| Err(zcode_shared::peer::PeerError::Unknown { port, reason: e.to_string() }));
+    if let Err(e) = verdict {
+        e.warn_once("a registered bridge's port");
+        return Err(e.into());
     }
+    let _ = s.set_nodelay(true);
+    Ok(s)
 }
 
-/// Whether a TCP connect to `port` succeeds within [`CONNECT_TIMEOUT`].
+/// Whether a TCP connect to `port` succeeds within [`CONNECT_TIMEOUT`] and reaches a process
+/// of this user.
 pub async fn probe(port: u16) -> bool {
     connect(port).await.is_ok()
 }

@@ -4,6 +4,7 @@
 //! - [`paths`]: where config, data, token, logs and port files live.
 //! - [`config`]: the one config struct, environment over file over default.
 //! - [`token`]: the remote token, its generation and rotation.
+//! - [`peer`]: which user holds the other end of a local TCP connection.
 //! - [`registration`]: the payload a bridge registers with (both sides' one definition).
 //! - [`logging`]: tracing setup (stderr only: stdout carries ACP).
 //! - [`time`]: epoch milliseconds and ISO 8601.
@@ -13,6 +14,7 @@ pub mod config;
 pub mod jsonrpc;
 pub mod logging;
 pub mod paths;
+pub mod peer;
 pub mod registration;
 pub mod store;
 pub mod time;

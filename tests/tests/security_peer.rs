@@ -1,0 +1,232 @@
+//! Issue 12, point 1: the token goes only to processes of our own user. Another user (uid
+//! 65534, through `setpriv`) squats the hub's port or a dead bridge's port and records every
+//! byte it receives; it must get nothing, while the bridge keeps serving its editor and the
+//! hub refuses to start on a port another user holds.
+
+use serde_json::json;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use zcode_tests::hub::{AUTH, Hub, http, listed, run_cli, wait_gone, wait_instances, wait_port_closed};
+use zcode_tests::{Bridge, Home, TEST_TOKEN, WAIT, demo_agent, initialize, kill9, new_session, prompt};
+
+/// The uid the squatter runs as.
+const NOBODY: u32 = 65534;
+
+/// A TCP server on 127.0.0.1 that logs each connection and every byte received, answers any
+/// request head with `200 ok` (so a client that talks to it would go on talking), and prints
+/// `listening <port>` once bound.
+const SQUATTER: &str = r#"
+import socket, sys, threading
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(128)
+print("listening", s.getsockname()[1], flush=True)
+def serve(c):
+    buf = b""
+    try:
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            print("data", d.hex(), flush=True)
+            buf += d
+            if b"\r\n\r\n" in buf:
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+                break
+    except OSError:
+        pass
+    c.close()
+while True:
+    c, _ = s.accept()
+    print("conn", flush=True)
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+/// Another local user listening on a port: what it was sent.
+struct Squatter {
+    child: Child,
+    port: u16,
+    connections: Arc<Mutex<usize>>,
+    received: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Squatter {
+    /// Starts the squatter as uid 65534 on `port` (0: any); fails the test when privileges
+    /// cannot be dropped.
+    fn start(port: u16) -> Squatter {
+        let mut child = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", SQUATTER])
+            .arg(port.to_string())
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run setpriv to act as uid {NOBODY}: {e}"));
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let Some(Ok(first)) = lines.next() else {
+            let mut err = String::new();
+            let _ = child.stderr.take().expect("stderr").read_to_string(&mut err);
+            let _ = child.wait();
+            panic!("cannot drop privileges to uid {NOBODY} (setpriv, python3 as another user): {err}");
+        };
+        let port = first.strip_prefix("listening ").and_then(|p| p.parse().ok()).expect("the port");
+        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).expect("status");
+        let uid_line = status.lines().find(|l| l.starts_with("Uid:")).expect("Uid line").to_owned();
+        assert!(
+            uid_line.split_whitespace().skip(1).all(|u| u == NOBODY.to_string()),
+            "the squatter does not run as uid {NOBODY}: {uid_line}"
+        );
+        let connections = Arc::new(Mutex::new(0));
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let (c, r) = (connections.clone(), received.clone());
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                if line == "conn" {
+                    *c.lock().expect("lock") += 1;
+                } else if let Some(hex) = line.strip_prefix("data ") {
+                    let bytes = (0..hex.len() / 2)
+                        .filter_map(|i| u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).ok());
+                    r.lock().expect("lock").extend(bytes);
+                }
+            }
+        });
+        Squatter { child, port, connections, received }
+    }
+
+    /// Waits until at least `n` connections reached it.
+    fn wait_connections(&self, n: usize, what: &str) {
+        let deadline = Instant::now() + WAIT;
+        while *self.connections.lock().expect("lock") < n {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// How many connections reached it so far.
+    fn connections(&self) -> usize {
+        *self.connections.lock().expect("lock")
+    }
+
+    /// Everything it received so far, as text.
+    fn received(&self) -> String {
+        String::from_utf8_lossy(&self.received.lock().expect("lock")).into_owned()
+    }
+
+    /// Fails the test if it learned the token, or received anything at all.
+    fn assert_learned_nothing(&self) {
+        let got = self.received();
+        assert!(!got.contains(TEST_TOKEN), "the squatter (uid {NOBODY}) received the token:\n{got}");
+        assert!(got.is_empty(), "the squatter (uid {NOBODY}) was sent bytes:\n{got}");
+    }
+}
+
+impl Drop for Squatter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until `path` contains `needle`; returns its text.
+fn wait_file_contains(path: &std::path::Path, needle: &str) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(Instant::now() < deadline, "{} never said {needle:?}:\n{text}", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn another_user_on_the_hubs_port_gets_no_token_and_the_editor_is_still_served() {
+    let squatter = Squatter::start(0);
+    let port = squatter.port.to_string();
+    let home = Home::new();
+    let stderr_path = home.path().join("bridge.stderr");
+    let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
+    let mut cmd = home.command(&["bridge", "--"]);
+    cmd.args(demo_agent(0))
+        .env("ZCODE_ACP_REMOTE_PORT", "0")
+        .env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN)
+        .env("ZCODE_ACP_HUB_PORT", &port)
+        .env("ZCODE_ACP_HEARTBEAT_MS", "100")
+        .current_dir(home.path());
+    let mut b = Bridge::spawn(&home, cmd, Stdio::from(stderr));
+    squatter.wait_connections(3, "three registration attempts at the squatter");
+    squatter.assert_learned_nothing();
+
+    // The editor is served all along.
+    initialize(&mut b.editor, json!({}));
+    let sid = new_session(&mut b.editor, home.path());
+    let (r, _) = b.editor.call("session/prompt", prompt(&sid, "hello"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let seen = squatter.connections();
+    squatter.wait_connections(seen + 3, "more heartbeats");
+    squatter.assert_learned_nothing();
+    assert!(b.editor.wait_exit(Duration::ZERO).is_none(), "the bridge exited");
+
+    // The hub the bridge started refused the port and said why; the bridge said it once.
+    let needle =
+        format!("port {port} on 127.0.0.1 is held by another user (uid {NOBODY}): refusing to start");
+    let hub_log = wait_file_contains(&home.path().join("logs/hub.log"), &needle);
+    assert!(!hub_log.contains(TEST_TOKEN), "{hub_log}");
+    let said = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    let refusal = format!("port {port} is held by another user (uid {NOBODY})");
+    assert_eq!(said.matches(&refusal).count(), 1, "the bridge logs the refusal once:\n{said}");
+    assert!(!said.contains(TEST_TOKEN), "{said}");
+
+    // A hub started by hand on that port: a clear error and a non-zero exit.
+    let (code, err) = run_cli(&Home::new(), &["hub"], &[("ZCODE_ACP_HUB_PORT", &port)]);
+    assert_ne!(code, 0, "the hub started on a port another user holds: {err}");
+    assert!(err.contains(&needle), "{err}");
+    squatter.assert_learned_nothing();
+}
+
+#[test]
+fn another_user_on_a_dead_bridges_port_gets_no_token_no_relay_and_no_health() {
+    let home = Home::new();
+    // Only probes can drop the instance here: no TTL expiry while the test runs.
+    let hub =
+        Hub::start(&home, &[("ZCODE_ACP_PROBE_GRACE_MS", "300"), ("ZCODE_ACP_INSTANCE_TTL_MS", "600000")]);
+    let b = Bridge::start_env(&home, &demo_agent(0), &[]);
+    let id = b.id();
+    wait_instances(hub.port, "the bridge", |l| listed(l, &id));
+    kill9(b.editor.pid());
+    assert!(wait_gone(b.editor.pid(), WAIT), "the bridge survived kill -9");
+    wait_port_closed(b.port);
+    let squatter = Squatter::start(b.port);
+
+    // Relays through the hub: the bridge is unreachable, and the squatter is sent nothing.
+    match hub.connect(&id) {
+        Err(status) => assert_eq!(status, 502, "a WebSocket to the dead bridge"),
+        Ok(_) => panic!("a WebSocket to the dead bridge's squatter was relayed"),
+    }
+    let r = http(hub.port, "GET", &format!("/api/instances/{id}/status"), &[AUTH], b"");
+    assert_eq!(r.status, 502, "the squatter answered a per-instance request: {}", r.text());
+    assert!(squatter.connections() >= 2, "the hub never dialled the port");
+    squatter.assert_learned_nothing();
+
+    // Probes do not count it as the bridge: it is pruned after the grace.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let list = http(hub.port, "GET", "/api/instances?probe=1", &[AUTH], b"").json();
+        if !listed(list.as_array().expect("an array"), &id) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "probes still count uid {NOBODY}'s socket as the bridge: {list}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    squatter.assert_learned_nothing();
+    let log = hub.log();
+    assert!(!log.contains(TEST_TOKEN), "{log}");
+    let refusal = format!("port {} is held by another user (uid {NOBODY})", b.port);
+    assert_eq!(log.matches(&refusal).count(), 1, "the hub logs the refusal once:\n{log}");
+    drop(b);
+}
