@@ -222,7 +222,7 @@ impl Ctx {
         let attempt = async {
             let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await.ok()?;
             if let Err(e) = verify(&tcp, port).await {
-                e.warn_once("the hub's port");
+                e.warn_once("not registering with the hub");
                 return Some(Err(Unsent::NotOurs));
             }
             let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.ok()?;
@@ -251,10 +251,10 @@ impl Ctx {
         });
         match started {
             Ok(mut child) => {
-                tracing::info!("no hub answered: starting one");
+                tracing::info!("no hub of this user answered: starting one");
                 tokio::spawn(async move { child.wait().await });
             }
-            Err(e) => tracing::warn!("no hub answered, and starting one failed: {e}"),
+            Err(e) => tracing::warn!("no hub of this user answered, and starting one failed: {e}"),
         }
     }
 }

@@ -61,7 +61,7 @@ pub async fn connect(port: u16) -> Result<TcpStream, DialError> {
         .await
         .unwrap_or_else(|e| Err(zcode_shared::peer::PeerError::Unknown { port, reason: e.to_string() }));
     if let Err(e) = verdict {
-        e.warn_once("a registered bridge's port");
+        e.warn_once("not dialling a registered bridge");
         return Err(e.into());
     }
     let _ = s.set_nodelay(true);

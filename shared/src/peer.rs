@@ -5,7 +5,7 @@
 //! Anything that cannot be established (no `/proc`, no matching row) fails closed.
 
 use std::collections::HashSet;
-use std::io::{self, BufRead, BufReader};
+use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Mutex;
 
@@ -31,8 +31,9 @@ pub enum PeerError {
 }
 
 impl PeerError {
-    /// Logs this refusal as a warning the first time it is seen (per `what` and condition):
-    /// a heartbeat or a probe repeats it every few seconds.
+    /// Logs this refusal as a warning (`{what}: {self}`, e.g. "not registering with the hub:
+    /// port 8377 is held by another user (uid 65534)") the first time it is seen: a heartbeat
+    /// or a probe repeats it every few seconds.
     pub fn warn_once(&self, what: &str) {
         static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
         let key = format!("{what}: {self}");
@@ -48,7 +49,7 @@ impl PeerError {
             Err(_) => true,
         };
         if first {
-            tracing::warn!("{what}: {self}; refusing to send it anything");
+            tracing::warn!("{what}: {self}");
         }
     }
 }
@@ -79,7 +80,6 @@ pub fn verify(local: SocketAddr, peer: SocketAddr) -> Result<(), PeerError> {
 /// `local` (our end), from the kernel's TCP tables; `None` when no such socket is listed.
 /// An error when `/proc/net/tcp` cannot be read.
 pub fn owner(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<u32>> {
-    let (local, peer) = (unmap(local), unmap(peer));
     if let Some(uid) = find("/proc/net/tcp", local, peer)? {
         return Ok(Some(uid));
     }
@@ -91,11 +91,18 @@ pub fn owner(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<u32>> {
 }
 
 fn find(table: &str, local: SocketAddr, peer: SocketAddr) -> io::Result<Option<u32>> {
-    let file = std::fs::File::open(table)?;
-    for line in BufReader::new(file).lines().skip(1) {
-        let Some(row) = parse_row(&line?) else { continue };
+    let text = std::fs::read_to_string(table)?;
+    // Rows are matched on the ports' text first: the tables hold every socket of the machine.
+    let (peer_port, local_port) = (format!(":{:04X}", peer.port()), format!(":{:04X}", local.port()));
+    for line in text.lines().skip(1) {
+        let mut cols = line.split_whitespace().skip(1);
+        let (Some(l), Some(r)) = (cols.next(), cols.next()) else { continue };
+        if !l.ends_with(&peer_port) || !r.ends_with(&local_port) {
+            continue;
+        }
+        let Some(row) = parse_row(line) else { continue };
         // A TIME_WAIT leftover of an earlier connection is nobody's (uid 0): not our peer.
-        if row.state != TIME_WAIT && unmap(row.local) == peer && unmap(row.remote) == local {
+        if row.state != TIME_WAIT && same(row.local, peer) && same(row.remote, local) {
             return Ok(Some(row.uid));
         }
     }
@@ -149,6 +156,13 @@ fn parse_addr(s: &str) -> Option<SocketAddr> {
         _ => return None,
     };
     Some(SocketAddr::new(ip, port))
+}
+
+/// The same address and port (an IPv4-mapped address equal to its IPv4 one; the tables carry
+/// no IPv6 flow or scope).
+fn same(row: SocketAddr, ours: SocketAddr) -> bool {
+    let (row, ours) = (unmap(row), unmap(ours));
+    row.ip() == ours.ip() && row.port() == ours.port()
 }
 
 /// An IPv4-mapped IPv6 address as the IPv4 address it is.

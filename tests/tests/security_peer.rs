@@ -8,8 +8,12 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use zcode_tests::hub::{AUTH, Hub, http, listed, run_cli, wait_gone, wait_instances, wait_port_closed};
-use zcode_tests::{Bridge, Home, TEST_TOKEN, WAIT, demo_agent, initialize, kill9, new_session, prompt};
+use zcode_tests::hub::{
+    AUTH, Hub, http, hub_pid, listed, run_cli, signal, wait_gone, wait_instances, wait_port_closed,
+};
+use zcode_tests::{
+    Bridge, Home, TEST_TOKEN, WAIT, alive, demo_agent, initialize, kill9, new_session, prompt,
+};
 
 /// The uid the squatter runs as.
 const NOBODY: u32 = 65534;
@@ -157,6 +161,7 @@ fn another_user_on_the_hubs_port_gets_no_token_and_the_editor_is_still_served() 
         .env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN)
         .env("ZCODE_ACP_HUB_PORT", &port)
         .env("ZCODE_ACP_HEARTBEAT_MS", "100")
+        .env("ZCODE_ACP_HUB_SPAWN_THROTTLE_MS", "300")
         .current_dir(home.path());
     let mut b = Bridge::spawn(&home, cmd, Stdio::from(stderr));
     squatter.wait_connections(3, "three registration attempts at the squatter");
@@ -187,6 +192,30 @@ fn another_user_on_the_hubs_port_gets_no_token_and_the_editor_is_still_served() 
     assert_ne!(code, 0, "the hub started on a port another user holds: {err}");
     assert!(err.contains(&needle), "{err}");
     squatter.assert_learned_nothing();
+
+    // The squatter leaves: the bridge's next hub takes the port and the bridge registers.
+    drop(squatter);
+    let port: u16 = port.parse().expect("port");
+    let deadline = Instant::now() + WAIT;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        || http(port, "GET", "/api/health", &[], b"").status != 200
+    {
+        assert!(Instant::now() < deadline, "no hub took the port after the squatter left");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _hub = Stop(hub_pid(&home).expect("the hub's pid"));
+    wait_instances(port, "the bridge to register once the port is free", |l| listed(l, &b.id()));
+}
+
+/// Stops the home's detached hub when the test ends.
+struct Stop(u32);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        if alive(self.0) {
+            signal(self.0, "TERM");
+        }
+    }
 }
 
 #[test]
