@@ -118,10 +118,7 @@ async fn connect_verified(
     let host = if host == "0.0.0.0" || host == "::" { "127.0.0.1" } else { host };
     let dial = tokio::net::TcpStream::connect((host, port));
     let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(1), dial).await else { return Ok(None) };
-    let (Ok(local), Ok(peer)) = (s.local_addr(), s.peer_addr()) else { return Ok(None) };
-    tokio::task::spawn_blocking(move || zcode_shared::peer::verify(local, peer))
-        .await
-        .unwrap_or_else(|e| Err(zcode_shared::peer::PeerError::Unknown { port, reason: e.to_string() }))?;
+    crate::upstream::verify(&s).await?;
     Ok(Some(s))
 }
 

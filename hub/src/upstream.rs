@@ -16,6 +16,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::handshake::{client::generate_key, derive_accept_key};
+use zcode_shared::peer::PeerError;
 
 /// How long a TCP connect to a bridge may take (also the probe's timeout).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -30,7 +31,7 @@ pub enum DialError {
     Connect(std::io::Error),
     /// What listens there is not a process of this user (or that cannot be told).
     #[error("not dialling the bridge: {0}")]
-    Unverified(#[from] zcode_shared::peer::PeerError),
+    Unverified(#[from] PeerError),
     /// It did not answer in time.
     #[error("the bridge did not answer in time")]
     Timeout,
@@ -54,18 +55,24 @@ pub async fn connect(port: u16) -> Result<TcpStream, DialError> {
         Ok(Err(e)) => return Err(DialError::Connect(e)),
         Err(_) => return Err(DialError::Timeout),
     };
-    let (local, peer) =
-        (s.local_addr().map_err(DialError::Connect)?, s.peer_addr().map_err(DialError::Connect)?);
-    // Reading the kernel's TCP tables is blocking file I/O, and long on a busy machine.
-    let verdict = tokio::task::spawn_blocking(move || zcode_shared::peer::verify(local, peer))
-        .await
-        .unwrap_or_else(|e| Err(zcode_shared::peer::PeerError::Unknown { port, reason: e.to_string() }));
-    if let Err(e) = verdict {
+    if let Err(e) = verify(&s).await {
         e.warn_once("not dialling a registered bridge");
         return Err(e.into());
     }
     let _ = s.set_nodelay(true);
     Ok(s)
+}
+
+/// Whether the other end of `s` belongs to this user (`zcode_shared::peer::verify`, on the
+/// blocking pool: it reads the kernel's TCP tables, which are long on a busy machine).
+pub async fn verify(s: &TcpStream) -> Result<(), PeerError> {
+    let port = s.peer_addr().map_or(0, |a| a.port());
+    let unknown = |reason: String| PeerError::Unknown { port, reason };
+    let (local, peer) = (s.local_addr().map_err(|e| unknown(e.to_string()))?, s.peer_addr());
+    let peer = peer.map_err(|e| unknown(e.to_string()))?;
+    tokio::task::spawn_blocking(move || zcode_shared::peer::verify(local, peer))
+        .await
+        .unwrap_or_else(|e| Err(unknown(e.to_string())))
 }
 
 /// Whether a TCP connect to `port` succeeds within [`CONNECT_TIMEOUT`] and reaches a process
