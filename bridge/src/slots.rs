@@ -62,7 +62,7 @@ impl Slots {
 
     /// A slot for a connection just accepted (untrusted until [`Slot::trust`]). At the cap the
     /// oldest untrusted connection is evicted and its slot taken; when every connection is
-    /// trusted, this waits for one to end. `None` once [`Slots::close`]d.
+    /// trusted, this waits for one to end. `None` only if the semaphore were closed (it never is).
     pub async fn take(self: &Arc<Slots>) -> Option<Slot> {
         let permit = match self.limit.clone().try_acquire_owned() {
             Ok(p) => p,
@@ -82,11 +82,6 @@ impl Slots {
         let evicted = CancellationToken::new();
         self.lock().insert(id, evicted.clone());
         Some(Slot { slots: self.clone(), id, evicted, _permit: permit })
-    }
-
-    /// Wakes a [`Slots::take`] waiting for a slot (shutdown): it returns `None`.
-    pub fn close(&self) {
-        self.limit.close();
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, CancellationToken>> {

@@ -61,7 +61,9 @@ fn close_code(s: &mut TcpStream) -> Option<u16> {
             let (op, len7) = (buf[0] & 0x0f, (buf[1] & 0x7f) as usize);
             let (head, len) = match len7 {
                 126 if buf.len() >= 4 => (4, u16::from_be_bytes([buf[2], buf[3]]) as usize),
-                127 if buf.len() >= 10 => (10, u64::from_be_bytes(buf[2..10].try_into().unwrap()) as usize),
+                127 if buf.len() >= 10 => {
+                    (10, u64::from_be_bytes(buf[2..10].try_into().expect("8 bytes")) as usize)
+                }
                 126 | 127 => break,
                 n => (2, n),
             };
