@@ -202,8 +202,14 @@ fn remove_stale_port_files(run_dir: &std::path::Path) {
     }
 }
 
-/// Whether process `pid` exists (signal 0; another user's process answers EPERM: it exists).
+/// Whether process `pid` is alive: signal 0 finds it (another user's process answers EPERM:
+/// it exists), and it is not a zombie (a killed bridge its editor has not reaped yet).
 fn process_exists(pid: i32) -> bool {
     use nix::errno::Errno;
-    !matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Err(Errno::ESRCH))
+    if matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Err(Errno::ESRCH)) {
+        return false;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the parenthesized command name, which may itself hold spaces or ')'.
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()) != Some("Z")
 }

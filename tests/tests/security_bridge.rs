@@ -10,7 +10,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use zcode_tests::hub::{Hub, listed, wait_instances};
 use zcode_tests::{
-    Bridge, Home, Peer, TEST_TOKEN, WAIT, bin, demo_agent, initialize, new_session, prompt, rss_kib,
+    Bridge, Home, Peer, TEST_TOKEN, WAIT, alive, bin, demo_agent, initialize, kill9, new_session, prompt,
+    rss_kib,
 };
 
 /// What a ping flood may grow a process by.
@@ -322,7 +323,19 @@ fn stale_port_files_of_dead_bridges_are_removed_at_start_and_live_ones_kept() {
     for n in &names {
         std::fs::write(run.join(n), "9\n").expect("write");
     }
+    // And a real bridge killed with SIGKILL (its editor has not reaped it yet).
+    let killed = Bridge::start(&home, &demo_agent(0));
+    let killed_file = run.join(format!("bridge-{}.port", killed.editor.pid()));
+    kill9(killed.editor.pid());
+    let deadline = Instant::now() + WAIT;
+    while alive(killed.editor.pid()) {
+        assert!(Instant::now() < deadline, "the killed bridge is still alive");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(killed_file.exists(), "SIGKILL leaves the port file behind");
+
     let _b = Bridge::start(&home, &demo_agent(0));
+    assert!(!killed_file.exists(), "the port file of the SIGKILLed bridge is still there");
     assert!(!run.join(&names[0]).exists(), "the port file of dead pid {dead} is still there");
     for n in &names[1..] {
         assert!(run.join(n).exists(), "{n} was removed");
