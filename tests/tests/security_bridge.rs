@@ -8,7 +8,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use zcode_tests::hub::{Hub, listed, wait_instances};
+use zcode_tests::hub::{Hub, listed, wait_for_hub, wait_instances};
 use zcode_tests::{
     Bridge, Home, Peer, TEST_TOKEN, WAIT, alive, bin, demo_agent, initialize, kill9, new_session, prompt,
     rss_kib,
@@ -283,10 +283,17 @@ fn hold_a_port_range() -> (u16, Vec<TcpListener>) {
 fn a_bridge_whose_port_range_is_taken_listens_on_an_os_picked_port() {
     let home = Home::new();
     let (base, held) = hold_a_port_range();
-    let mut b = Bridge::start_env(&home, &demo_agent(0), &[("ZCODE_ACP_REMOTE_PORT", &base.to_string())]);
+    let base_s = base.to_string();
+    let env = [("ZCODE_ACP_REMOTE_PORT", base_s.as_str()), ("ZCODE_ACP_HEARTBEAT_MS", "200")];
+    let mut b = Bridge::start_env(&home, &demo_agent(0), &env);
     assert!(!(base..base + 100).contains(&b.port), "port file names {} in the held range", b.port);
     let line = status_line(b.port);
     assert!(line.starts_with("HTTP/1.1 200"), "the port file's port {} does not answer: {line}", b.port);
+    // The registration carries the same port (the hub is the one the bridge started).
+    let (id, port) = (b.id(), b.port);
+    wait_instances(wait_for_hub(&home, None), "the bridge registered with its real port", |l| {
+        l.iter().any(|i| i["id"] == id.as_str() && i["port"] == port)
+    });
     initialize(&mut b.editor, json!({}));
     editor_still_works(&mut b, &home);
     drop(held);
