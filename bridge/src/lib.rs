@@ -2,7 +2,8 @@
 //!
 //! - [`router`]: the one task that owns routing state (clients, sessions, the agent link).
 //! - [`upstream`]: the agent process.
-//! - [`stdio`]: the editor's connection; [`server`]: the loopback WebSocket + HTTP server.
+//! - [`stdio`]: the editor's connection; [`server`]: the loopback WebSocket + HTTP server,
+//!   bounded by [`slots`] (connections) and [`stall`] (a remote client's writes).
 //! - [`register`]: registration and heartbeats with the hub (which it starts when none runs).
 //! - [`local`]: the bridge's own `fs/*` and `terminal/*` service, confined to session directories.
 //! - [`chat`]: `zcode-acp chat`, a terminal ACP client on a bridge of its own.
@@ -17,6 +18,8 @@ pub mod local;
 pub mod register;
 pub mod router;
 pub mod server;
+pub mod slots;
+pub mod stall;
 pub mod stdio;
 pub mod upstream;
 
@@ -120,12 +123,14 @@ pub async fn run(
 ) -> Result<(), BridgeError> {
     // Re-read when rotated: the hub presents the new token as soon as it has it.
     let token = std::sync::Arc::new(zcode_shared::token::Live::resolve(cfg)?);
+    let nofile = zcode_shared::rlimit::raise_open_file_limit();
     let start = cfg.remote.bridge_port;
     let listener =
         server::bind_loopback(start).await.map_err(|source| BridgeError::Bind { port: start, source })?;
     let port = listener.local_addr()?.port();
     let port_file = cfg.paths.run_dir.join(format!("bridge-{}.port", std::process::id()));
     zcode_shared::paths::Paths::ensure_private_dir(&cfg.paths.run_dir)?;
+    remove_stale_port_files(&cfg.paths.run_dir);
     std::fs::write(&port_file, format!("{port}\n"))?;
     tracing::info!(port, agent = %spec.display, "bridge listening on 127.0.0.1");
 
@@ -138,7 +143,12 @@ pub async fn run(
         idle_exit: opts.idle_exit,
     };
     let (router, events) = router::Router::new(spec, journal, ropts);
-    let ctx = server::Ctx::new(events.clone(), token.clone(), shutdown.clone(), tracker.clone());
+    let limits = server::Limits {
+        header_timeout: cfg.timings.header_timeout,
+        connections: slots::cap_for(nofile),
+        write_stall: cfg.timings.ping,
+    };
+    let ctx = server::Ctx::new(events.clone(), token.clone(), shutdown.clone(), tracker.clone(), limits);
     tracker.spawn(server::serve(listener, ctx));
     register::spawn(
         cfg,
@@ -166,4 +176,40 @@ pub async fn run(
     let _ = tokio::time::timeout(Duration::from_millis(1000), tracker.wait()).await;
     let _ = std::fs::remove_file(&port_file);
     Ok(())
+}
+
+/// Removes the `bridge-<pid>.port` files of bridges that died without removing theirs
+/// (SIGKILL, a crash): a stale file names a port that another program may hold by now. Only
+/// files of exactly that name whose pid no longer exists; live bridges' files stay.
+fn remove_stale_port_files(run_dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(run_dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("bridge-")?.strip_suffix(".port"))
+            .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid > 0 && !process_exists(pid) {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => tracing::info!(pid, "removed the port file of a bridge that is gone"),
+                Err(e) => tracing::debug!(pid, "cannot remove a stale port file: {e}"),
+            }
+        }
+    }
+}
+
+/// Whether process `pid` is alive: signal 0 finds it (another user's process answers EPERM:
+/// it exists), and it is not a zombie (a killed bridge its editor has not reaped yet).
+fn process_exists(pid: i32) -> bool {
+    use nix::errno::Errno;
+    if matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Err(Errno::ESRCH)) {
+        return false;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the parenthesized command name, which may itself hold spaces or ')'.
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()) != Some("Z")
 }

@@ -1,15 +1,22 @@
 //! The bridge's loopback server: the remote ACP endpoint (`/acp`, WebSocket) and the HTTP
 //! routes (`/status`). Bound to 127.0.0.1 only, and every route requires the machine's token
 //! (the hub sends it when it dials): other users' processes must not drive our sessions.
+//!
+//! Other local users can still connect, so what a connection costs before it shows the token
+//! is bounded: its headers must arrive within `timings.header_timeout` (64 KiB at most), and
+//! [`crate::slots`] caps open connections, evicting the oldest untrusted one at the cap. A
+//! remote client's writes are bounded too: see [`crate::stall`].
 
 use crate::files::{self, Resp, full, text};
 use crate::router::{ClientId, ClientKind, Event, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
+use crate::slots::{Slot, Slots};
+use crate::stall::{Stall, Watched};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -30,20 +37,26 @@ pub const MAX_MESSAGE: usize = 32 * 1024 * 1024;
 /// Ports scanned from the configured start port.
 const PORT_SCAN: u16 = 100;
 
-/// Binds the first free loopback port from `start` (scanning 100 ports); `0` lets the OS pick.
+/// The largest request head (request line and headers) accepted.
+const MAX_HEAD: usize = 64 * 1024;
+
+/// Binds the first free loopback port from `start` (scanning 100 ports); `0`, or a range that
+/// is all taken (by other bridges, or by someone squatting it), lets the OS pick: the port
+/// file and the registration carry the real port, and the editor's agent starts regardless.
 pub async fn bind_loopback(start: u16) -> std::io::Result<TcpListener> {
     if start == 0 {
         return TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await;
     }
-    let mut last = None;
     for port in start..start.saturating_add(PORT_SCAN) {
         match TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await {
             Ok(l) => return Ok(l),
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => last = Some(e),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {}
             Err(e) => return Err(e),
         }
     }
-    Err(last.unwrap_or_else(|| std::io::Error::other("no port to try")))
+    let last = start.saturating_add(PORT_SCAN - 1);
+    tracing::warn!("loopback ports {start}-{last} are all taken: the OS picks one");
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await
 }
 
 /// What every connection of the server shares.
@@ -56,7 +69,21 @@ pub struct Ctx {
     pub shutdown: CancellationToken,
     /// Tracks connection tasks, so shutdown can wait for close frames to go out.
     pub tracker: TaskTracker,
+    /// The server's limits.
+    pub limits: Limits,
     next_client: AtomicU64,
+}
+
+/// What bounds the server's connections.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// A request's headers must arrive within this long (also the idle keep-alive limit).
+    pub header_timeout: Duration,
+    /// HTTP connections open at once (see [`crate::slots`]).
+    pub connections: usize,
+    /// A remote client whose socket takes nothing for this long is dropped (the ping period:
+    /// the hub drops a leg that leaves a ping unanswered as long).
+    pub write_stall: Duration,
 }
 
 impl Ctx {
@@ -66,13 +93,15 @@ impl Ctx {
         token: Arc<zcode_shared::token::Live>,
         shutdown: CancellationToken,
         tracker: TaskTracker,
+        limits: Limits,
     ) -> Arc<Ctx> {
-        Arc::new(Ctx { events, token, shutdown, tracker, next_client: AtomicU64::new(1) })
+        Arc::new(Ctx { events, token, shutdown, tracker, limits, next_client: AtomicU64::new(1) })
     }
 }
 
 /// Accepts connections until shutdown.
 pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
+    let slots = Slots::new(ctx.limits.connections);
     loop {
         let (stream, peer) = tokio::select! {
             () = ctx.shutdown.cancelled() => return,
@@ -85,16 +114,30 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
                 }
             },
         };
+        // Accepted first: at the cap, a new connection is what makes room (see `slots`).
+        let slot = tokio::select! {
+            () = ctx.shutdown.cancelled() => return,
+            s = slots.take() => match s { Some(s) => Arc::new(s), None => return },
+        };
         let _ = stream.set_nodelay(true);
         let conn_ctx = ctx.clone();
+        let header_timeout = ctx.limits.header_timeout.max(Duration::from_millis(1));
         ctx.tracker.spawn(async move {
-            let svc = hyper::service::service_fn(move |req| handle(req, conn_ctx.clone(), peer));
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc)
-                .with_upgrades();
-            if let Err(e) = conn.await {
+            let evicted = slot.evicted.clone();
+            let svc_slot = slot.clone();
+            let svc =
+                hyper::service::service_fn(move |req| handle(req, conn_ctx.clone(), peer, svc_slot.clone()));
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(TokioTimer::new()).header_read_timeout(header_timeout).max_buf_size(MAX_HEAD);
+            let conn = builder.serve_connection(TokioIo::new(stream), svc).with_upgrades();
+            let ended = tokio::select! {
+                r = conn => r.err().map(|e| e.to_string()),
+                () = evicted.cancelled() => Some("evicted at the connection cap".to_owned()),
+            };
+            if let Some(e) = ended {
                 tracing::debug!(%peer, "http connection ended: {e}");
             }
+            drop(slot);
         });
     }
 }
@@ -106,11 +149,17 @@ fn authorized(req: &Request<Incoming>, ctx: &Ctx) -> bool {
     value.strip_prefix("Bearer ").is_some_and(|t| ctx.token.verify_fresh(t.trim()))
 }
 
-async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>, peer: SocketAddr) -> Result<Resp, Infallible> {
+async fn handle(
+    req: Request<Incoming>,
+    ctx: Arc<Ctx>,
+    peer: SocketAddr,
+    slot: Arc<Slot>,
+) -> Result<Resp, Infallible> {
     if !authorized(&req, &ctx) {
         tracing::debug!(%peer, path = req.uri().path(), "refused: no valid token");
         return Ok(text(StatusCode::UNAUTHORIZED, "unauthorized"));
     }
+    slot.trust();
     if req.uri().path().starts_with("/sessions/") {
         if let Some(resp) = crate::lifecycle::route(req, &ctx.events).await {
             return Ok(resp);
@@ -181,9 +230,10 @@ fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>) -> Resp {
                     // remote clients cost the bridge hundreds of MiB; frames grow it as needed.
                     .read_buffer_size(8 * 1024)
                     .write_buffer_size(0);
-                let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
-                    .await;
-                remote_client(ws, ctx).await;
+                let stall = Arc::new(Stall::default());
+                let io = Watched::new(TokioIo::new(upgraded), stall.clone());
+                let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
+                remote_client(ws, stall, ctx).await;
             }
             Err(e) => tracing::debug!("websocket upgrade failed: {e}"),
         }
@@ -201,7 +251,8 @@ fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>) -> Resp {
 
 /// One remote client: a reader half feeding the router and a writer half draining its
 /// outbox, joined by the client's kill token (the survivor stops when its partner ends).
-async fn remote_client<S>(ws: WebSocketStream<S>, ctx: Arc<Ctx>)
+/// The reader also drops the client once its socket has taken nothing for a stall period.
+async fn remote_client<S>(ws: WebSocketStream<S>, stall: Arc<Stall>, ctx: Arc<Ctx>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -214,13 +265,24 @@ where
     }
     tracing::debug!(client, "remote client connected");
     let (sink, mut stream) = ws.split();
-    // The close code the writer sends: normal, or "too big" when the reader saw an oversized frame.
+    // The close code the writer sends: normal, or why the reader gave up on the client.
     let close_code = Arc::new(AtomicU16::new(u16::from(CloseCode::Away)));
     let writer = tokio::spawn(write_frames(sink, reader, kill.clone(), close_code.clone()));
+    let limit = ctx.limits.write_stall.max(Duration::from_millis(10));
+    let mut check = tokio::time::interval(limit / 4);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let frame = tokio::select! {
             () = kill.cancelled() => break,
             f = stream.next() => f,
+            _ = check.tick() => {
+                if stall.stalled_for() >= limit {
+                    tracing::warn!(client, "remote client took nothing for {limit:?}: dropping it");
+                    close_code.store(u16::from(CloseCode::Policy), Ordering::Relaxed);
+                    break;
+                }
+                continue;
+            }
         };
         match frame {
             Some(Ok(Message::Text(t))) => {
@@ -237,6 +299,14 @@ where
             }))) => {
                 tracing::warn!(client, size, "remote client sent a message over 32 MiB: closing it (1009)");
                 close_code.store(u16::from(CloseCode::Size), Ordering::Relaxed);
+                break;
+            }
+            Some(Err(tokio_tungstenite::tungstenite::Error::Utf8(_))) => {
+                tracing::warn!(
+                    client,
+                    "remote client sent a text frame that is not UTF-8: closing it (1007)"
+                );
+                close_code.store(u16::from(CloseCode::Invalid), Ordering::Relaxed);
                 break;
             }
             Some(Ok(Message::Close(_))) => {
@@ -276,7 +346,12 @@ async fn write_frames<K>(
         }
     }
     let code = CloseCode::from(close_code.load(Ordering::Relaxed));
-    let reason = if code == CloseCode::Size { "message too big" } else { "bridge closing" };
+    let reason = match code {
+        CloseCode::Size => "message too big",
+        CloseCode::Invalid => "text frame not UTF-8",
+        CloseCode::Policy => "not reading",
+        _ => "bridge closing",
+    };
     let frame = CloseFrame { code, reason: reason.into() };
     let _ = tokio::time::timeout(Duration::from_millis(500), sink.send(Message::Close(Some(frame)))).await;
     let _ = tokio::time::timeout(Duration::from_millis(200), sink.close()).await;

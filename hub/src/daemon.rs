@@ -182,24 +182,8 @@ pub async fn housekeeping(hub: Arc<Hub>, port_file: Option<PortFile>) {
     }
 }
 
-/// Raises the soft open-file limit to the hard one and returns the limit now in force: every
-/// relay holds two sockets (and the relay thread a copy of neither), so a soft limit of 1024,
-/// a common default, would refuse connections at ~500 relays while the hard limit allows far
-/// more. `None` when the limits cannot be read.
-pub fn raise_open_file_limit() -> Option<u64> {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
-    if soft >= hard {
-        return Some(soft);
-    }
-    match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-        Ok(()) => Some(hard),
-        Err(e) => {
-            tracing::warn!(soft, hard, "cannot raise the open-file limit: {e}");
-            Some(soft)
-        }
-    }
-}
+/// Raises the soft open-file limit to the hard one (shared with the bridge's server).
+pub use zcode_shared::rlimit::raise_open_file_limit;
 
 #[cfg(test)]
 mod tests {

@@ -8,6 +8,7 @@
 //! - [`registration`]: the payload a bridge registers with (both sides' one definition).
 //! - [`logging`]: tracing setup (stderr only: stdout carries ACP).
 //! - [`time`]: epoch milliseconds and ISO 8601.
+//! - [`rlimit`]: the open-file limit both servers raise at start.
 //! - [`store`]: the SQLite store (journal and tasks index): the only SQL in the workspace.
 
 pub mod config;
@@ -16,6 +17,7 @@ pub mod logging;
 pub mod paths;
 pub mod peer;
 pub mod registration;
+pub mod rlimit;
 pub mod store;
 pub mod time;
 pub mod token;
