@@ -7,6 +7,7 @@
 //! - [`registration`]: the payload a bridge registers with (both sides' one definition).
 //! - [`logging`]: tracing setup (stderr only: stdout carries ACP).
 //! - [`time`]: epoch milliseconds and ISO 8601.
+//! - [`text`]: request text made inert for terminals (control sequences out, clean titles).
 //! - [`store`]: the SQLite store (journal and tasks index): the only SQL in the workspace.
 
 pub mod config;
@@ -15,6 +16,7 @@ pub mod logging;
 pub mod paths;
 pub mod registration;
 pub mod store;
+pub mod text;
 pub mod time;
 pub mod token;
 
