@@ -100,11 +100,14 @@ mod tests {
 
     #[test]
     fn no_control_survives_any_short_mix() {
-        let alphabet =
-            ['\x1b', '[', ']', 'P', '\\', '\x07', '\u{9b}', '\u{9c}', '\u{9d}', '\u{90}', '(', '0', ';', 'm', 'a', '\n', '\r', '\x7f', '\u{85}', 'é'];
+        let alphabet = [
+            '\x1b', '[', ']', 'P', '\\', '\x07', '\u{9b}', '\u{9c}', '\u{9d}', '\u{90}', '(', '0', ';', 'm',
+            'a', '\n', '\r', '\x7f', '\u{85}', 'é',
+        ];
         let n = alphabet.len();
         for i in 0..n * n * n * n {
-            let s: String = [i % n, i / n % n, i / n / n % n, i / n / n / n % n].iter().map(|&k| alphabet[k]).collect();
+            let s: String =
+                [i % n, i / n % n, i / n / n % n, i / n / n / n % n].iter().map(|&k| alphabet[k]).collect();
             let out = strip_controls(&s);
             assert!(!out.chars().any(|c| c.is_control() && c != '\n' && c != '\t'), "{s:?} -> {out:?}");
             let t = title(&s);

@@ -161,10 +161,7 @@ mod tests {
         s += &r.update(&json!({"sessionUpdate": "tool_call", "toolCallId": "c",
             "title": "t\x1b[31m\n", "status": "x\x1b[5m"}));
         s += &r.update(&json!({"sessionUpdate": "plan", "entries": [{"content": "p\x1b]2;x\x07"}]}));
-        assert_eq!(
-            s,
-            "\x1b[1;36myou ›\x1b[0m hi\nab\n\x1b[33m⚙ t (x)\x1b[0m\n\x1b[34m☐ p\x1b[0m\n"
-        );
+        assert_eq!(s, "\x1b[1;36myou ›\x1b[0m hi\nab\n\x1b[33m⚙ t (x)\x1b[0m\n\x1b[34m☐ p\x1b[0m\n");
         let (q, _) = permission_question(&json!({"toolCall": {"title": "e\x1b[8m"},
             "options": [{"optionId": "a", "name": "A\x1b]0;x\x07"}]}));
         assert_eq!(q, "🔐 e\n  1) A\nanswer with a number: ");
