@@ -102,7 +102,12 @@ impl World {
 impl Drop for World {
     fn drop(&mut self) {
         // Whatever happened, this test's tmux servers (and the chats in them) go with it.
-        let _ = Command::new("tmux").arg("-S").arg(self.socket()).arg("kill-server").status();
+        let _ = Command::new("tmux")
+            .arg("-S")
+            .arg(self.socket())
+            .arg("kill-server")
+            .stderr(Stdio::null())
+            .status();
         let _ = Command::new("tmux")
             .arg("kill-server")
             .env("TMUX_TMPDIR", self.tmux_tmp.path())
@@ -433,11 +438,11 @@ fn remote_creates_beyond_the_caps_get_a_429() {
     let started = home_marker.path().join("started");
     let gate = home_marker.path().join("gate");
     // The window recipe holds the first create in flight until the test opens the gate, then
-    // fails, so the create falls back to a headless bridge.
+    // fails, so the create falls back to a headless bridge; later ones fail at once.
     let command = format!(
-        "touch '{}'; while [ ! -e '{}' ]; do sleep 0.05; done; exit 1",
-        started.display(),
-        gate.display()
+        "[ -e '{s}' ] && exit 1; touch '{s}'; while [ ! -e '{}' ]; do sleep 0.05; done; exit 1",
+        gate.display(),
+        s = started.display(),
     );
     let w = world(
         None,
