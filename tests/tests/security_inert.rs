@@ -15,7 +15,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use zcode_tests::hub::{AUTH, Hub, Reply, http, instances};
+use zcode_tests::hub::{AUTH, Hub, Reply, http};
 use zcode_tests::{Bridge, Home, TEST_TOKEN, WAIT, bin, initialize, new_session, prompt};
 
 fn get(hub: &Hub, path: &str) -> Reply {
@@ -77,30 +77,34 @@ impl World {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Marker files a payload would have created (`pwned-*` in the places a command could run).
+    /// Marker files a payload would have created (`pwned-*` where a command could run: each
+    /// payload changes to the home first, or to `$HOME` if the variable were missing).
     fn markers(&self) -> Vec<PathBuf> {
-        let mut dirs = vec![self.home.path().to_owned(), self.root.path().to_owned(), PathBuf::from("/tmp")];
+        let mut dirs = vec![self.home.path().to_owned(), self.root.path().to_owned()];
         dirs.extend(std::env::current_dir().ok());
+        dirs.extend(std::env::var_os("HOME").map(PathBuf::from));
         let mut found = vec![];
         for d in dirs {
             for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-                if e.file_name().as_bytes().starts_with(b"pwned-") && e.path().starts_with(&d) {
+                if e.file_name().as_bytes().starts_with(b"pwned-") {
                     found.push(e.path());
                 }
             }
         }
-        found.retain(|p| !p.starts_with("/tmp") || p.to_string_lossy().contains(&self.tag()));
         found
-    }
-
-    /// A string unique to this world, so `/tmp` markers of other runs do not count.
-    fn tag(&self) -> String {
-        self.home.path().file_name().unwrap().to_string_lossy().into_owned()
     }
 }
 
 impl Drop for World {
     fn drop(&mut self) {
+        // The bridges the hub started go with the test (a live one would start another hub).
+        let list = http(self.hub.port, "GET", "/api/instances", &[AUTH], b"");
+        let list: Value = serde_json::from_slice(&list.body).unwrap_or_default();
+        for i in list.as_array().into_iter().flatten() {
+            if let Some(pid) = i["id"].as_str().and_then(|s| s.parse::<u32>().ok()) {
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            }
+        }
         // Whatever happened, this test's tmux servers (and the chats in them) go with it.
         let _ = Command::new("tmux")
             .arg("-S")
@@ -485,9 +489,4 @@ fn remote_creates_beyond_the_caps_get_a_429() {
     assert!(r.text().contains("maxServeBridges"), "the message names the setting: {}", r.text());
     let r = get(&w.hub, &format!("/api/projects/sessions?workspacePath={}", dirs[2].display()));
     assert_eq!(r.status, 429, "a history listing that needs a third: {}", r.text());
-    for i in instances(w.hub.port) {
-        if let Some(pid) = i["id"].as_str().and_then(|s| s.parse().ok()) {
-            zcode_tests::kill9(pid);
-        }
-    }
 }
