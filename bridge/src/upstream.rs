@@ -31,6 +31,8 @@ impl AgentProcess {
         let mut cmd = Command::new(&spec.command);
         cmd.args(&spec.args)
             .envs(&spec.env)
+            // The token is the bridge's, not the agent's: nothing the agent runs may read it.
+            .env_remove("ZCODE_ACP_REMOTE_TOKEN")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -92,6 +92,11 @@ impl Registry {
             .map(|i| i.reg.id.clone())
     }
 
+    /// How many live instances are serve bridges (remote creates' windows and headless ones).
+    pub fn serve_count(&self, now: Instant) -> usize {
+        self.live(now).filter(|i| i.reg.origin == "serve").count()
+    }
+
     /// Every session advertised by live instances of `workspace` (live or running there).
     pub fn sessions_in(&self, workspace: &str, now: Instant) -> Vec<String> {
         self.live(now)

@@ -3,8 +3,15 @@
 //!
 //! Everything is spawned from argv arrays. The one place a shell is involved (a window's
 //! launch script, and a user's own `ZCODE_ACP_HUB_TERMINAL_COMMAND`) gets every path and title
-//! single-quoted, so nothing from a request can run as a command.
+//! single-quoted, so nothing from a request can run as a command. Titles lose their control
+//! sequences (`zcode_shared::text::title`); tmux, which expands `#(…)` in a window name, gets
+//! every `#` doubled ([`tmux_literal`]). tmux runs on the home's own server ([`tmux_server`]).
+//!
+//! The token reaches the window's chat through the launch script only (0700, in the private
+//! run directory, removed as it starts): the terminal program and the tmux server run without
+//! it, so no global environment holds it.
 
+use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -38,6 +45,40 @@ pub struct Launch {
 pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
+
+/// A name tmux shows as written: tmux expands formats (`#(command)`, `#{…}`) in window names,
+/// and `##` is its literal `#`.
+pub fn tmux_literal(s: &str) -> String {
+    s.replace('#', "##")
+}
+
+/// The longest socket path tmux can use (`sun_path` is 108 bytes with its NUL on Linux).
+const SOCKET_PATH_MAX: usize = 100;
+
+/// Which tmux server windows go to: with `ZCODE_ACP_HOME` set, the home's own
+/// (`-S <run>/tmux.sock`, or `-L zcode-acp-<hash of the home>` when that path is too long for a
+/// socket), so a test or a second install never lands in the user's server; without it, the
+/// user's default server, where they look for windows (no arguments).
+pub fn tmux_server(cfg: &Config) -> Vec<OsString> {
+    let home = std::env::var_os(zcode_shared::paths::HOME_VAR).filter(|h| !h.is_empty());
+    let Some(home) = home else { return vec![] };
+    let socket = cfg.paths.run_dir.join("tmux.sock");
+    if socket.as_os_str().len() <= SOCKET_PATH_MAX
+        && zcode_shared::paths::Paths::ensure_private_dir(&cfg.paths.run_dir).is_ok()
+    {
+        return vec!["-S".into(), socket.into()];
+    }
+    // FNV-1a: a stable name for the home (std's hasher is not stable across releases).
+    use std::os::unix::ffi::OsStrExt;
+    let hash = home
+        .as_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
+    vec!["-L".into(), format!("zcode-acp-{hash:016x}").into()]
+}
+
+/// The environment variable no terminal program or tmux server may inherit.
+const TOKEN_VAR: &str = "ZCODE_ACP_REMOTE_TOKEN";
 
 /// Starts the bridge for `l`: a window when configured and possible, else headless.
 pub fn start(cfg: &Config, l: &Launch) -> std::io::Result<Started> {
@@ -87,7 +128,7 @@ fn launch_script(cfg: &Config, l: &Launch) -> std::io::Result<PathBuf> {
     sweep(&dir);
     let path = dir.join(format!("zcode-{}.command", l.nonce));
     let exe = exe()?;
-    let title: String = l.title.chars().filter(|c| !c.is_control()).collect();
+    let title = zcode_shared::text::title(&l.title);
     let mut s = String::from("#!/bin/sh\nrm -f -- \"$0\"\n");
     s += &format!("printf '\\033]0;%s\\007' {}\n", sh_quote(&title));
     s += &format!("cd {} || exit 1\n", sh_quote(&l.workspace.display().to_string()));
@@ -156,10 +197,11 @@ fn window(cfg: &Config, l: &Launch) -> std::io::Result<Option<String>> {
     let Some(name) = recipe(cfg) else { return Ok(None) };
     let script = launch_script(cfg, l)?;
     let s = script.display().to_string();
-    let title: String = l.title.chars().filter(|c| !c.is_control()).collect();
+    let title = zcode_shared::text::title(&l.title);
     let run = |program: &str, args: &[&str]| -> std::io::Result<()> {
         let status = Command::new(program)
             .args(args)
+            .env_remove(TOKEN_VAR)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -173,6 +215,7 @@ fn window(cfg: &Config, l: &Launch) -> std::io::Result<Option<String>> {
     let detached = |program: &str, args: &[&str]| -> std::io::Result<()> {
         Command::new(program)
             .args(args)
+            .env_remove(TOKEN_VAR)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -186,14 +229,7 @@ fn window(cfg: &Config, l: &Launch) -> std::io::Result<Option<String>> {
             let line = template.replace("{script}", &sh_quote(&s));
             run("sh", &["-c", &line])
         }
-        "tmux" => {
-            let window_name = if title.is_empty() { "zcode" } else { title.as_str() };
-            if run("tmux", &["has-session", "-t", "zcode-acp"]).is_ok() {
-                run("tmux", &["new-window", "-d", "-t", "zcode-acp:", "-n", window_name, "sh", &s])
-            } else {
-                run("tmux", &["new-session", "-d", "-s", "zcode-acp", "-n", window_name, "sh", &s])
-            }
-        }
+        "tmux" => tmux_window(cfg, &title, &s),
         "kitty" => detached("kitty", &["--title", &title, "sh", &s]),
         "wezterm" => detached("wezterm", &["start", "--", "sh", &s]),
         "alacritty" => detached("alacritty", &["--title", &title, "-e", "sh", &s]),
@@ -216,6 +252,36 @@ fn window(cfg: &Config, l: &Launch) -> std::io::Result<Option<String>> {
     }
 }
 
+/// A window named `title` running `sh <script>` in the `zcode-acp` session of the home's tmux
+/// server, started without the token in its environment.
+fn tmux_window(cfg: &Config, title: &str, script: &str) -> std::io::Result<()> {
+    let server = tmux_server(cfg);
+    let name = if title.is_empty() { "zcode".to_owned() } else { tmux_literal(title) };
+    let tmux = |args: &[&str]| -> std::io::Result<bool> {
+        let out = Command::new("tmux")
+            .args(&server)
+            .args(args)
+            .env_remove(TOKEN_VAR)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()?;
+        if !out.status.success() && !args.contains(&"has-session") {
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(std::io::Error::other(format!("tmux {}: {}", args[0], err.trim())));
+        }
+        Ok(out.status.success())
+    };
+    if tmux(&["has-session", "-t", "zcode-acp"])? {
+        tmux(&["new-window", "-d", "-t", "zcode-acp:", "-n", &name, "sh", script])?;
+    } else {
+        tmux(&["new-session", "-d", "-s", "zcode-acp", "-n", &name, "sh", script])?;
+    }
+    let how: Vec<String> = server.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    tracing::info!("opened a tmux window; to see it: tmux {} attach -t zcode-acp", how.join(" "));
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,5 +293,11 @@ mod tests {
                 Command::new("sh").arg("-c").arg(format!("printf %s {}", sh_quote(nasty))).output().unwrap();
             assert_eq!(String::from_utf8_lossy(&out.stdout), nasty);
         }
+    }
+
+    #[test]
+    fn tmux_names_are_literal() {
+        assert_eq!(tmux_literal("#(touch x) ##{y} z"), "##(touch x) ####{y} z");
+        assert_eq!(tmux_literal("plain"), "plain");
     }
 }

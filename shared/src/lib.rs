@@ -9,6 +9,7 @@
 //! - [`logging`]: tracing setup (stderr only: stdout carries ACP).
 //! - [`time`]: epoch milliseconds and ISO 8601.
 //! - [`rlimit`]: the open-file limit both servers raise at start.
+//! - [`text`]: request text made inert for terminals (control sequences out, clean titles).
 //! - [`store`]: the SQLite store (journal and tasks index): the only SQL in the workspace.
 
 pub mod config;
@@ -19,6 +20,7 @@ pub mod peer;
 pub mod registration;
 pub mod rlimit;
 pub mod store;
+pub mod text;
 pub mod time;
 pub mod token;
 

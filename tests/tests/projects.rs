@@ -277,28 +277,34 @@ fn an_idle_serve_bridge_exits_and_closing_its_last_session_ends_it() {
 fn a_create_opens_chat_in_a_real_tmux_window() {
     let tmux_dir = tempfile::tempdir().unwrap();
     let tmux_tmp = tmux_dir.path().display().to_string();
+    // The hub's windows go to the home's own tmux server (never the user's default one: that
+    // is also kept out of reach with a private TMUX_TMPDIR and no TMUX).
     let w = world(&[
         ("ZCODE_ACP_HUB_TERMINAL", "1"),
         ("ZCODE_ACP_HUB_TERMINAL_APP", "tmux"),
         ("TMUX_TMPDIR", &tmux_tmp),
+        ("TMUX", ""),
     ]);
+    let socket = w.home.path().join("run").join("tmux.sock");
     let tmux = |args: &[&str]| {
         let out = std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(&socket)
             .args(args)
             .env("TMUX_TMPDIR", &tmux_tmp)
+            .env_remove("TMUX")
             .output()
             .expect("tmux");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     // Whatever happens, the test's tmux server (and the chats in it) goes when the test ends.
-    struct KillServer(String);
+    struct KillServer(PathBuf);
     impl Drop for KillServer {
         fn drop(&mut self) {
-            let _ =
-                std::process::Command::new("tmux").args(["kill-server"]).env("TMUX_TMPDIR", &self.0).status();
+            let _ = std::process::Command::new("tmux").arg("-S").arg(&self.0).arg("kill-server").status();
         }
     }
-    let _cleanup = KillServer(tmux_tmp.clone());
+    let _cleanup = KillServer(socket.clone());
     let (p, _) = project_with_history(&w, "delta");
     let r = post(&w.hub, "/api/instances", &json!({"workspacePath": p}));
     assert_eq!(r.status, 200, "{} / hub log: {}", r.text(), w.hub.log());

@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
+use zcode_shared::text::strip_controls as inert;
 
 /// How to run the chat.
 #[derive(Clone, Debug)]
@@ -93,8 +94,18 @@ pub async fn run(opts: ChatOptions) -> std::io::Result<i32> {
     });
     let (line_tx, mut lines) = mpsc::channel::<String>(16);
     tokio::spawn(async move {
-        let mut stdin = BufReader::new(tokio::io::stdin()).lines();
-        while let Ok(Some(line)) = stdin.next_line().await {
+        // Bytes, not `lines()`: a line that is not UTF-8 is shown lossily, it does not end the
+        // chat.
+        let mut stdin = BufReader::new(tokio::io::stdin());
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match stdin.read_until(b'\n', &mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let line = String::from_utf8_lossy(&buf);
+            let line = line.trim_end_matches(['\n', '\r']).to_owned();
             if line_tx.send(line).await.is_err() {
                 break;
             }
@@ -220,7 +231,7 @@ impl Chat {
         }
         let Some(purpose) = m["id"].as_u64().and_then(|id| self.pending.remove(&id)) else { return };
         if let Some(err) = m.get("error") {
-            let msg = err["message"].as_str().unwrap_or("error").to_owned();
+            let msg = inert(err["message"].as_str().unwrap_or("error"));
             let b = self.render.break_line();
             self.say(&format!("{b}error: {msg}\n"));
             match purpose {
@@ -253,7 +264,7 @@ impl Chat {
                 let b = self.render.break_line();
                 self.say(&format!(
                     "{b}session {} — type a prompt and press Enter; Ctrl-C cancels a turn, Ctrl-D quits\n",
-                    sid.unwrap_or_default()
+                    inert(&sid.unwrap_or_default())
                 ));
                 self.prompt_marker();
                 for line in std::mem::take(&mut self.early) {
@@ -262,7 +273,7 @@ impl Chat {
             }
             Purpose::Prompt => {
                 self.running = self.running.saturating_sub(1);
-                let reason = m["result"]["stopReason"].as_str().unwrap_or("done").to_owned();
+                let reason = inert(m["result"]["stopReason"].as_str().unwrap_or("done"));
                 let b = self.render.break_line();
                 self.say(&format!("{b}[{reason}]\n"));
                 self.prompt_marker();
@@ -276,7 +287,8 @@ impl Chat {
                 let u = &m["params"]["update"];
                 if u["sessionUpdate"] == "session_info_update" {
                     if let Some(t) = u["title"].as_str() {
-                        let clean: String = t.chars().filter(|c| !c.is_control()).collect();
+                        // Our own sequence, around a title with none left in it.
+                        let clean = zcode_shared::text::title(t);
                         self.say(&format!("\x1b]0;{clean}\x07"));
                     }
                 }
@@ -290,7 +302,7 @@ impl Chat {
                 self.question = Some((m["id"].clone(), ids));
             }
             "elicitation/create" => {
-                let msg = m["params"]["message"].as_str().unwrap_or("the agent asks a question").to_owned();
+                let msg = inert(m["params"]["message"].as_str().unwrap_or("the agent asks a question"));
                 let b = self.render.break_line();
                 self.say(&format!("{b}❓ {msg}\nyour answer (empty declines): "));
                 self.question = Some((m["id"].clone(), vec![]));

@@ -1,9 +1,13 @@
 //! How `zcode-acp chat` shows a session in a terminal: replies streamed as they come, thoughts
 //! dimmed, tool calls and plans on lines of their own, other devices' prompts marked.
+//!
+//! Everything the agent or another client wrote goes through [`inert`] first: only the chat's
+//! own styling reaches the terminal as control sequences.
 
 use serde_json::Value;
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use zcode_shared::text::strip_controls as inert;
 
 /// Turns `session/update`s into terminal text.
 #[derive(Default)]
@@ -35,7 +39,8 @@ impl Renderer {
     /// Text for one update (possibly empty).
     pub fn update(&mut self, u: &Value) -> String {
         let mut out = String::new();
-        let text = u.pointer("/content/text").and_then(Value::as_str).unwrap_or("");
+        let text = inert(u.pointer("/content/text").and_then(Value::as_str).unwrap_or(""));
+        let text = text.as_str();
         match u["sessionUpdate"].as_str().unwrap_or("") {
             "agent_message_chunk" => {
                 self.line(&mut out, "agent");
@@ -50,12 +55,12 @@ impl Renderer {
                 let _ = write!(out, "{} {text}", self.style("1;36", "you ›"));
             }
             "tool_call" => {
-                let title = u["title"].as_str().unwrap_or("tool").to_owned();
+                let title = zcode_shared::text::title(u["title"].as_str().unwrap_or("tool"));
                 if let Some(id) = u["toolCallId"].as_str() {
                     self.tools.insert(id.to_owned(), title.clone());
                 }
                 self.line(&mut out, "tool");
-                let status = u["status"].as_str().unwrap_or("pending");
+                let status = inert(u["status"].as_str().unwrap_or("pending"));
                 let _ = writeln!(out, "{}", self.style("33", &format!("⚙ {title} ({status})")));
                 self.last = None;
             }
@@ -84,7 +89,7 @@ impl Renderer {
                     let _ = writeln!(
                         out,
                         "{}",
-                        self.style("34", &format!("{mark} {}", e["content"].as_str().unwrap_or("")))
+                        self.style("34", &format!("{mark} {}", inert(e["content"].as_str().unwrap_or(""))))
                     );
                 }
                 self.last = None;
@@ -105,10 +110,10 @@ pub fn permission_question(params: &Value) -> (String, Vec<String>) {
     let title =
         params.pointer("/toolCall/title").and_then(Value::as_str).unwrap_or("the agent asks for permission");
     let options = params["options"].as_array().cloned().unwrap_or_default();
-    let mut q = format!("🔐 {title}\n");
+    let mut q = format!("🔐 {}\n", inert(title));
     let mut ids = Vec::new();
     for (i, o) in options.iter().enumerate() {
-        let _ = writeln!(q, "  {}) {}", i + 1, o["name"].as_str().unwrap_or("?"));
+        let _ = writeln!(q, "  {}) {}", i + 1, zcode_shared::text::title(o["name"].as_str().unwrap_or("?")));
         ids.push(o["optionId"].as_str().unwrap_or("").to_owned());
     }
     q.push_str("answer with a number: ");
@@ -144,5 +149,21 @@ mod tests {
             {"optionId": "allow", "name": "Allow"}, {"optionId": "reject", "name": "Reject"}]}));
         assert!(q.contains("1) Allow") && q.contains("2) Reject"));
         assert_eq!(ids, ["allow", "reject"]);
+    }
+
+    #[test]
+    fn what_others_wrote_is_inert_and_our_styling_stays() {
+        let mut r = Renderer::new(true);
+        let mut s = r.update(&json!({"sessionUpdate": "user_message_chunk",
+            "content": {"type": "text", "text": "hi\x1b]0;pwned\x07\x1b[2J\u{9b}1m"}}));
+        s += &r.update(&json!({"sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": "a\x1bPq\x1b\\b\x07\r"}}));
+        s += &r.update(&json!({"sessionUpdate": "tool_call", "toolCallId": "c",
+            "title": "t\x1b[31m\n", "status": "x\x1b[5m"}));
+        s += &r.update(&json!({"sessionUpdate": "plan", "entries": [{"content": "p\x1b]2;x\x07"}]}));
+        assert_eq!(s, "\x1b[1;36myou ›\x1b[0m hi\nab\n\x1b[33m⚙ t (x)\x1b[0m\n\x1b[34m☐ p\x1b[0m\n");
+        let (q, _) = permission_question(&json!({"toolCall": {"title": "e\x1b[8m"},
+            "options": [{"optionId": "a", "name": "A\x1b]0;x\x07"}]}));
+        assert_eq!(q, "🔐 e\n  1) A\nanswer with a number: ");
     }
 }

@@ -52,9 +52,10 @@ impl Router {
     }
 
     fn rename(&mut self, sid: &str, title: &str) -> Result<Value, (u16, String)> {
-        // Flattened to one line (every run of whitespace, newlines too, becomes one space),
-        // trimmed, 80 characters.
-        let title: String = title.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(80).collect();
+        // Control sequences out (a title reaches terminals: tab names, `chat`), flattened to
+        // one line (every run of whitespace, newlines too, becomes one space), trimmed, 80
+        // characters.
+        let title = zcode_shared::text::title(title);
         if title.is_empty() {
             return Err((400, "title required".into()));
         }

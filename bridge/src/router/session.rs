@@ -112,11 +112,10 @@ impl Session {
     }
 }
 
-/// A session title from prompt text: the first non-empty line, whitespace flattened, trimmed,
-/// at most 80 characters.
+/// A session title from prompt text: the first line with something visible, control sequences
+/// removed, whitespace flattened, trimmed, at most 80 characters.
 pub fn title_of(text: &str) -> String {
-    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    line.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(80).collect()
+    zcode_shared::text::title_of(text)
 }
 
 /// The text of a prompt's content blocks (text blocks joined by newlines).
@@ -135,6 +134,7 @@ mod tests {
     fn titles() {
         assert_eq!(title_of("\n  Fix   the\tbug \nnext"), "Fix the bug");
         assert_eq!(title_of(&"x".repeat(200)).len(), 80);
+        assert_eq!(title_of("\x1b]0;evil\x07\n#(x)\x1b[2J ok\x07"), "#(x) ok");
         assert_eq!(title_of(""), "");
     }
 

@@ -1,6 +1,9 @@
 //! `POST /api/instances {workspacePath[, sessionId]}`: a NEW bridge for a known project, in a
 //! terminal window (or headless), answered once it registers. Identical concurrent creates
 //! join one spawn; the spawn and its registration are paired by a nonce.
+//!
+//! Spawns are bounded: at most `remote.maxCreatesInFlight` distinct spawns waiting at once and
+//! `remote.maxServeBridges` serve bridges alive (those starting count); beyond, 429.
 
 use super::projects::{creatable, live_config, say, store};
 use crate::Hub;
@@ -11,6 +14,7 @@ use hyper::{Request, StatusCode};
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -23,6 +27,48 @@ const POLL: Duration = Duration::from_millis(100);
 
 type Outcome = Result<String, (StatusCode, String)>;
 type Inflight = HashMap<(String, Option<String>, bool), Arc<tokio::sync::OnceCell<Outcome>>>;
+
+/// Distinct spawns under way (creates joined to one count once).
+static STARTING: AtomicUsize = AtomicUsize::new(0);
+
+/// A place among the spawns under way, given back when dropped.
+struct Slot;
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        STARTING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Takes a slot for one more spawn, or says (429) which cap stands in the way.
+fn slot(hub: &Hub, cfg: &zcode_shared::config::Config) -> Result<Slot, (StatusCode, String)> {
+    let max = cfg.remote.max_creates_in_flight;
+    let before = STARTING
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
+        .map_err(|_| {
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "{max} bridges are already starting (remote.maxCreatesInFlight / \
+                     ZCODE_ACP_MAX_CREATES_IN_FLIGHT): wait until they are up, then try again"
+                ),
+            )
+        })?;
+    let slot = Slot;
+    let max = cfg.remote.max_serve_bridges;
+    let alive = hub.registry().serve_count(Instant::now());
+    if alive + before >= max {
+        return Err((
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "{max} remote bridges are already running or starting (remote.maxServeBridges / \
+                 ZCODE_ACP_MAX_SERVE_BRIDGES): close sessions you no longer need (a remote \
+                 bridge ends with its last session), then try again"
+            ),
+        ));
+    }
+    Ok(slot)
+}
 
 fn inflight() -> &'static Mutex<Inflight> {
     static M: OnceLock<Mutex<Inflight>> = OnceLock::new();
@@ -100,12 +146,17 @@ async fn spawn_and_wait(
     session: Option<String>,
     headless_only: bool,
 ) -> Outcome {
+    let cfg = live_config(&hub);
+    let _slot = slot(&hub, &cfg)?;
     let nonce = nonce();
     let title = title_for(&hub, &path, session.as_deref());
     let l = Launch { workspace: path, session, title, nonce: nonce.clone(), headless_only };
-    let cfg = live_config(&hub);
-    let started =
-        spawn::start(&cfg, &l).map_err(|e| (StatusCode::BAD_GATEWAY, format!("spawn failed: {e}")))?;
+    // Opening a window runs programs to completion (tmux, a user's command): not on a worker.
+    let started = tokio::task::spawn_blocking(move || spawn::start(&cfg, &l))
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|r| r)
+        .map_err(|e| (StatusCode::BAD_GATEWAY, format!("spawn failed: {e}")))?;
     let (budget, mut child) = match started {
         Started::Window(name) => {
             tracing::info!(recipe = %name, "opened a terminal window for a remote create");
@@ -147,12 +198,14 @@ async fn spawn_and_wait(
     }
 }
 
-/// The window title: the session's title, else the project's name.
+/// The window title: the session's title, else the project's name; one clean line either way
+/// (a title stored by an older version may hold anything).
 fn title_for(hub: &Hub, path: &Path, session: Option<&str>) -> String {
     let stored = session.and_then(|s| store(hub).ok()?.counters(s).ok().flatten()?.title);
-    stored.unwrap_or_else(|| {
+    let raw = stored.unwrap_or_else(|| {
         path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
-    })
+    });
+    zcode_shared::text::title(&raw)
 }
 
 fn nonce() -> String {

@@ -77,7 +77,16 @@ pub struct Remote {
     pub project_roots: Vec<PathBuf>,
     /// Terminal windows for remote creates.
     pub terminal: Terminal,
+    /// The most remote creates starting a bridge at once (`remote.maxCreatesInFlight`).
+    pub max_creates_in_flight: usize,
+    /// The most serve bridges (windows and headless) alive per hub (`remote.maxServeBridges`).
+    pub max_serve_bridges: usize,
 }
+
+/// Default of [`Remote::max_creates_in_flight`].
+pub const DEFAULT_MAX_CREATES_IN_FLIGHT: usize = 4;
+/// Default of [`Remote::max_serve_bridges`].
+pub const DEFAULT_MAX_SERVE_BRIDGES: usize = 32;
 
 /// Where a configured token came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,6 +238,20 @@ impl Config {
             .unwrap_or(DEFAULT_BRIDGE_PORT),
             project_roots: project_roots.iter().map(|r| expand_tilde(r, home.as_deref())).collect(),
             terminal,
+            max_creates_in_flight: positive(
+                var("ZCODE_ACP_MAX_CREATES_IN_FLIGHT"),
+                "ZCODE_ACP_MAX_CREATES_IN_FLIGHT",
+                raw,
+                "remote.maxCreatesInFlight",
+            )?
+            .unwrap_or(DEFAULT_MAX_CREATES_IN_FLIGHT),
+            max_serve_bridges: positive(
+                var("ZCODE_ACP_MAX_SERVE_BRIDGES"),
+                "ZCODE_ACP_MAX_SERVE_BRIDGES",
+                raw,
+                "remote.maxServeBridges",
+            )?
+            .unwrap_or(DEFAULT_MAX_SERVE_BRIDGES),
         };
         let mut timings = Timings::default();
         for (env_key, file_key, _, field) in KNOBS {
@@ -266,6 +289,26 @@ fn port(env_val: Option<String>, var: &str, raw: &RawConfig, key: &str) -> Resul
         }),
         None => raw.port(key),
     }
+}
+
+/// A whole number of at least 1 from the environment, else the file.
+fn positive(
+    env_val: Option<String>,
+    var: &str,
+    raw: &RawConfig,
+    key: &str,
+) -> Result<Option<usize>, ConfigError> {
+    let n = match env_val {
+        Some(v) => Some(v.trim().parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| ConfigError::Env {
+            var: var.to_owned(),
+            reason: format!("expected a whole number of at least 1, got {v:?}"),
+        })?),
+        None => match raw.u64(key)? {
+            Some(0) => return Err(raw.invalid(key, "must be at least 1")),
+            n => n,
+        },
+    };
+    Ok(n.map(|n| usize::try_from(n).unwrap_or(usize::MAX)))
 }
 
 fn env_bool(var: &str, v: &str) -> Result<bool, ConfigError> {

@@ -197,3 +197,22 @@ fn tilde_expansion() {
     assert_eq!(expand_tilde("~other/x", Some(home)), PathBuf::from("~other/x"));
     assert_eq!(expand_tilde("/abs", Some(home)), PathBuf::from("/abs"));
 }
+
+#[test]
+fn spawn_caps_default_file_env_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config::load_from(&env_with_home(dir.path(), &[])).unwrap();
+    assert_eq!(cfg.remote.max_creates_in_flight, DEFAULT_MAX_CREATES_IN_FLIGHT);
+    assert_eq!(cfg.remote.max_serve_bridges, DEFAULT_MAX_SERVE_BRIDGES);
+    write_config(dir.path(), r#"{"remote": {"maxCreatesInFlight": 2, "maxServeBridges": 5}}"#);
+    let cfg = Config::load_from(&env_with_home(dir.path(), &[])).unwrap();
+    assert_eq!((cfg.remote.max_creates_in_flight, cfg.remote.max_serve_bridges), (2, 5));
+    let env = [("ZCODE_ACP_MAX_CREATES_IN_FLIGHT", "1"), ("ZCODE_ACP_MAX_SERVE_BRIDGES", "7")];
+    let cfg = Config::load_from(&env_with_home(dir.path(), &env)).unwrap();
+    assert_eq!((cfg.remote.max_creates_in_flight, cfg.remote.max_serve_bridges), (1, 7));
+    let err = Config::load_from(&env_with_home(dir.path(), &[("ZCODE_ACP_MAX_SERVE_BRIDGES", "0")]));
+    assert!(err.unwrap_err().to_string().contains("ZCODE_ACP_MAX_SERVE_BRIDGES: expected a whole number"));
+    write_config(dir.path(), r#"{"remote": {"maxCreatesInFlight": 0}}"#);
+    let err = Config::load_from(&env_with_home(dir.path(), &[])).unwrap_err().to_string();
+    assert!(err.contains("`remote.maxCreatesInFlight` must be at least 1"), "{err}");
+}

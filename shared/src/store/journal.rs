@@ -101,6 +101,8 @@ impl Writer<'_> {
         } else {
             "UPDATE sessions SET title = ?2 WHERE session_id = ?1 AND title_overridden = 0"
         };
+        // Whoever calls, no control sequence is stored: titles end up in terminals and tab names.
+        let title = crate::text::title(title);
         self.tx.prepare_cached(sql)?.execute(params![session, title])?;
         Ok(())
     }

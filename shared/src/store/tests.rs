@@ -113,3 +113,11 @@ fn several_writers_at_once_never_see_database_is_locked() {
     assert_eq!(shared.next_seq, 2001);
     assert_eq!(s.messages_between("shared", 1, 2001).unwrap().len(), 2000);
 }
+
+#[test]
+fn a_stored_title_holds_no_control_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open_in(dir.path()).unwrap();
+    s.write(|w| w.set_title("s", "a\x1b]0;evil\x07 b\x1b[2J\u{9b}1m\nc\x07", true, 1)).unwrap();
+    assert_eq!(s.counters("s").unwrap().unwrap().title.as_deref(), Some("a b c"));
+}
