@@ -8,7 +8,7 @@
 
 mod mime;
 mod query;
-mod resolve;
+pub(crate) mod resolve;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
