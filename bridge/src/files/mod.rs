@@ -6,6 +6,8 @@
 //! streamed from a blocking reader through a small bounded channel, so memory stays O(window)
 //! whatever the file's size.
 
+#[cfg(test)]
+pub(crate) mod fuzz;
 mod mime;
 mod query;
 pub(crate) mod resolve;

@@ -10,6 +10,8 @@
 //! - `terminal`: processes in their own process groups, output captured into a bounded buffer.
 
 mod fs;
+#[cfg(test)]
+mod fuzz;
 mod terminal;
 
 use crate::files::resolve::Root;
