@@ -88,7 +88,8 @@ fn drive(
     let bound = (early.len() + input.len() + 64) * (sizes.len() + 1) * (caps.len() + 1) * 4;
     let mut eof = false;
     for step in 0..bound {
-        if inject_every > 0 && step % inject_every == 0 && !eof {
+        // Like the hub's pings: a few, and never a second while one waits.
+        if inject_every > 0 && step % inject_every == 0 && !eof && !pipe.injecting() && queued < 16 {
             pipe.queue(&injected());
             queued += 1;
         }

@@ -209,16 +209,21 @@ fn check_any(text: &str) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-#[test]
-fn deep_nesting_never_overflows_the_stack() {
-    for (open, close) in [("[", "]"), ("{\"sessionId\":", "}")] {
-        let n = 100_000;
+proptest! {
+    #![proptest_config(config(16))]
+
+    /// Nesting to any depth never overflows the stack: kept raw (a payload is never parsed to
+    /// be forwarded), refused by typed reads past serde_json's recursion limit.
+    #[test]
+    fn deep_nesting_never_overflows_the_stack(n in 1usize..200_000, object in any::<bool>()) {
+        let (open, close) = if object { ("{\"sessionId\":", "}") } else { ("[", "]") };
         let text = format!("{{\"method\":\"m\",\"params\":{}1{}}}", open.repeat(n), close.repeat(n));
-        // Kept raw (the payload is never parsed to be forwarded); typed reads refuse it.
-        let m = RawMessage::parse(&text).map_err(|e| e.to_string()).expect("kept raw");
-        assert_eq!(m.params.as_deref().map(|p| p.get().len()), Some(text.len() - 24));
-        assert_eq!(m.session_id(), None);
-        assert_eq!(m.params_value(), serde_json::Value::Null);
-        assert_eq!(m.line_with_id(Some(&Id::Number("1".into()))).len(), text.len() + 23);
+        let m = RawMessage::parse(&text).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(m.params.as_deref().map(|p| p.get().len()), Some(text.len() - 24));
+        prop_assert_eq!(m.session_id(), None);
+        if n > 200 {
+            prop_assert_eq!(m.params_value(), serde_json::Value::Null);
+        }
+        prop_assert_eq!(m.line_with_id(Some(&Id::Number("1".into()))).len(), text.len() + 23);
     }
 }
