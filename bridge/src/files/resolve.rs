@@ -38,6 +38,13 @@ impl Root {
         let fd =
             nix::fcntl::open(&path, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
                 .map_err(|e| Refusal::NotFound(format!("session root {}: {e}", path.display())))?;
+        // The path was checked, the fd is what counts: a directory above the root swapped for
+        // a symlink to `/` in between must not make `/` a root.
+        let id = |st: nix::sys::stat::FileStat| (st.st_dev, st.st_ino);
+        let (opened, slash) = (nix::sys::stat::fstat(&fd).map(id), nix::sys::stat::stat("/").map(id));
+        if matches!((opened, slash), (Ok(a), Ok(b)) if a == b) {
+            return Err(Refusal::Forbidden("the filesystem root is never served".into()));
+        }
         Ok(Root { path, fd })
     }
 
