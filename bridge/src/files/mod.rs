@@ -6,9 +6,11 @@
 //! streamed from a blocking reader through a small bounded channel, so memory stays O(window)
 //! whatever the file's size.
 
+#[cfg(test)]
+pub(crate) mod fuzz;
 mod mime;
 mod query;
-mod resolve;
+pub(crate) mod resolve;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};

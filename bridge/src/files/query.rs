@@ -59,7 +59,9 @@ fn decode(s: &str) -> Result<Vec<u8>, String> {
     while i < b.len() {
         match b[i] {
             b'%' => {
-                let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+                // Two hex digits, checked as such: `from_str_radix` alone takes `%+f` as 0x0f.
+                let hex = b.get(i + 1..i + 3).filter(|h| h.iter().all(u8::is_ascii_hexdigit));
+                let hex = hex.and_then(|h| std::str::from_utf8(h).ok());
                 let byte =
                     hex.and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or("a bad %-escape in the query")?;
                 out.push(byte);
@@ -91,6 +93,7 @@ mod tests {
         assert_eq!(q.str("n").unwrap(), Some("a b"));
         assert_eq!(q.bytes("z"), Some(&b"a\0b"[..]));
         assert!(Query::parse(Some("x=%zz")).is_err());
+        assert!(Query::parse(Some("x=%+f")).is_err(), "a sign is not a hex digit");
         assert!(Query::parse(Some("line=-1")).unwrap().u64("line").is_err());
     }
 }

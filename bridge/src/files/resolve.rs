@@ -1,9 +1,11 @@
 //! Resolving a requested path beneath a session's root, race-free: the root is opened once and
 //! every lookup is an `openat2(RESOLVE_BENEATH)` relative to it, so no `..`, absolute symlink
-//! or symlink swapped in mid-request can lead outside.
+//! or symlink swapped in mid-request can lead outside. The files API and the agent's own
+//! `fs/*` and `terminal/*` service (`crate::local`) both confine through [`Root`].
 
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+use nix::sys::stat::Mode;
 use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
 
@@ -33,12 +35,16 @@ impl Root {
         if path == Path::new("/") {
             return Err(Refusal::Forbidden("the filesystem root is never served".into()));
         }
-        let fd = nix::fcntl::open(
-            &path,
-            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::empty(),
-        )
-        .map_err(|e| Refusal::NotFound(format!("session root {}: {e}", path.display())))?;
+        let fd =
+            nix::fcntl::open(&path, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
+                .map_err(|e| Refusal::NotFound(format!("session root {}: {e}", path.display())))?;
+        // The path was checked, the fd is what counts: a directory above the root swapped for
+        // a symlink to `/` in between must not make `/` a root.
+        let id = |st: nix::sys::stat::FileStat| (st.st_dev, st.st_ino);
+        let (opened, slash) = (nix::sys::stat::fstat(&fd).map(id), nix::sys::stat::stat("/").map(id));
+        if matches!((opened, slash), (Ok(a), Ok(b)) if a == b) {
+            return Err(Refusal::Forbidden("the filesystem root is never served".into()));
+        }
         Ok(Root { path, fd })
     }
 
@@ -72,13 +78,24 @@ impl Root {
         Ok(clean)
     }
 
+    /// Opens `rel` beneath the root with `flags`; `mode` is for a file `O_CREAT` makes. The
+    /// error is the kernel's: `EXDEV` when the path would lead outside the root.
+    pub fn open_raw(&self, rel: &Path, flags: OFlag, mode: Mode) -> nix::Result<OwnedFd> {
+        let target = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
+        // openat2 refuses (EINVAL) a mode without O_CREAT.
+        let mode = if flags.contains(OFlag::O_CREAT) { mode } else { Mode::empty() };
+        // With O_PATH, openat2 refuses (EINVAL) any flag but O_DIRECTORY, O_NOFOLLOW, O_CLOEXEC.
+        let tty = if flags.contains(OFlag::O_PATH) { OFlag::empty() } else { OFlag::O_NOCTTY };
+        let how = OpenHow::new()
+            .flags(flags | OFlag::O_CLOEXEC | tty)
+            .mode(mode)
+            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+        openat2(&self.fd, target, how)
+    }
+
     /// Opens `rel` beneath the root with `flags`.
     pub fn open_beneath(&self, rel: &Path, flags: OFlag) -> Result<OwnedFd, Refusal> {
-        let target = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
-        let how = OpenHow::new()
-            .flags(flags | OFlag::O_CLOEXEC | OFlag::O_NOCTTY)
-            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-        openat2(&self.fd, target, how).map_err(|e| match e {
+        self.open_raw(rel, flags, Mode::empty()).map_err(|e| match e {
             Errno::EXDEV | Errno::ELOOP => {
                 Refusal::Forbidden("the path leads outside the session's root".into())
             }

@@ -1,16 +1,18 @@
 //! `fs/read_text_file` and `fs/write_text_file`, confined to the session's directories.
 //!
-//! A read canonicalizes the whole path (symlinks resolved) and checks the result; a write
-//! canonicalizes the parent directory, checks it, and opens the final name with `O_NOFOLLOW`,
-//! so a symlink planted at that name is refused rather than followed. Both open with
-//! `O_NONBLOCK` and insist on a regular file, so a FIFO or device never hangs or floods us.
+//! Both open beneath the root holding the path ([`Roots::open`]: `openat2` with
+//! `RESOLVE_BENEATH`), so no `..`, symlink, or directory swapped for a symlink mid-request leads
+//! outside. A read follows symlinks that stay inside; a write also refuses a symlink at the
+//! final name (`O_NOFOLLOW`), and needs the parent directory to exist (a missing one is
+//! `-32002`, not created). Both open with `O_NONBLOCK` and insist on a regular file, so a FIFO
+//! or device never hangs or floods us.
 
-use super::{Roots, absolute_path, io_error, not_found, optional_u64, outside};
-use nix::errno::Errno;
+use super::{Roots, absolute_path, io_error, optional_u64};
 use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 use serde_json::{Value, json};
 use std::path::Path;
-use tokio::fs::{File, OpenOptions};
+use tokio::fs::File;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use zcode_shared::jsonrpc::{self, RpcError};
 
@@ -25,8 +27,7 @@ pub(crate) async fn read_text_file(params: &Value, roots: &Roots) -> Result<Valu
     if line == Some(0) {
         return Err(RpcError::invalid_params("`line` is 1-based; the first line is 1"));
     }
-    let canon = roots.confine_existing(&path).await?;
-    let file = open_regular(&canon, &path, OpenOptions::new().read(true)).await?;
+    let file = open_regular(roots, &path, OFlag::O_RDONLY).await?;
     let bytes = if line.is_none() && limit.is_none() {
         read_whole(file, &path).await?
     } else {
@@ -41,16 +42,9 @@ pub(crate) async fn read_text_file(params: &Value, roots: &Roots) -> Result<Valu
 pub(crate) async fn write_text_file(params: &Value, roots: &Roots) -> Result<Value, RpcError> {
     let path = absolute_path(params, "path")?;
     let content = jsonrpc::required_str(params, "content")?;
-    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(outside(&path));
-    };
-    let parent_canon = roots.confine_existing(parent).await?;
-    if !tokio::fs::metadata(&parent_canon).await.is_ok_and(|m| m.is_dir()) {
-        return Err(RpcError::invalid_params(format!("not a directory: {}", parent.display())));
-    }
     // Not truncating at open: the file is checked to be a regular one before it is emptied.
-    let target = parent_canon.join(name);
-    let mut file = open_regular(&target, &path, OpenOptions::new().write(true).create(true)).await?;
+    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW;
+    let mut file = open_regular(roots, &path, flags).await?;
     let write = async {
         file.set_len(0).await?;
         file.write_all(content.as_bytes()).await?;
@@ -61,22 +55,14 @@ pub(crate) async fn write_text_file(params: &Value, roots: &Roots) -> Result<Val
     Ok(Value::Null)
 }
 
-/// Opens `target` (already confined) without following a symlink at its final name and
-/// without blocking, and checks it is a regular file. `shown` is the path the agent gave.
-async fn open_regular(target: &Path, shown: &Path, options: &mut OpenOptions) -> Result<File, RpcError> {
-    let flags = OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK;
-    let file = options.custom_flags(flags.bits()).open(target).await.map_err(|e| {
-        if e.raw_os_error() == Some(Errno::ELOOP as i32) {
-            RpcError::invalid_params(format!("refusing to follow a symbolic link: {}", shown.display()))
-        } else if e.kind() == std::io::ErrorKind::NotFound {
-            not_found(shown)
-        } else {
-            io_error("cannot open", shown, &e)
-        }
-    })?;
-    let meta = file.metadata().await.map_err(|e| io_error("cannot stat", shown, &e))?;
+/// Opens `path` beneath its root with `flags`, without blocking, and checks it is a regular
+/// file.
+async fn open_regular(roots: &Roots, path: &Path, flags: OFlag) -> Result<File, RpcError> {
+    let fd = roots.open(path, flags | OFlag::O_NONBLOCK, Mode::from_bits_truncate(0o666)).await?;
+    let file = File::from_std(std::fs::File::from(fd));
+    let meta = file.metadata().await.map_err(|e| io_error("cannot stat", path, &e))?;
     if !meta.is_file() {
-        return Err(RpcError::invalid_params(format!("not a regular file: {}", shown.display())));
+        return Err(RpcError::invalid_params(format!("not a regular file: {}", path.display())));
     }
     Ok(file)
 }

@@ -10,10 +10,18 @@
 //! - `terminal`: processes in their own process groups, output captured into a bounded buffer.
 
 mod fs;
+#[cfg(test)]
+mod fuzz;
 mod terminal;
 
+use crate::files::resolve::Root;
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 use serde_json::Value;
 use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use zcode_shared::jsonrpc::{self, RESOURCE_NOT_FOUND, RpcError};
@@ -53,62 +61,78 @@ impl LocalService {
     }
 }
 
-/// The session's directories, canonical. Roots that do not resolve, and `/`, are dropped, so
-/// an empty set refuses everything.
-pub(crate) struct Roots(Vec<PathBuf>);
+/// The session's directories, each opened as a [`Root`]: every path is resolved beneath one
+/// of them by the kernel (`openat2` with `RESOLVE_BENEATH`), exactly as the files API does, so
+/// a directory swapped for a symlink between a check and an open cannot lead outside. Roots
+/// that do not resolve, and `/`, are dropped, so an empty set refuses everything.
+#[derive(Clone)]
+pub(crate) struct Roots(Arc<[(PathBuf, Root)]>);
 
 impl Roots {
-    /// Canonicalizes `raw`, keeping the absolute roots that exist and are not `/`.
+    /// Opens the absolute roots in `raw` that exist and are not `/`.
     pub(crate) async fn resolve(raw: &[PathBuf]) -> Roots {
-        let mut roots = Vec::new();
-        for root in raw.iter().filter(|r| r.is_absolute()) {
-            match tokio::fs::canonicalize(root).await {
-                // `/` as a root would confine nothing; a session rooted there gets no service.
-                Ok(canon) if canon.parent().is_some() => roots.push(canon),
-                Ok(_) => tracing::debug!(root = %root.display(), "refusing `/` as a session root"),
-                Err(e) => {
-                    tracing::debug!(root = %root.display(), error = %e, "session root does not resolve")
+        let raw = raw.to_vec();
+        let open = tokio::task::spawn_blocking(move || {
+            let mut roots = Vec::new();
+            for given in raw.into_iter().filter(|r| r.is_absolute()) {
+                match Root::open(&given) {
+                    Ok(root) => roots.push((given, root)),
+                    // `/` as a root would confine nothing; a session rooted there gets no service.
+                    Err(e) => tracing::debug!(root = %given.display(), reason = ?e, "session root refused"),
                 }
             }
-        }
-        Roots(roots)
-    }
-
-    /// Whether the canonical path `canon` is one of the roots or below one (component-wise,
-    /// so `/w/proj2` is not inside `/w/proj`).
-    pub(crate) fn contains(&self, canon: &Path) -> bool {
-        self.0.iter().any(|root| canon.starts_with(root))
+            roots
+        });
+        Roots(open.await.unwrap_or_default().into())
     }
 
     /// The first root: the session's `cwd` when it resolved.
-    pub(crate) fn first(&self) -> Option<&Path> {
-        self.0.first().map(PathBuf::as_path)
+    pub(crate) fn first(&self) -> Option<&Root> {
+        self.0.first().map(|(_, root)| root)
     }
 
-    /// Canonicalizes an existing path and checks it is inside a root.
-    ///
-    /// A path that does not resolve is reported as not found only when its deepest existing
-    /// ancestor is inside a root, so the error never tells whether a file outside exists.
-    pub(crate) async fn confine_existing(&self, path: &Path) -> Result<PathBuf, RpcError> {
-        let err = match tokio::fs::canonicalize(path).await {
-            Ok(canon) if self.contains(&canon) => return Ok(canon),
-            Ok(_) => return Err(outside(path)),
-            Err(e) => e,
-        };
-        let mut inside = false;
-        for ancestor in path.ancestors().skip(1) {
-            if let Ok(canon) = tokio::fs::canonicalize(ancestor).await {
-                inside = self.contains(&canon);
-                break;
-            }
+    /// The root `path` (absolute) lies in, as the agent spelled it or canonically, and the path
+    /// relative to it. Nothing is looked up: a path outside every root is refused as it is.
+    fn locate(&self, path: &Path) -> Result<(&Root, PathBuf), RpcError> {
+        let bytes = path.as_os_str().as_bytes();
+        self.0
+            .iter()
+            .find_map(|(given, root)| root.relative(bytes, given).ok().map(|rel| (root, rel)))
+            .ok_or_else(|| outside(path))
+    }
+
+    /// Opens `path` beneath the root that holds it (on the blocking pool), never following a
+    /// symlink or `..` out of that root; `mode` is for a file `O_CREAT` makes. `shown` errors:
+    /// an escape is refused like any outside path, a missing file is not found.
+    pub(crate) async fn open(&self, path: &Path, flags: OFlag, mode: Mode) -> Result<OwnedFd, RpcError> {
+        let (roots, owned) = (self.clone(), path.to_owned());
+        let open = tokio::task::spawn_blocking(move || {
+            let (root, rel) = roots.locate(&owned)?;
+            root.open_raw(&rel, flags, mode).map_err(|e| open_error(e, &owned, flags))
+        });
+        open.await.map_err(|e| RpcError::internal(format!("opening {}: {e}", path.display())))?
+    }
+}
+
+/// The error for a failed beneath-the-root open of `path`.
+fn open_error(e: Errno, path: &Path, flags: OFlag) -> RpcError {
+    match e {
+        // RESOLVE_BENEATH: the path (through `..` or a symlink) leads outside the root.
+        Errno::EXDEV => outside(path),
+        Errno::ELOOP if flags.contains(OFlag::O_NOFOLLOW) => {
+            RpcError::invalid_params(format!("refusing to follow a symbolic link: {}", path.display()))
         }
-        if !inside {
-            return Err(outside(path));
+        Errno::ELOOP => RpcError::invalid_params(format!(
+            "cannot follow the symbolic links in {} (a loop, or a /proc magic link)",
+            path.display()
+        )),
+        Errno::ENOTDIR if flags.contains(OFlag::O_DIRECTORY) => {
+            RpcError::invalid_params(format!("not a directory: {}", path.display()))
         }
-        Err(match err.kind() {
-            io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => not_found(path),
-            _ => io_error("cannot access", path, &err),
-        })
+        Errno::ENOENT | Errno::ENOTDIR => not_found(path),
+        Errno::EISDIR => RpcError::invalid_params(format!("not a regular file: {}", path.display())),
+        Errno::ENOSYS => RpcError::internal("this kernel has no openat2: the bridge serves no files"),
+        other => io_error("cannot open", path, &io::Error::from(other)),
     }
 }
 
@@ -166,7 +190,7 @@ mod tests {
         let roots = Roots::resolve(&[PathBuf::from("/"), dir.path().join("missing"), "rel".into()]).await;
         assert!(roots.0.is_empty());
         let roots = Roots::resolve(&[dir.path().to_path_buf()]).await;
-        assert_eq!(roots.first(), Some(dir.path().canonicalize().unwrap().as_path()));
+        assert_eq!(roots.first().map(|r| r.path.clone()), Some(dir.path().canonicalize().unwrap()));
     }
 
     #[test]

@@ -8,12 +8,15 @@
 
 use super::{Roots, absolute_path, optional_u64};
 use nix::errno::Errno;
+use nix::fcntl::OFlag;
 use nix::sys::signal::{Signal, killpg};
+use nix::sys::stat::Mode;
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -73,7 +76,7 @@ impl Terminals {
         }
         let args = string_array(params, "args")?;
         let env = env_pairs(params)?;
-        let cwd = working_dir(params, roots).await?;
+        let (cwd_fd, cwd) = working_dir(params, roots).await?;
         let limit = optional_u64(params, "outputByteLimit")?
             .map_or(MAX_OUTPUT_BYTES, |l| usize::try_from(l).unwrap_or(usize::MAX).min(MAX_OUTPUT_BYTES));
         if lock(&self.live).len() >= MAX_TERMINALS {
@@ -87,7 +90,9 @@ impl Terminals {
         }
         cmd.args(&args)
             .envs(env)
-            .current_dir(&cwd)
+            // The directory opened beneath the root, through the child's copy of its fd: what
+            // the command runs in is what was checked, whatever is renamed in between.
+            .current_dir(format!("/proc/self/fd/{}", cwd_fd.as_raw_fd()))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -95,6 +100,7 @@ impl Terminals {
             .process_group(0)
             .kill_on_drop(true);
         let terminal = Terminal::spawn(cmd, command, limit)?;
+        drop(cwd_fd);
         let id = format!("term_{}", self.next_id.fetch_add(1, Ordering::Relaxed) + 1);
         tracing::debug!(terminal = %id, command, cwd = %cwd.display(), "terminal started");
         lock(&self.live).insert(id.clone(), Arc::new(terminal));
@@ -261,18 +267,20 @@ async fn futures_join(tasks: [tokio::task::JoinHandle<()>; 2]) {
     }
 }
 
-/// The working directory: `cwd` if given and inside a root, else the session's first root.
-async fn working_dir(params: &Value, roots: &Roots) -> Result<PathBuf, RpcError> {
-    let dir = match params.get("cwd") {
-        None | Some(Value::Null) => roots.first().map(PathBuf::from).ok_or_else(|| {
+/// The working directory, opened beneath its root (`O_PATH`): `cwd` if given, else the
+/// session's first root. Returns it with the path to show.
+async fn working_dir(params: &Value, roots: &Roots) -> Result<(OwnedFd, PathBuf), RpcError> {
+    let shown = match params.get("cwd") {
+        None | Some(Value::Null) => roots.first().map(|root| root.path.clone()).ok_or_else(|| {
             RpcError::invalid_params("the session has no directory the bridge may run commands in")
         })?,
-        Some(_) => roots.confine_existing(&absolute_path(params, "cwd")?).await?,
+        Some(_) => absolute_path(params, "cwd")?,
     };
-    if !tokio::fs::metadata(&dir).await.is_ok_and(|m| m.is_dir()) {
-        return Err(RpcError::invalid_params(format!("`cwd` is not a directory: {}", dir.display())));
+    let fd = roots.open(&shown, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty()).await?;
+    if !Path::new("/proc/self/fd").is_dir() {
+        return Err(RpcError::internal("/proc is not mounted: the bridge cannot run commands"));
     }
-    Ok(dir)
+    Ok((fd, shown))
 }
 
 /// `args`: an optional array of strings.
@@ -446,6 +454,48 @@ mod tests {
         let err = f.create(json!({"command": "/no/such/program"})).await.unwrap_err();
         assert_eq!(err.code, RESOURCE_NOT_FOUND);
         assert_eq!(f.output("term_999").unwrap_err().code, RESOURCE_NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn a_cwd_swapped_for_an_outside_symlink_never_runs_a_command_outside() {
+        let f = fixture();
+        let outside = f.root.parent().unwrap().join("outside");
+        std::fs::create_dir_all(f.root.join("d")).unwrap();
+        std::fs::write(f.root.join("d/f"), "inside").unwrap();
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("f"), "OUTSIDE").unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = {
+            let (d, stop) = (f.root.join("d"), stop.clone());
+            std::thread::spawn(move || {
+                let mut swaps = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    std::fs::rename(&d, d.with_extension("real")).unwrap();
+                    std::os::unix::fs::symlink(&outside, &d).unwrap();
+                    std::fs::remove_file(&d).unwrap();
+                    std::fs::rename(d.with_extension("real"), &d).unwrap();
+                    swaps += 1;
+                    // A moment in place, so that some commands get to run inside.
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                swaps
+            })
+        };
+        let (mut ran, mut leaked) = (0, 0);
+        for _ in 0..1500 {
+            let params = json!({"command": "cat", "args": ["f"], "cwd": f.root.join("d")});
+            let Ok(id) = f.create(params).await else { continue };
+            f.wait(&id).await;
+            let out = f.output(&id).unwrap()["output"].as_str().unwrap().to_owned();
+            f.terms.release(&json!({"terminalId": id})).unwrap();
+            leaked += usize::from(out.contains("OUTSIDE"));
+            ran += usize::from(out == "inside");
+        }
+        stop.store(true, Ordering::Relaxed);
+        let swaps = swapper.join().unwrap();
+        assert_eq!(leaked, 0, "{leaked} commands ran outside the root ({ran} inside)");
+        assert!(swaps > 1000, "only {swaps} swaps: the race was not exercised");
+        assert!(ran > 0, "no command ever ran inside");
     }
 
     #[tokio::test]

@@ -26,6 +26,8 @@
 
 mod event_loop;
 mod frame;
+#[cfg(test)]
+mod fuzz;
 mod handoff;
 mod pipe;
 

@@ -7,6 +7,8 @@
 use serde_json::{Map, Value, json};
 use std::fmt;
 
+#[cfg(test)]
+mod fuzz;
 mod raw;
 pub use raw::{ParseError, RawKind, RawMessage, raw};
 
