@@ -77,6 +77,10 @@ pub struct Remote {
     pub project_roots: Vec<PathBuf>,
     /// Terminal windows for remote creates.
     pub terminal: Terminal,
+    /// `remote.clientAddressHeader` / `ZCODE_ACP_CLIENT_ADDRESS_HEADER`: the header the
+    /// tunnel puts the client's address in (`CF-Connecting-IP`, `X-Forwarded-For`, …),
+    /// lower-cased. `None`: no forwarded address is believed; the peer's counts.
+    pub client_address_header: Option<String>,
 }
 
 /// Where a configured token came from.
@@ -225,6 +229,7 @@ impl Config {
             .unwrap_or(DEFAULT_BRIDGE_PORT),
             project_roots: project_roots.iter().map(|r| expand_tilde(r, home.as_deref())).collect(),
             terminal,
+            client_address_header: client_address_header(var("ZCODE_ACP_CLIENT_ADDRESS_HEADER"), raw)?,
         };
         let mut timings = Timings::default();
         for (env_key, file_key, _, field) in KNOBS {
@@ -262,6 +267,33 @@ fn port(env_val: Option<String>, var: &str, raw: &RawConfig, key: &str) -> Resul
         }),
         None => raw.port(key),
     }
+}
+
+/// The configured client-address header, validated as an HTTP header name and lower-cased
+/// (an empty value means none).
+fn client_address_header(env_val: Option<String>, raw: &RawConfig) -> Result<Option<String>, ConfigError> {
+    const ENV: &str = "ZCODE_ACP_CLIENT_ADDRESS_HEADER";
+    const KEY: &str = "remote.clientAddressHeader";
+    let (value, from_env) = match env_val {
+        Some(v) => (v, true),
+        None => match raw.str(KEY)? {
+            Some(v) => (v, false),
+            None => return Ok(None),
+        },
+    };
+    let name = value.trim();
+    if name.is_empty() {
+        return Ok(None);
+    }
+    // RFC 9110 `token` characters: what a header name may be made of.
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
+        let reason = format!("must be an HTTP header name such as CF-Connecting-IP, got {value:?}");
+        return Err(match from_env {
+            true => ConfigError::Env { var: ENV.to_owned(), reason },
+            false => raw.invalid(KEY, reason),
+        });
+    }
+    Ok(Some(name.to_ascii_lowercase()))
 }
 
 fn env_bool(var: &str, v: &str) -> Result<bool, ConfigError> {
