@@ -18,6 +18,8 @@
 //! - The first byte must come within [`HEADER_TIMEOUT`], the whole head within as long again
 //!   (hyper's `header_read_timeout`, also the idle keep-alive limit), and a head is at most
 //!   16 KiB.
+//! - The listen queue is widened to the kernel's maximum: under a flood it is where a
+//!   legitimate client waits, and a full one drops its SYN.
 
 use crate::Hub;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -46,6 +48,7 @@ Content-Type: text/plain; charset=utf-8\r\nContent-Length: 20\r\n\r\ntoo many co
 
 /// Accepts connections until the hub's shutdown token fires.
 pub async fn serve(listener: TcpListener, hub: Arc<Hub>) {
+    widen_backlog(&listener);
     let slots = Arc::new(Slots::default());
     let mut next_conn: u64 = 0;
     loop {
@@ -71,6 +74,18 @@ pub async fn serve(listener: TcpListener, hub: Arc<Hub>) {
         // connections could push it out of the pre-auth pool.
         tokio::task::yield_now().await;
     }
+}
+
+/// Widens the listen queue to the kernel's maximum (`net.core.somaxconn`, 4096 on current
+/// Linux; tokio binds with 1024): under a connection flood the queue is where a legitimate
+/// client waits, and a full one drops its SYN (a 1 s retransmit).
+fn widen_backlog(listener: &TcpListener) {
+    #[cfg(any(target_os = "linux", target_os = "freebsd"))]
+    if let Err(e) = nix::sys::socket::listen(listener, nix::sys::socket::Backlog::MAXALLOWABLE) {
+        tracing::debug!("cannot widen the listen queue: {e}");
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "freebsd")))]
+    let _ = listener;
 }
 
 async fn connection(stream: TcpStream, peer: SocketAddr, hub: Arc<Hub>, slot: Arc<Slot>) {
