@@ -100,14 +100,19 @@ fn measure() -> Numbers {
     let stop = Arc::new(AtomicBool::new(false));
     let open = Arc::new(AtomicUsize::new(0));
     let holder = {
-        let (stop, open, addr) = (stop.clone(), open.clone(), SocketAddr::from((Ipv4Addr::LOCALHOST, hub.port)));
+        let (stop, open, addr) =
+            (stop.clone(), open.clone(), SocketAddr::from((Ipv4Addr::LOCALHOST, hub.port)));
         std::thread::spawn(move || hold_silent(addr, &stop, &open))
     };
     let opening = Instant::now();
     while open.load(Ordering::Relaxed) < SILENT && opening.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    eprintln!("bench-preauth: {} silent sockets open after {:?}", open.load(Ordering::Relaxed), opening.elapsed());
+    eprintln!(
+        "bench-preauth: {} silent sockets open after {:?}",
+        open.load(Ordering::Relaxed),
+        opening.elapsed()
+    );
     std::thread::sleep(Duration::from_secs(1));
     out.push(mib(rss_kib(hub.pid())));
     let fds = std::fs::read_dir(format!("/proc/{}/fd", hub.pid())).map_or(0, |d| d.count());
