@@ -1,18 +1,26 @@
 //! Who may use the hub: the machine's token, presented as `Authorization: Bearer` (preferred,
-//! and it wins when both are present) or `?token=`, compared by SHA-256 digest in constant time.
+//! and it wins when several are present), as a WebSocket subprotocol
+//! (`Sec-WebSocket-Protocol: zcode-acp, zcode-acp.token.<base64url of the token>`: a browser
+//! cannot set headers on a WebSocket, and a URL lands in access logs), or as `?token=`,
+//! compared by SHA-256 digest in constant time.
 //!
 //! Failed authentications are rate-limited per client address with a token bucket. The check
 //! runs on the token FIRST, so a caller with the right token is never refused, however many
-//! bad attempts its address made. Behind a tunnel every peer is loopback, so the tunnel's
-//! client-address header (`CF-Connecting-IP`, else the last `X-Forwarded-For` hop) is used,
-//! but only when the peer is loopback: anyone else could forge it.
+//! bad attempts its address made. The client's address is the peer's, unless the operator
+//! named the tunnel's client-address header (`remote.clientAddressHeader`): then that header's
+//! last entry counts, and only when the peer is loopback (the tunnel), since anyone else
+//! could forge it. Unconfigured, no header is believed: a forged `CF-Connecting-IP` per request
+//! would otherwise buy a fresh bucket per guess. IPv6 addresses count per /64 (one host
+//! usually holds a whole /64).
 
 use crate::Hub;
 use crate::http::{Resp, text};
+use base64::Engine;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{StatusCode, Uri};
+use std::borrow::Cow;
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 /// Failed attempts an address may make at once.
@@ -22,17 +30,63 @@ const REFILL_PER_SEC: f64 = 0.5;
 /// Addresses tracked at most; full buckets are forgotten first.
 const MAX_TRACKED: usize = 10_000;
 
-/// The token the request presents: the Bearer header's, else the `token` query parameter's.
-pub fn presented<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> Option<std::borrow::Cow<'a, str>> {
+/// The subprotocol the hub answers a WebSocket with (never the one carrying the token).
+pub const SUBPROTOCOL: &str = "zcode-acp";
+
+/// The prefix of the subprotocol value that carries the token: the rest is the token in
+/// unpadded base64url, so the value is a valid RFC 6455 subprotocol token whatever the token's
+/// characters are.
+pub const SUBPROTOCOL_TOKEN_PREFIX: &str = "zcode-acp.token.";
+
+/// The token the request presents: the Bearer header's, else the subprotocol's, else the
+/// `token` query parameter's.
+pub fn presented<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> Option<Cow<'a, str>> {
     if let Some(v) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
         let v = v.trim();
         if let (Some(scheme), Some(token)) = (v.get(..7), v.get(7..)) {
             if scheme.eq_ignore_ascii_case("bearer ") {
-                return Some(std::borrow::Cow::Borrowed(token.trim()));
+                return Some(Cow::Borrowed(token.trim()));
             }
         }
     }
+    if let Some(encoded) = subprotocols(headers).find_map(|p| p.strip_prefix(SUBPROTOCOL_TOKEN_PREFIX)) {
+        // Undecodable still counts as a presented (wrong) token: it is charged like one.
+        let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(encoded.trim_end_matches('='))
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok());
+        return Some(Cow::Owned(decoded.unwrap_or_default()));
+    }
     crate::http::query_param(uri, "token")
+}
+
+/// The subprotocols a WebSocket client offers, in order.
+pub fn subprotocols(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+}
+
+/// Removes the token-carrying subprotocol from `headers` (the other offered ones stay), so
+/// nothing the hub forwards or logs carries it.
+pub fn strip_subprotocol_token(headers: &mut HeaderMap) {
+    if !subprotocols(headers).any(|p| p.starts_with(SUBPROTOCOL_TOKEN_PREFIX)) {
+        return;
+    }
+    let kept: Vec<String> = subprotocols(headers)
+        .filter(|p| !p.starts_with(SUBPROTOCOL_TOKEN_PREFIX))
+        .map(str::to_owned)
+        .collect();
+    headers.remove(header::SEC_WEBSOCKET_PROTOCOL);
+    if let Ok(v) = HeaderValue::from_str(&kept.join(", ")) {
+        if !kept.is_empty() {
+            headers.insert(header::SEC_WEBSOCKET_PROTOCOL, v);
+        }
+    }
 }
 
 /// Whether `candidate` is the machine's token.
@@ -40,21 +94,47 @@ pub fn valid(hub: &Hub, candidate: Option<&str>) -> bool {
     candidate.is_some_and(|t| hub.token.verify_fresh(t))
 }
 
-/// The address a failure is charged to: the tunnel's client-address header when the peer is
-/// loopback (the tunnel), else the peer itself.
-pub fn client_addr(headers: &HeaderMap, peer: SocketAddr) -> IpAddr {
-    if peer.ip().is_loopback() {
-        let header_ip = |name: &str, last: bool| {
-            let v = headers.get(name)?.to_str().ok()?;
-            let hop = if last { v.rsplit(',').next()? } else { v };
-            hop.trim().parse::<IpAddr>().ok()
-        };
-        if let Some(ip) = header_ip("cf-connecting-ip", false).or_else(|| header_ip("x-forwarded-for", true))
-        {
-            return ip;
+/// The address a failure is charged to: the last entry of the configured client-address
+/// `header` (lower-case) when there is one and the peer is loopback (the tunnel), else the peer
+/// itself; see [`addr_key`] for IPv6.
+pub fn client_addr(headers: &HeaderMap, peer: SocketAddr, header: Option<&str>) -> IpAddr {
+    let forwarded = match header {
+        Some(name) if peer.ip().is_loopback() => {
+            headers.get_all(name).iter().next_back().and_then(forwarded_ip)
         }
+        _ => None,
+    };
+    addr_key(forwarded.unwrap_or(peer.ip()))
+}
+
+/// The client's address in one forwarded header value: its last comma-separated entry (the
+/// hop the tunnel added; earlier ones are the client's to forge), a bare address, an
+/// `address:port`, or an RFC 7239 `for=` element.
+fn forwarded_ip(v: &HeaderValue) -> Option<IpAddr> {
+    let last = v.to_str().ok()?.rsplit(',').next()?.trim();
+    let last = last
+        .split(';')
+        .find_map(|p| p.trim().get(..4).filter(|k| k.eq_ignore_ascii_case("for=")).map(|_| &p.trim()[4..]))
+        .unwrap_or(last)
+        .trim_matches('"');
+    if let Ok(ip) = last.parse::<IpAddr>() {
+        return Some(ip);
     }
-    peer.ip()
+    if let Ok(sa) = last.parse::<SocketAddr>() {
+        return Some(sa.ip());
+    }
+    last.strip_prefix('[')?.split(']').next()?.parse().ok()
+}
+
+/// The key an address is counted under: IPv4 as is (also when IPv4-mapped), IPv6 by its /64.
+pub fn addr_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
+    }
 }
 
 /// Why a caller was refused.
@@ -159,17 +239,73 @@ mod tests {
     }
 
     #[test]
-    fn the_tunnel_header_counts_only_from_loopback() {
+    fn a_forwarded_address_counts_only_when_configured_and_only_from_loopback() {
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", "6.6.6.6, 1.2.3.4".parse().unwrap());
+        h.insert("cf-connecting-ip", "5.5.5.5".parse().unwrap());
         let lo: SocketAddr = "127.0.0.1:5000".parse().unwrap();
         let far: SocketAddr = "9.9.9.9:5000".parse().unwrap();
-        assert_eq!(client_addr(&h, lo), "1.2.3.4".parse::<IpAddr>().unwrap(), "the last hop is the tunnel's");
-        assert_eq!(client_addr(&h, far), far.ip());
-        h.insert("cf-connecting-ip", "5.5.5.5".parse().unwrap());
-        assert_eq!(client_addr(&h, lo), "5.5.5.5".parse::<IpAddr>().unwrap());
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(client_addr(&h, lo, None), lo.ip(), "unconfigured: no header is believed");
+        let xff = Some("x-forwarded-for");
+        assert_eq!(client_addr(&h, lo, xff), ip("1.2.3.4"), "the last hop is the tunnel's");
+        assert_eq!(client_addr(&h, far, xff), far.ip(), "not from a non-loopback peer");
+        assert_eq!(client_addr(&h, lo, Some("cf-connecting-ip")), ip("5.5.5.5"));
+        // Absent or unparsable: the peer counts.
+        assert_eq!(client_addr(&h, lo, Some("x-real-ip")), lo.ip());
         h.insert("cf-connecting-ip", "garbage".parse().unwrap());
-        assert_eq!(client_addr(&h, lo), "1.2.3.4".parse::<IpAddr>().unwrap());
+        assert_eq!(client_addr(&h, lo, Some("cf-connecting-ip")), lo.ip());
+        // Several header lines: the last line's last entry.
+        h.append("x-forwarded-for", "7.7.7.7".parse().unwrap());
+        assert_eq!(client_addr(&h, lo, xff), ip("7.7.7.7"));
+        for (value, want) in [
+            ("1.2.3.4:8080", "1.2.3.4"),
+            ("[2001:db8::1]:443", "2001:db8::"),
+            ("for=192.0.2.60;proto=http;by=203.0.113.43", "192.0.2.60"),
+            ("for=\"[2001:db8:cafe::17]:4711\"", "2001:db8:cafe::"),
+            ("::ffff:10.0.0.1", "10.0.0.1"),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert("forwarded", value.parse().unwrap());
+            assert_eq!(client_addr(&h, lo, Some("forwarded")), ip(want), "{value}");
+        }
+    }
+
+    #[test]
+    fn ipv6_addresses_count_per_64() {
+        let a = addr_key("2001:db8:1:2:aaaa::1".parse().unwrap());
+        let b = addr_key("2001:db8:1:2:bbbb::9".parse().unwrap());
+        let c = addr_key("2001:db8:1:3::1".parse().unwrap());
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(addr_key("10.1.2.3".parse().unwrap()), "10.1.2.3".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn the_token_can_ride_a_subprotocol_and_is_stripped_from_it() {
+        let uri: Uri = "/acp?instance=1&token=q".parse().unwrap();
+        let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("s3 cret,/=");
+        let mut h = HeaderMap::new();
+        let offer = format!("zcode-acp, {SUBPROTOCOL_TOKEN_PREFIX}{encoded}");
+        h.insert(header::SEC_WEBSOCKET_PROTOCOL, offer.parse().unwrap());
+        assert_eq!(presented(&h, &uri).as_deref(), Some("s3 cret,/="), "the subprotocol wins over the query");
+        h.insert(header::AUTHORIZATION, "Bearer b".parse().unwrap());
+        assert_eq!(presented(&h, &uri).as_deref(), Some("b"), "the header wins over both");
+        h.remove(header::AUTHORIZATION);
+        strip_subprotocol_token(&mut h);
+        assert_eq!(h.get(header::SEC_WEBSOCKET_PROTOCOL).unwrap(), "zcode-acp");
+        assert_eq!(presented(&h, &uri).as_deref(), Some("q"));
+        // Padded is accepted too; garbage is a presented (wrong) token, not an absent one.
+        let padded = base64::engine::general_purpose::URL_SAFE.encode("ab");
+        h.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            format!("{SUBPROTOCOL_TOKEN_PREFIX}{padded}").parse().unwrap(),
+        );
+        assert_eq!(presented(&h, &uri).as_deref(), Some("ab"));
+        h.insert(header::SEC_WEBSOCKET_PROTOCOL, format!("{SUBPROTOCOL_TOKEN_PREFIX}!!").parse().unwrap());
+        assert_eq!(presented(&h, &uri).as_deref(), Some(""));
+        strip_subprotocol_token(&mut h);
+        assert!(h.get(header::SEC_WEBSOCKET_PROTOCOL).is_none(), "nothing left to offer");
     }
 
     #[test]

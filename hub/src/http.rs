@@ -1,6 +1,6 @@
 //! HTTP plumbing shared by the routes: the response body type, short `text/plain` answers,
-//! CORS, bounded JSON request bodies, query parameters, and URIs with the token redacted for
-//! logs.
+//! CORS, bounded JSON request bodies (1 MiB once the token is known, 8 KiB before), query
+//! parameters, and URIs with the token redacted for logs.
 
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -23,6 +23,14 @@ pub const MAX_BODY: usize = 1024 * 1024;
 
 /// How long a client may take to send a body it announced.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest body read before the caller is authenticated (a registration carrying its
+/// token in the body): 8 KiB, about 40 advertised sessions. Larger ones must present the
+/// token in the `Authorization` header, which is checked before a byte of body is read.
+pub const MAX_PREAUTH_BODY: usize = 8 * 1024;
+
+/// How long an unauthenticated client may take to send its (small) body.
+const PREAUTH_BODY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A buffered body.
 pub fn full(bytes: impl Into<Bytes>) -> Body {
@@ -73,7 +81,7 @@ pub fn content_length(headers: &HeaderMap) -> Option<u64> {
 
 /// Whether the request announces a body over [`MAX_BODY`] (refused before reading it).
 pub fn too_large(headers: &HeaderMap) -> bool {
-    content_length(headers).is_some_and(|n| n > MAX_BODY as u64)
+    too_large_for(headers, MAX_BODY)
 }
 
 /// Why a request body was refused.
@@ -81,6 +89,8 @@ pub fn too_large(headers: &HeaderMap) -> bool {
 pub enum BodyError {
     /// Over [`MAX_BODY`] (announced or actual): 413.
     TooLarge,
+    /// Over [`MAX_PREAUTH_BODY`] without the token in the header (announced or actual): 413.
+    TooLargeUnauthenticated,
     /// Not all there within 10 s: 408.
     TooSlow,
     /// The connection failed mid-body: 400.
@@ -94,6 +104,10 @@ impl BodyError {
     pub fn response(self) -> Resp {
         match self {
             BodyError::TooLarge => text(StatusCode::PAYLOAD_TOO_LARGE, "body too large"),
+            BodyError::TooLargeUnauthenticated => text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body too large: over 8 KiB, send the token in the Authorization header",
+            ),
             BodyError::TooSlow => text(StatusCode::REQUEST_TIMEOUT, "body too slow"),
             BodyError::Unreadable => text(StatusCode::BAD_REQUEST, "body could not be read"),
             BodyError::Invalid => text(StatusCode::BAD_REQUEST, "invalid JSON"),
@@ -104,17 +118,39 @@ impl BodyError {
 /// Reads a JSON body of at most [`MAX_BODY`], refusing one that announces more before
 /// reading a byte of it.
 pub async fn read_json(req: Request<Incoming>) -> Result<Value, BodyError> {
-    if too_large(req.headers()) {
+    read_json_within(req, MAX_BODY, BODY_TIMEOUT, BodyError::TooLarge).await
+}
+
+/// Reads the JSON body of a caller not yet authenticated: at most [`MAX_PREAUTH_BODY`] within
+/// 5 s, and a body announced larger is refused before a byte of it is read.
+pub async fn read_preauth_json(req: Request<Incoming>) -> Result<Value, BodyError> {
+    read_json_within(req, MAX_PREAUTH_BODY, PREAUTH_BODY_TIMEOUT, BodyError::TooLargeUnauthenticated).await
+}
+
+async fn read_json_within(
+    req: Request<Incoming>,
+    limit: usize,
+    timeout: Duration,
+    too_large: BodyError,
+) -> Result<Value, BodyError> {
+    if too_large_for(req.headers(), MAX_BODY) {
         return Err(BodyError::TooLarge);
     }
-    let body = Limited::new(req.into_body(), MAX_BODY);
-    let bytes = match tokio::time::timeout(BODY_TIMEOUT, body.collect()).await {
+    if too_large_for(req.headers(), limit) {
+        return Err(too_large);
+    }
+    let body = Limited::new(req.into_body(), limit);
+    let bytes = match tokio::time::timeout(timeout, body.collect()).await {
         Err(_) => return Err(BodyError::TooSlow),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return Err(BodyError::TooLarge),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large),
         Ok(Err(_)) => return Err(BodyError::Unreadable),
         Ok(Ok(c)) => c.to_bytes(),
     };
     serde_json::from_slice(&bytes).map_err(|_| BodyError::Invalid)
+}
+
+fn too_large_for(headers: &HeaderMap, limit: usize) -> bool {
+    content_length(headers).is_some_and(|n| n > limit as u64)
 }
 
 /// The first value of query parameter `name`, percent-decoded (`+` is kept as is: tokens are
@@ -126,28 +162,74 @@ pub fn query_param<'a>(uri: &'a Uri, name: &str) -> Option<Cow<'a, str>> {
     })
 }
 
-/// The query without the `token` parameter (what a relay forwards to a bridge).
+/// The query without any token parameter (what a relay forwards to a bridge): every `&`- or
+/// `;`-separated parameter [`is_token_pair`] flags is dropped, the others keep their spelling.
 pub fn query_without_token(uri: &Uri) -> Option<String> {
-    let q: Vec<&str> = uri.query()?.split('&').filter(|p| !is_token_pair(p) && !p.is_empty()).collect();
-    (!q.is_empty()).then(|| q.join("&"))
+    let mut out = String::new();
+    for (pair, sep) in params(uri.query()?) {
+        if pair.is_empty() || is_token_pair(pair) {
+            continue;
+        }
+        out.push_str(pair);
+        out.push_str(sep);
+    }
+    let out = out.trim_end_matches(['&', ';']);
+    (!out.is_empty()).then(|| out.to_owned())
 }
 
-fn is_token_pair(pair: &str) -> bool {
-    pair.split_once('=').map_or(pair, |(k, _)| k).to_ascii_lowercase().ends_with("token")
+/// A query's parameters with the separator after each (`&`, `;`, or "" for the last).
+fn params(q: &str) -> impl Iterator<Item = (&str, &str)> {
+    q.split_inclusive(['&', ';']).map(|p| match p.strip_suffix(['&', ';']) {
+        Some(pair) => (pair, &p[pair.len()..]),
+        None => (p, ""),
+    })
 }
 
-/// The URI as it may be logged: every `…token=` value replaced by `REDACTED`.
+/// Whether a query parameter carries a token, however it is spelled: its name, percent-decoded
+/// until it no longer changes (`tok%65n`, `tok%2565n`), lower-cased and with everything but
+/// letters and digits dropped (`access_token`, `Token`), contains `token`. A name whose decoding
+/// holds an `=` (`tok%65n%3Dsecret`) is judged by the part before it.
+pub fn is_token_pair(pair: &str) -> bool {
+    let raw_name = pair.split_once('=').map_or(pair, |(k, _)| k);
+    let name = fully_decoded(raw_name);
+    let name = name.split_once('=').map_or(name.as_str(), |(k, _)| k);
+    let squashed: String =
+        name.chars().filter(char::is_ascii_alphanumeric).map(|c| c.to_ascii_lowercase()).collect();
+    squashed.contains("token")
+}
+
+/// `s` percent-decoded again and again (at most 8 times) until it stops changing.
+fn fully_decoded(s: &str) -> String {
+    let mut cur = s.to_owned();
+    for _ in 0..8 {
+        let next = percent_decode(&cur).into_owned();
+        if next == cur {
+            break;
+        }
+        cur = next;
+    }
+    cur
+}
+
+/// The URI as it may be logged: the value of every token parameter ([`is_token_pair`], `&`-
+/// or `;`-separated) replaced by `REDACTED`; a parameter whose very name would show the value
+/// (an encoded `=` in it) is replaced whole.
 pub fn redacted(uri: &Uri) -> String {
     let path = uri.path();
     let Some(q) = uri.query() else { return path.to_owned() };
-    let q: Vec<Cow<'_, str>> = q
-        .split('&')
-        .map(|p| match p.split_once('=') {
-            Some((k, _)) if is_token_pair(p) => Cow::Owned(format!("{k}=REDACTED")),
-            _ => Cow::Borrowed(p),
-        })
-        .collect();
-    format!("{path}?{}", q.join("&"))
+    let mut out = format!("{path}?");
+    for (pair, sep) in params(q) {
+        match pair.split_once('=') {
+            _ if !is_token_pair(pair) => out.push_str(pair),
+            Some((k, _)) if !fully_decoded(k).contains('=') => {
+                out.push_str(k);
+                out.push_str("=REDACTED");
+            }
+            _ => out.push_str("REDACTED"),
+        }
+        out.push_str(sep);
+    }
+    out
 }
 
 fn percent_decode(s: &str) -> Cow<'_, str> {
@@ -196,6 +278,52 @@ mod tests {
         assert!(!r.contains("s3cret") && !r.contains("=x"), "{r}");
         assert_eq!(r, "/api/instances?probe=1&token=REDACTED&access_token=REDACTED");
         assert_eq!(redacted(&"/api/health".parse().unwrap()), "/api/health");
+    }
+
+    #[test]
+    fn every_spelling_of_a_token_parameter_is_redacted() {
+        for (query, want) in [
+            ("token=S", "token=REDACTED"),
+            ("TOKEN=S", "TOKEN=REDACTED"),
+            ("tok%65n=S", "tok%65n=REDACTED"),
+            ("%74%6F%6B%65%6E=S", "%74%6F%6B%65%6E=REDACTED"),
+            ("tok%2565n=S", "tok%2565n=REDACTED"),
+            ("instance=1;token=S", "instance=1;token=REDACTED"),
+            ("instance=1;tok%65n=S&probe=1", "instance=1;tok%65n=REDACTED&probe=1"),
+            ("tok%65n%3DS", "REDACTED"),
+            ("x=1&tok%65n%3DS&y=2", "x=1&REDACTED&y=2"),
+            ("access_token=S", "access_token=REDACTED"),
+            ("id_Token=S", "id_Token=REDACTED"),
+            ("to-ken=S", "to-ken=REDACTED"),
+            ("token=S&token=S", "token=REDACTED&token=REDACTED"),
+            ("token=S=S", "token=REDACTED"),
+            ("token", "REDACTED"),
+            ("tokenS", "REDACTED"),
+            ("instance=7&probe=1", "instance=7&probe=1"),
+            ("a=S;;b=2&", "a=S;;b=2&"),
+        ] {
+            let uri: Uri = format!("/acp?{query}").parse().unwrap();
+            let r = redacted(&uri);
+            assert_eq!(r, format!("/acp?{want}"), "{query}");
+            if want != query {
+                assert!(!r.contains('S'), "{query} leaks: {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_forwarded_query_drops_every_spelling_of_a_token() {
+        for (query, want) in [
+            ("instance=1&token=S", Some("instance=1")),
+            ("tok%65n=S&x=1", Some("x=1")),
+            ("x=1;token=S;y=2", Some("x=1;y=2")),
+            ("x=1&tok%65n%3DS", Some("x=1")),
+            ("access_token=S", None),
+            ("a=1&b=2", Some("a=1&b=2")),
+        ] {
+            let uri: Uri = format!("/s?{query}").parse().unwrap();
+            assert_eq!(query_without_token(&uri).as_deref(), want, "{query}");
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Helpers for the end-to-end suite: the real `zcode-acp` binary, a private `ZCODE_ACP_HOME`,
-//! and a raw JSON-RPC peer over a child's stdio. [`hub`]: the hub's helpers.
+//! and a raw JSON-RPC peer over a child's stdio. [`hub`]: the hub's helpers; [`net`]: sockets
+//! from chosen loopback addresses.
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
@@ -634,6 +635,7 @@ pub fn http_with_body(
 }
 
 pub mod hub;
+pub mod net;
 
 /// The resident memory of process `pid`, in KiB (0 if unknown).
 pub fn rss_kib(pid: u32) -> u64 {

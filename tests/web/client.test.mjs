@@ -11,6 +11,7 @@ import { Stack, launchBrowser, watchConsole, until, SHOTS } from './harness.mjs'
 
 describe('web client', () => {
   let stack; let browser; let context; let page; let errors; let ed; let sid;
+  const wsUrls = [];
 
   before(async () => {
     [stack, browser] = await Promise.all([Stack.start(), launchBrowser()]);
@@ -25,6 +26,7 @@ describe('web client', () => {
     context = await browser.newContext({ viewport: { width: 1100, height: 800 } });
     context.setDefaultTimeout(8000);
     page = await context.newPage();
+    page.on('websocket', (ws) => wsUrls.push(ws.url()));
     errors = watchConsole(page);
   });
 
@@ -97,6 +99,9 @@ describe('web client', () => {
     assert.ok(await transcript().locator('.msg.tool').count() > 0);
     assert.ok(await transcript().locator('.msg.plan').count() > 0);
     assert.equal(await transcript().locator('details.msg.thought[open]').count(), 0);
+    // The token rides the WebSocket subprotocol, never its URL (a tunnel logs URLs).
+    assert.ok(wsUrls.length > 0, 'the page opened a WebSocket');
+    for (const u of wsUrls) assert.ok(!u.includes(stack.token) && !/[?&;]token=/i.test(u), u);
   });
 
   it('shows a permission request, answers it, and the editor loses its copy', async () => {

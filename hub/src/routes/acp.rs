@@ -2,7 +2,11 @@
 //! client happens BEFORE the upgrade is accepted, as a plain HTTP status: not a WebSocket
 //! upgrade 400, unknown instance 404, the bridge cannot be dialed 502 (the token was checked
 //! by the routing table: 401). Only then does the client get its 101 and the relay task start.
+//! A client that offers the `zcode-acp` subprotocol (a browser carrying the token in the
+//! subprotocol list offers it next to the token's value) gets it back: the token-carrying
+//! value is never echoed, and the bridge's own dial carries no client header at all.
 
+use crate::auth;
 use crate::http::{Resp, empty, query_param, text};
 use crate::relay;
 use crate::upstream;
@@ -39,6 +43,9 @@ pub async fn upgrade(mut req: Request<Incoming>, hub: &Arc<Hub>) -> Resp {
             return text(StatusCode::BAD_GATEWAY, "bridge unreachable");
         }
     };
+    // Decided before the request is handed over: browsers fail a handshake whose offered
+    // subprotocols got no answer.
+    let offered = auth::subprotocols(req.headers()).any(|p| p == auth::SUBPROTOCOL);
     let guard = hub.relay_guard();
     let on_upgrade = hyper::upgrade::on(&mut req);
     hub.tracker.spawn(relay_task(hub.clone(), on_upgrade, bridge, id, guard));
@@ -47,6 +54,9 @@ pub async fn upgrade(mut req: Request<Incoming>, hub: &Arc<Hub>) -> Resp {
     h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
     h.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    if offered {
+        h.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(auth::SUBPROTOCOL));
+    }
     r
 }
 

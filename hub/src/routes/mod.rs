@@ -1,6 +1,10 @@
 //! The routing table, by hand: every request passes here once. CORS goes on every answer,
-//! any `OPTIONS` is a 204 without auth, `GET /api/health` needs no token, registration carries
-//! its token in the body, and everything else needs the token before it is even routed.
+//! any `OPTIONS` is a 204 without auth, `GET /api/health` and the web client's pages need no
+//! token, registration may carry its token in a (small) body, and everything else needs the
+//! token before it is even routed. No route reads a byte of body before the token is checked,
+//! except registration's at most 8 KiB. A request that authenticates takes its connection out
+//! of the pre-auth pool ([`crate::server::Slot::authenticate`]); the token-carrying
+//! WebSocket subprotocol is removed from the request right after the check.
 //!
 //! | route | module |
 //! | --- | --- |
@@ -23,6 +27,7 @@ pub mod register;
 use crate::Hub;
 use crate::auth;
 use crate::http::{self, Resp, text};
+use crate::server::Slot;
 use hyper::body::Incoming;
 use hyper::header::IF_NONE_MATCH;
 use hyper::{Method, Request, StatusCode};
@@ -31,14 +36,19 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// Answers one request (the hyper service function).
-pub async fn handle(req: Request<Incoming>, hub: Arc<Hub>, peer: SocketAddr) -> Result<Resp, Infallible> {
+pub async fn handle(
+    req: Request<Incoming>,
+    hub: Arc<Hub>,
+    peer: SocketAddr,
+    slot: Arc<Slot>,
+) -> Result<Resp, Infallible> {
     let method = req.method().clone();
     // Only a redacted URI is ever logged: `?token=` must not reach a log file.
     let uri = tracing::enabled!(tracing::Level::DEBUG).then(|| http::redacted(req.uri()));
     let mut resp = if method == Method::OPTIONS {
         http::empty(StatusCode::NO_CONTENT)
     } else {
-        dispatch(req, &hub, peer).await
+        dispatch(req, &hub, peer, &slot).await
     };
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         http::cors(resp.headers_mut());
@@ -49,11 +59,20 @@ pub async fn handle(req: Request<Incoming>, hub: Arc<Hub>, peer: SocketAddr) -> 
     Ok(resp)
 }
 
-async fn dispatch(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr) -> Resp {
+/// Takes an authenticated request's connection out of the pre-auth pool: the 503 when the
+/// pool of authenticated connections is full.
+pub fn admit(slot: &Slot) -> Result<(), Box<Resp>> {
+    match slot.authenticate() {
+        true => Ok(()),
+        false => Err(Box::new(text(StatusCode::SERVICE_UNAVAILABLE, "too many connections"))),
+    }
+}
+
+async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, slot: &Slot) -> Resp {
     match (req.method(), req.uri().path()) {
         (&Method::GET | &Method::HEAD, "/api/health") => return text(StatusCode::OK, "ok"),
-        (&Method::POST, "/api/register") => return register::register(req, hub, peer).await,
-        (&Method::POST, "/api/unregister") => return register::unregister(req, hub, peer).await,
+        (&Method::POST, "/api/register") => return register::register(req, hub, peer, slot).await,
+        (&Method::POST, "/api/unregister") => return register::unregister(req, hub, peer, slot).await,
         _ => {}
     }
     // The web client's assets need no token: the page carries it (see `crate::web`). A
@@ -66,11 +85,15 @@ async fn dispatch(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr) -> R
     }
     {
         let token = auth::presented(req.headers(), req.uri());
-        let addr = auth::client_addr(req.headers(), peer);
+        let addr = auth::client_addr(req.headers(), peer, hub.cfg.remote.client_address_header.as_deref());
         if let Err(refused) = auth::check(hub, token.as_deref(), addr) {
             return refused.response();
         }
     }
+    if let Err(full) = admit(slot) {
+        return *full;
+    }
+    auth::strip_subprotocol_token(req.headers_mut());
     let path = req.uri().path();
     if path == "/api/instances" {
         return match *req.method() {

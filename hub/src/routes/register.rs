@@ -1,11 +1,16 @@
 //! `POST /api/register` (also the heartbeat) and `POST /api/unregister`: what bridges send.
-//! The token travels in the JSON body (a Bearer header is accepted too); the body is read
-//! under the 1 MiB cap first, so a bad token and a bad body are both answered cheaply.
+//!
+//! The token is checked before a byte of body is read whenever the request head carries one
+//! (`Authorization: Bearer`, the usual places): a wrong one is a 401 at once, the right one
+//! allows a body of up to 1 MiB. A bridge may also carry the token in the JSON body (`token`):
+//! then the body is read first, but at most 8 KiB of it (announced larger: 413 before reading,
+//! telling the caller to use the header), so an unauthenticated caller never costs more.
 
 use crate::Hub;
 use crate::auth;
-use crate::http::{Resp, json, read_json, text};
+use crate::http::{Resp, json, read_json, read_preauth_json, text};
 use crate::registry::Registration;
+use crate::server::Slot;
 use hyper::Request;
 use hyper::StatusCode;
 use hyper::body::Incoming;
@@ -14,22 +19,30 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Reads the body and checks the token in it (unless the header already carried the right
-/// one): the body, or the answer refusing it.
-async fn authorized_body(req: Request<Incoming>, hub: &Hub, peer: SocketAddr) -> Result<Value, Box<Resp>> {
-    let header_ok = auth::valid(hub, auth::presented(req.headers(), req.uri()).as_deref());
-    let addr = auth::client_addr(req.headers(), peer);
-    let body = read_json(req).await.map_err(|e| Box::new(e.response()))?;
-    if !header_ok {
-        auth::check(hub, body.get("token").and_then(Value::as_str), addr)
-            .map_err(|r| Box::new(r.response()))?;
+/// The body of an authorized request, or the answer refusing it: the head's token is checked
+/// first; without one, the body's token after a bounded read.
+async fn authorized_body(
+    req: Request<Incoming>,
+    hub: &Hub,
+    peer: SocketAddr,
+    slot: &Slot,
+) -> Result<Value, Box<Resp>> {
+    let addr = auth::client_addr(req.headers(), peer, hub.cfg.remote.client_address_header.as_deref());
+    let head_token = auth::presented(req.headers(), req.uri()).map(|t| t.into_owned());
+    if let Some(t) = head_token {
+        auth::check(hub, Some(&t), addr).map_err(|r| Box::new(r.response()))?;
+        super::admit(slot)?;
+        return read_json(req).await.map_err(|e| Box::new(e.response()));
     }
+    let body = read_preauth_json(req).await.map_err(|e| Box::new(e.response()))?;
+    auth::check(hub, body.get("token").and_then(Value::as_str), addr).map_err(|r| Box::new(r.response()))?;
+    super::admit(slot)?;
     Ok(body)
 }
 
 /// `POST /api/register`: records (or refreshes) an instance; `{ok: true}`.
-pub async fn register(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr) -> Resp {
-    let body = match authorized_body(req, hub, peer).await {
+pub async fn register(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, slot: &Slot) -> Resp {
+    let body = match authorized_body(req, hub, peer, slot).await {
         Ok(b) => b,
         Err(r) => return *r,
     };
@@ -47,8 +60,8 @@ pub async fn register(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr) 
 }
 
 /// `POST /api/unregister {token, id}`: forgets an instance; `{ok: true}` (also when unknown).
-pub async fn unregister(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr) -> Resp {
-    let body = match authorized_body(req, hub, peer).await {
+pub async fn unregister(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, slot: &Slot) -> Resp {
+    let body = match authorized_body(req, hub, peer, slot).await {
         Ok(b) => b,
         Err(r) => return *r,
     };

@@ -1,7 +1,10 @@
-// One ACP connection per bridge instance: `/acp?instance=<id>&token=` over WebSocket, JSON-RPC
-// on top, `initialize` first. It reconnects by itself with a backoff (0.5 s doubling to 15 s,
-// reset by a successful initialize) and, when a connection fails, asks the hub why: a stopped
-// hub, an instance that is gone and a rejected token each end in their own state.
+// One ACP connection per bridge instance: `/acp?instance=<id>` over WebSocket, JSON-RPC on top,
+// `initialize` first. The token rides the subprotocol list (`zcode-acp`, and
+// `zcode-acp.token.<base64url of the token>`; the hub answers `zcode-acp`), never the URL: a
+// tunnel logs URLs, and a browser cannot set headers on a WebSocket. It reconnects by itself
+// with a backoff (0.5 s doubling to 15 s, reset by a successful initialize) and, when a
+// connection fails, asks the hub why: a stopped hub, an instance that is gone and a rejected
+// token each end in their own state.
 //
 // Replays: while a `session/load` or `session/load_earlier` is in flight, that session's
 // updates are collected rather than dispatched; the bridge sends the replay batch right before
@@ -11,6 +14,9 @@
 import { token, diagnose } from './api.js';
 
 const INIT_TIMEOUT_MS = 15000;
+/** The subprotocol the hub answers with, and the prefix of the one carrying the token. */
+const SUBPROTOCOL = 'zcode-acp';
+const TOKEN_PREFIX = 'zcode-acp.token.';
 const BACKOFF_MIN_MS = 500;
 const BACKOFF_MAX_MS = 15000;
 
@@ -29,6 +35,13 @@ export class RpcError extends Error {
 
 /** The key of a JSON-RPC id (numbers and strings kept apart). */
 export const idKey = (id) => `${typeof id}:${id}`;
+
+/** `s` as unpadded base64url of its UTF-8 bytes: a valid subprotocol, whatever `s` holds. */
+export function base64url(s) {
+  let bin = '';
+  for (const b of new TextEncoder().encode(s)) bin += String.fromCharCode(b);
+  return btoa(bin).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+}
 
 export class Conn {
   /** A connection to instance `id` (not opened until `start`). */
@@ -85,11 +98,11 @@ export class Conn {
   connect() {
     clearTimeout(this.timer);
     const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
-    const url = `${proto}//${location.host}/acp?instance=${encodeURIComponent(this.id)}&token=${encodeURIComponent(token())}`;
+    const url = `${proto}//${location.host}/acp?instance=${encodeURIComponent(this.id)}`;
     this.setState('connecting', this.attempt ? `Reconnecting (attempt ${this.attempt + 1})…` : 'Connecting…');
     let ws;
     try {
-      ws = new WebSocket(url);
+      ws = new WebSocket(url, [SUBPROTOCOL, TOKEN_PREFIX + base64url(token())]);
     } catch {
       this.failed();
       return;

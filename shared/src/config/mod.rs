@@ -81,6 +81,10 @@ pub struct Remote {
     pub max_creates_in_flight: usize,
     /// The most serve bridges (windows and headless) alive per hub (`remote.maxServeBridges`).
     pub max_serve_bridges: usize,
+    /// `remote.clientAddressHeader` / `ZCODE_ACP_CLIENT_ADDRESS_HEADER`: the header the
+    /// tunnel puts the client's address in (`CF-Connecting-IP`, `X-Forwarded-For`, …),
+    /// lower-cased. `None`: no forwarded address is believed; the peer's counts.
+    pub client_address_header: Option<String>,
 }
 
 /// Default of [`Remote::max_creates_in_flight`].
@@ -252,6 +256,7 @@ impl Config {
                 "remote.maxServeBridges",
             )?
             .unwrap_or(DEFAULT_MAX_SERVE_BRIDGES),
+            client_address_header: client_address_header(var("ZCODE_ACP_CLIENT_ADDRESS_HEADER"), raw)?,
         };
         let mut timings = Timings::default();
         for (env_key, file_key, _, field) in KNOBS {
@@ -309,6 +314,33 @@ fn positive(
         },
     };
     Ok(n.map(|n| usize::try_from(n).unwrap_or(usize::MAX)))
+}
+
+/// The configured client-address header, validated as an HTTP header name and lower-cased
+/// (an empty value means none).
+fn client_address_header(env_val: Option<String>, raw: &RawConfig) -> Result<Option<String>, ConfigError> {
+    const ENV: &str = "ZCODE_ACP_CLIENT_ADDRESS_HEADER";
+    const KEY: &str = "remote.clientAddressHeader";
+    let (value, from_env) = match env_val {
+        Some(v) => (v, true),
+        None => match raw.str(KEY)? {
+            Some(v) => (v, false),
+            None => return Ok(None),
+        },
+    };
+    let name = value.trim();
+    if name.is_empty() {
+        return Ok(None);
+    }
+    // RFC 9110 `token` characters: what a header name may be made of.
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
+        let reason = format!("must be an HTTP header name such as CF-Connecting-IP, got {value:?}");
+        return Err(match from_env {
+            true => ConfigError::Env { var: ENV.to_owned(), reason },
+            false => raw.invalid(KEY, reason),
+        });
+    }
+    Ok(Some(name.to_ascii_lowercase()))
 }
 
 fn env_bool(var: &str, v: &str) -> Result<bool, ConfigError> {

@@ -27,6 +27,7 @@ fn defaults_without_file_or_env() {
     assert_eq!(cfg.remote.bridge_port, 8378);
     assert_eq!(cfg.remote.token, None);
     assert!(cfg.remote.terminal.enabled);
+    assert_eq!(cfg.remote.client_address_header, None, "no forwarded address is believed by default");
     assert_eq!(cfg.timings.heartbeat, Duration::from_secs(10));
     assert_eq!(cfg.timings.instance_ttl, Duration::from_secs(30));
     assert_eq!(cfg.timings.hub_idle, Duration::from_secs(600));
@@ -41,7 +42,8 @@ fn file_beats_default_and_env_beats_file() {
         dir.path(),
         r#"{"remote": {"token": "file-token", "hubPort": 9000, "hubHost": "0.0.0.0",
             "bridgePort": 9100, "projectRoots": ["~/Develop", "/srv"],
-            "terminal": {"enabled": false, "app": "kitty", "command": "x {script}"}},
+            "terminal": {"enabled": false, "app": "kitty", "command": "x {script}"},
+            "clientAddressHeader": "CF-Connecting-IP"},
             "timings": {"heartbeatMs": 50}}"#,
     );
     let from_file = Config::load_from(&env_with_home(dir.path(), &[])).unwrap();
@@ -56,6 +58,7 @@ fn file_beats_default_and_env_beats_file() {
     assert!(!from_file.remote.terminal.enabled);
     assert_eq!(from_file.remote.terminal.app.as_deref(), Some("kitty"));
     assert_eq!(from_file.timings.heartbeat, Duration::from_millis(50));
+    assert_eq!(from_file.remote.client_address_header.as_deref(), Some("cf-connecting-ip"));
 
     let env = env_with_home(
         dir.path(),
@@ -69,6 +72,7 @@ fn file_beats_default_and_env_beats_file() {
             ("ZCODE_ACP_HUB_TERMINAL_APP", "tmux"),
             ("ZCODE_ACP_HEARTBEAT_MS", "20"),
             ("ZCODE_ACP_SERVE_IDLE_MS", "30"),
+            ("ZCODE_ACP_CLIENT_ADDRESS_HEADER", " X-Forwarded-For "),
         ],
     );
     let from_env = Config::load_from(&env).unwrap();
@@ -83,6 +87,11 @@ fn file_beats_default_and_env_beats_file() {
     assert_eq!(from_env.remote.terminal.command.as_deref(), Some("x {script}"));
     assert_eq!(from_env.timings.heartbeat, Duration::from_millis(20));
     assert_eq!(from_env.timings.serve_idle, Duration::from_millis(30));
+    assert_eq!(from_env.remote.client_address_header.as_deref(), Some("x-forwarded-for"));
+    // An empty variable is unset: the file's value stands.
+    let cleared =
+        Config::load_from(&env_with_home(dir.path(), &[("ZCODE_ACP_CLIENT_ADDRESS_HEADER", "")])).unwrap();
+    assert_eq!(cleared.remote.client_address_header.as_deref(), Some("cf-connecting-ip"));
 }
 
 #[test]
@@ -126,6 +135,11 @@ fn invalid_files_name_the_file_and_the_problem() {
         (r#"{"agents": {"x": {"args": []}}}"#, "`agents.x.command` must be a non-empty string"),
         (r#"{"agents": {"default": "nope"}}"#, "`agents.default` names \"nope\""),
         (r#"{"timings": {"pingMs": -1}}"#, "`timings.pingMs` must be a non-negative integer"),
+        (
+            r#"{"remote": {"clientAddressHeader": "CF Connecting IP"}}"#,
+            "`remote.clientAddressHeader` must be an HTTP header name",
+        ),
+        (r#"{"remote": {"clientAddressHeader": 5}}"#, "`remote.clientAddressHeader` must be a string"),
     ];
     for (text, want) in cases {
         write_config(dir.path(), text);
@@ -145,6 +159,7 @@ fn bad_environment_values_name_the_variable() {
         ("ZCODE_ACP_REMOTE_PORT", "-1"),
         ("ZCODE_ACP_PING_MS", "1s"),
         ("ZCODE_ACP_HUB_TERMINAL", "maybe"),
+        ("ZCODE_ACP_CLIENT_ADDRESS_HEADER", "X-Forwarded-For:"),
     ] {
         let err = Config::load_from(&env_with_home(dir.path(), &[(var, val)])).unwrap_err().to_string();
         assert!(err.contains(var), "{err}");
