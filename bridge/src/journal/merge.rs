@@ -325,9 +325,12 @@ mod tests {
     fn non_text_chunks_are_messages_of_their_own() {
         let mut m = Merger::new("t".into());
         let mut fx = m.apply(&chunk("agent_message_chunk", "a", None).to_string());
-        fx.extend(m.apply(
-            &json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "image", "data": "x"}}).to_string(),
-        ));
+        fx.extend(
+            m.apply(
+                &json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "image", "data": "x"}})
+                    .to_string(),
+            ),
+        );
         fx.extend(m.apply(&chunk("agent_message_chunk", "b", None).to_string()));
         assert_eq!(messages(&fx).len(), 3);
     }

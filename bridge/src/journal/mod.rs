@@ -368,4 +368,6 @@ impl Worker {
 }
 
 #[cfg(test)]
+mod exact_tests;
+#[cfg(test)]
 mod tests;
