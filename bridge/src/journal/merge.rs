@@ -322,6 +322,46 @@ mod tests {
     }
 
     #[test]
+    fn chunks_merge_only_when_alike_but_for_their_text_and_keep_escapes() {
+        let mut m = Merger::new("t".into());
+        let a = r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"caf\u00e9"},"_meta":{"n":1.50}}"#;
+        let b = r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":" \""},"_meta":{"n":1.5}}"#;
+        let c = r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"\ud83d\ude00"},"_meta":{"n":1.5}}"#;
+        let mut fx = m.apply(a);
+        fx.extend(m.apply(b));
+        fx.extend(m.apply(c));
+        let news: Vec<&Effect> = fx.iter().filter(|e| matches!(e, Effect::New { .. })).collect();
+        assert_eq!(news.len(), 2, "a chunk whose _meta differs (as sent) starts a message: {fx:#?}");
+        let Some(Effect::Update { body, .. }) = fx.last() else { panic!("{fx:#?}") };
+        assert!(
+            body.starts_with(
+                r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":" \"\ud83d\ude00"},"_meta":{"n":1.5},"messageId":""#
+            ),
+            "{body}"
+        );
+        let Effect::New { body, .. } = news[0] else { unreachable!() };
+        assert!(body.contains(r#""text":"caf\u00e9"},"_meta":{"n":1.50}"#), "{body}");
+    }
+
+    #[test]
+    fn tool_call_updates_replace_members_in_place_values_as_sent() {
+        let mut m = Merger::new("t".into());
+        m.apply(r#"{"sessionUpdate":"tool_call","toolCallId":"c","status":"pending","rawInput":{"n":2e3}}"#);
+        let fx = m.apply(
+            r#"{"sessionUpdate":"tool_call_update","toolCallId":"c","status":"completed","_meta":{"big":123456789012345678901234567890}}"#,
+        );
+        let [Effect::Update { body, .. }] = &fx[..] else { panic!("{fx:#?}") };
+        assert_eq!(
+            body,
+            r#"{"sessionUpdate":"tool_call","toolCallId":"c","status":"completed","rawInput":{"n":2e3},"_meta":{"big":123456789012345678901234567890}}"#
+        );
+        // An update for a call never seen becomes the call.
+        let fx = m.apply(r#"{"sessionUpdate":"tool_call_update","toolCallId":"d","x":-0.0}"#);
+        let [Effect::New { body, kind: "tool", .. }] = &fx[..] else { panic!("{fx:#?}") };
+        assert_eq!(body, r#"{"sessionUpdate":"tool_call","toolCallId":"d","x":-0.0}"#);
+    }
+
+    #[test]
     fn non_text_chunks_are_messages_of_their_own() {
         let mut m = Merger::new("t".into());
         let mut fx = m.apply(&chunk("agent_message_chunk", "a", None).to_string());
