@@ -2,10 +2,13 @@
 //! run of agent (or thought) chunks, a tool call merged with its updates, a plan's latest state;
 //! and the session's latest state updates kept apart.
 //!
-//! Pure: the [`Merger`] of one session takes updates and says which messages to create or
-//! rewrite. The journal thread turns that into SQL.
+//! Pure: the [`Merger`] of one session takes updates as the raw text received and says which
+//! messages to create or rewrite, with their bodies as JSON text. What it does not merge it
+//! keeps byte for byte; what it merges it edits member by member ([`raw::RawObject`]), so every
+//! value it does not itself produce comes back as sent (docs/ARCHITECTURE.md, "Replay equals
+//! the live stream").
 
-use serde_json::{Map, Value};
+use super::raw::{self, RawObject};
 use std::collections::VecDeque;
 
 /// Update kinds kept as the session's latest state rather than as messages.
@@ -23,7 +26,7 @@ const OPEN_TOOLS: usize = 256;
 /// What one update does to the journal.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
-    /// A new message (its body follows in `body` of the merger's view).
+    /// A new message.
     New {
         /// The merger's key for it (the journal maps keys to seqs).
         key: u64,
@@ -31,33 +34,60 @@ pub enum Effect {
         msg_id: String,
         /// `user`, `agent`, `thought`, `tool`, `plan` or `other`.
         kind: &'static str,
-        /// The merged `update` object.
-        body: Value,
+        /// The merged `update` object, JSON text.
+        body: String,
     },
     /// Message `key`'s merged body changed.
     Update {
         /// Which message.
         key: u64,
-        /// The new merged body.
-        body: Value,
+        /// The new merged body, JSON text.
+        body: String,
     },
     /// The latest state update of a kind.
     State {
         /// The `sessionUpdate` kind.
         kind: String,
-        /// The update object.
-        body: Value,
+        /// The update object exactly as received.
+        body: String,
     },
 }
 
-/// The run of chunks that a next chunk may continue.
+/// The run of text chunks that a next chunk may continue.
 #[derive(Debug)]
 struct Run {
     key: u64,
     kind: &'static str,
     /// The agent's messageId, if it gave one.
     agent_id: Option<String>,
-    body: Value,
+    /// The first chunk, `messageId` added if it had none.
+    head: RawObject,
+    /// Its `content` block.
+    content: RawObject,
+    /// The joined texts, escapes as received (between the quotes).
+    text: String,
+    /// The first chunk with an empty text: a chunk continues the run only if it is the same
+    /// but for its text, so merging drops no member of any chunk.
+    shape: String,
+}
+
+impl Run {
+    fn body(&self) -> String {
+        let mut content = self.content.clone();
+        content.set("text", raw::raw(format!("\"{}\"", self.text)));
+        let mut head = self.head.clone();
+        head.set("content", raw::raw(content.render()));
+        head.render()
+    }
+}
+
+/// A chunk's shape: the chunk with its content's text emptied, compact.
+fn shape(obj: &RawObject, content: &RawObject) -> String {
+    let mut content = content.clone();
+    content.set("text", raw::raw("\"\"".into()));
+    let mut obj = obj.clone();
+    obj.set("content", raw::raw(content.render()));
+    obj.render()
 }
 
 /// The merging state of one session.
@@ -65,8 +95,8 @@ struct Run {
 pub struct Merger {
     next_key: u64,
     run: Option<Run>,
-    tools: VecDeque<(String, u64, Value)>,
-    plan: Option<(u64, Value)>,
+    tools: VecDeque<(String, u64, RawObject)>,
+    plan: Option<u64>,
     id_prefix: String,
 }
 
@@ -80,7 +110,7 @@ impl Merger {
     pub fn open_keys(&self) -> Vec<u64> {
         let mut keys: Vec<u64> = self.tools.iter().map(|(_, k, _)| *k).collect();
         keys.extend(self.run.as_ref().map(|r| r.key));
-        keys.extend(self.plan.as_ref().map(|(k, _)| *k));
+        keys.extend(self.plan);
         keys
     }
 
@@ -93,38 +123,37 @@ impl Merger {
         format!("{what}_{}_{}", self.id_prefix, self.next_key + 1)
     }
 
-    /// Applies one update object (the `update` member of `session/update`).
-    pub fn apply(&mut self, update: Value) -> Vec<Effect> {
-        let Value::Object(obj) = update else { return vec![] };
-        let kind = obj.get("sessionUpdate").and_then(Value::as_str).unwrap_or("").to_owned();
+    /// Applies one update object (the `update` member of `session/update`, as received).
+    pub fn apply(&mut self, update: &str) -> Vec<Effect> {
+        let Some(obj) = RawObject::parse(update) else { return vec![] };
+        let kind = obj.str("sessionUpdate").unwrap_or_default();
         if STATE_KINDS.contains(&kind.as_str()) {
-            return vec![Effect::State { kind, body: Value::Object(obj) }];
+            return vec![Effect::State { kind, body: update.to_owned() }];
         }
         match kind.as_str() {
-            "user_message_chunk" => self.chunk("user", obj),
-            "agent_message_chunk" => self.chunk("agent", obj),
-            "agent_thought_chunk" => self.chunk("thought", obj),
-            "tool_call" => self.tool_call(obj),
+            "user_message_chunk" => self.chunk("user", update, obj),
+            "agent_message_chunk" => self.chunk("agent", update, obj),
+            "agent_thought_chunk" => self.chunk("thought", update, obj),
+            "tool_call" => self.tool_call(update.to_owned(), obj),
             "tool_call_update" => self.tool_call_update(obj),
-            "plan" => self.plan(obj),
+            "plan" => self.plan(update),
             _ => {
                 self.run = None;
                 let key = self.key();
                 let msg_id = self.gen_id("other");
-                vec![Effect::New { key, msg_id, kind: "other", body: Value::Object(obj) }]
+                vec![Effect::New { key, msg_id, kind: "other", body: update.to_owned() }]
             }
         }
     }
 
-    fn chunk(&mut self, kind: &'static str, mut obj: Map<String, Value>) -> Vec<Effect> {
-        let agent_id = obj.get("messageId").and_then(Value::as_str).map(str::to_owned);
-        let text = text_of(&obj).map(str::to_owned);
-        if let (Some(run), Some(text)) = (&mut self.run, &text) {
-            if run.kind == kind && run.agent_id == agent_id && text_of_body(&run.body).is_some() {
-                if let Some(Value::String(acc)) = run.body.pointer_mut("/content/text") {
-                    acc.push_str(text);
-                }
-                return vec![Effect::Update { key: run.key, body: run.body.clone() }];
+    fn chunk(&mut self, kind: &'static str, update: &str, mut obj: RawObject) -> Vec<Effect> {
+        let agent_id = obj.str("messageId");
+        let content = text_content(&obj);
+        let text = content.as_ref().and_then(|c| c.get("text")).and_then(raw::string_body).map(str::to_owned);
+        if let (Some(run), Some(content), Some(text)) = (&mut self.run, &content, &text) {
+            if run.kind == kind && run.agent_id == agent_id && run.shape == shape(&obj, content) {
+                run.text.push_str(text);
+                return vec![Effect::Update { key: run.key, body: run.body() }];
             }
         }
         if kind == "user" {
@@ -133,21 +162,31 @@ impl Merger {
         }
         let key = self.key();
         let msg_id = agent_id.clone().unwrap_or_else(|| self.gen_id(kind));
-        obj.insert("messageId".into(), Value::String(msg_id.clone()));
-        let body = Value::Object(obj);
-        self.run = text.map(|_| Run { key, kind, agent_id, body: body.clone() });
+        // The shape is taken before a generated messageId is added: later chunks have none.
+        let run_shape = content.as_ref().map(|c| shape(&obj, c)).unwrap_or_default();
+        let body = if agent_id.is_some() {
+            update.to_owned()
+        } else {
+            obj.set("messageId", raw::raw(serde_json::Value::from(msg_id.as_str()).to_string()));
+            obj.render()
+        };
+        self.run = match (content, text) {
+            (Some(content), Some(text)) => {
+                Some(Run { key, kind, agent_id, head: obj, content, text, shape: run_shape })
+            }
+            _ => None,
+        };
         vec![Effect::New { key, msg_id, kind, body }]
     }
 
-    fn tool_call(&mut self, obj: Map<String, Value>) -> Vec<Effect> {
+    fn tool_call(&mut self, body: String, obj: RawObject) -> Vec<Effect> {
         self.run = None;
         let key = self.key();
-        let id = obj.get("toolCallId").and_then(Value::as_str).map(str::to_owned);
+        let id = obj.str("toolCallId");
         let msg_id = id.clone().unwrap_or_else(|| self.gen_id("tool"));
-        let body = Value::Object(obj);
         if let Some(id) = id {
             self.tools.retain(|(t, _, _)| *t != id);
-            self.tools.push_back((id, key, body.clone()));
+            self.tools.push_back((id, key, obj));
             if self.tools.len() > OPEN_TOOLS {
                 self.tools.pop_front();
             }
@@ -155,51 +194,41 @@ impl Merger {
         vec![Effect::New { key, msg_id, kind: "tool", body }]
     }
 
-    fn tool_call_update(&mut self, obj: Map<String, Value>) -> Vec<Effect> {
-        let id = obj.get("toolCallId").and_then(Value::as_str).unwrap_or("").to_owned();
-        if let Some((_, key, body)) = self.tools.iter_mut().find(|(t, _, _)| *t == id) {
-            if let Value::Object(target) = body {
-                for (k, v) in obj {
-                    if k != "sessionUpdate" {
-                        target.insert(k, v);
-                    }
-                }
-            }
-            return vec![Effect::Update { key: *key, body: body.clone() }];
+    fn tool_call_update(&mut self, obj: RawObject) -> Vec<Effect> {
+        let id = obj.str("toolCallId").unwrap_or_default();
+        if let Some((_, key, call)) = self.tools.iter_mut().find(|(t, _, _)| *t == id) {
+            call.overlay(&obj, "sessionUpdate");
+            return vec![Effect::Update { key: *key, body: call.render() }];
         }
         // An update for a call we never saw (it began before this bridge): keep it as the call.
         let mut obj = obj;
-        obj.insert("sessionUpdate".into(), Value::String("tool_call".into()));
-        self.tool_call(obj)
+        obj.set("sessionUpdate", raw::raw("\"tool_call\"".into()));
+        self.tool_call(obj.render(), obj)
     }
 
-    fn plan(&mut self, obj: Map<String, Value>) -> Vec<Effect> {
-        let body = Value::Object(obj);
-        if let Some((key, current)) = &mut self.plan {
-            *current = body.clone();
-            return vec![Effect::Update { key: *key, body }];
+    fn plan(&mut self, update: &str) -> Vec<Effect> {
+        let body = update.to_owned();
+        if let Some(key) = self.plan {
+            return vec![Effect::Update { key, body }];
         }
         self.run = None;
         let key = self.key();
         let msg_id = self.gen_id("plan");
-        self.plan = Some((key, body.clone()));
+        self.plan = Some(key);
         vec![Effect::New { key, msg_id, kind: "plan", body }]
     }
 }
 
-fn text_of(obj: &Map<String, Value>) -> Option<&str> {
-    let c = obj.get("content")?;
-    if c.get("type")? == "text" { c.get("text")?.as_str() } else { None }
-}
-
-fn text_of_body(body: &Value) -> Option<&str> {
-    body.as_object().and_then(text_of)
+/// The chunk's `content` if it is a text block.
+fn text_content(obj: &RawObject) -> Option<RawObject> {
+    let c = RawObject::parse(obj.get("content")?.get())?;
+    (c.str("type").as_deref() == Some("text")).then_some(c)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn chunk(kind: &str, text: &str, id: Option<&str>) -> Value {
         let mut v = json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}});
@@ -215,10 +244,11 @@ mod tests {
         for e in effects {
             match e {
                 Effect::New { key, msg_id, kind, body } => {
-                    out.push((*key, msg_id.clone(), kind, body.clone()))
+                    out.push((*key, msg_id.clone(), kind, serde_json::from_str(body).unwrap()))
                 }
                 Effect::Update { key, body } => {
-                    out.iter_mut().find(|m| m.0 == *key).expect("update of a known message").3 = body.clone();
+                    out.iter_mut().find(|m| m.0 == *key).expect("update of a known message").3 =
+                        serde_json::from_str(body).unwrap();
                 }
                 Effect::State { .. } => {}
             }
@@ -244,7 +274,7 @@ mod tests {
             chunk("agent_message_chunk", "B", Some("m2")),
             chunk("agent_message_chunk", "C", Some("m2")),
         ] {
-            fx.extend(m.apply(u));
+            fx.extend(m.apply(&u.to_string()));
         }
         let msgs = messages(&fx);
         let texts: Vec<(&str, &str)> = msgs
@@ -276,13 +306,13 @@ mod tests {
     fn plans_keep_their_latest_state_per_turn_and_state_kinds_are_apart() {
         let mut m = Merger::new("t".into());
         let mut fx = vec![];
-        fx.extend(m.apply(chunk("user_message_chunk", "q1", None)));
-        fx.extend(m.apply(json!({"sessionUpdate": "plan", "entries": [1]})));
-        fx.extend(m.apply(json!({"sessionUpdate": "plan", "entries": [1, 2]})));
-        fx.extend(m.apply(chunk("user_message_chunk", "q2", None)));
-        fx.extend(m.apply(json!({"sessionUpdate": "plan", "entries": [3]})));
-        fx.extend(m.apply(json!({"sessionUpdate": "session_info_update", "title": "T"})));
-        fx.extend(m.apply(json!({"sessionUpdate": "zz_unknown", "x": 1})));
+        fx.extend(m.apply(&chunk("user_message_chunk", "q1", None).to_string()));
+        fx.extend(m.apply(&json!({"sessionUpdate": "plan", "entries": [1]}).to_string()));
+        fx.extend(m.apply(&json!({"sessionUpdate": "plan", "entries": [1, 2]}).to_string()));
+        fx.extend(m.apply(&chunk("user_message_chunk", "q2", None).to_string()));
+        fx.extend(m.apply(&json!({"sessionUpdate": "plan", "entries": [3]}).to_string()));
+        fx.extend(m.apply(&json!({"sessionUpdate": "session_info_update", "title": "T"}).to_string()));
+        fx.extend(m.apply(&json!({"sessionUpdate": "zz_unknown", "x": 1}).to_string()));
         let msgs = messages(&fx);
         let kinds: Vec<&str> = msgs.iter().map(|m| m.1).collect();
         assert_eq!(kinds, ["user", "plan", "user", "plan", "other"]);
@@ -292,13 +322,56 @@ mod tests {
     }
 
     #[test]
+    fn chunks_merge_only_when_alike_but_for_their_text_and_keep_escapes() {
+        let mut m = Merger::new("t".into());
+        let a = r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"caf\u00e9"},"_meta":{"n":1.50}}"#;
+        let b = r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":" \""},"_meta":{"n":1.5}}"#;
+        let c = r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"\ud83d\ude00"},"_meta":{"n":1.5}}"#;
+        let mut fx = m.apply(a);
+        fx.extend(m.apply(b));
+        fx.extend(m.apply(c));
+        let news: Vec<&Effect> = fx.iter().filter(|e| matches!(e, Effect::New { .. })).collect();
+        assert_eq!(news.len(), 2, "a chunk whose _meta differs (as sent) starts a message: {fx:#?}");
+        let Some(Effect::Update { body, .. }) = fx.last() else { panic!("{fx:#?}") };
+        assert!(
+            body.starts_with(
+                r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":" \"\ud83d\ude00"},"_meta":{"n":1.5},"messageId":""#
+            ),
+            "{body}"
+        );
+        let Effect::New { body, .. } = news[0] else { unreachable!() };
+        assert!(body.contains(r#""text":"caf\u00e9"},"_meta":{"n":1.50}"#), "{body}");
+    }
+
+    #[test]
+    fn tool_call_updates_replace_members_in_place_values_as_sent() {
+        let mut m = Merger::new("t".into());
+        m.apply(r#"{"sessionUpdate":"tool_call","toolCallId":"c","status":"pending","rawInput":{"n":2e3}}"#);
+        let fx = m.apply(
+            r#"{"sessionUpdate":"tool_call_update","toolCallId":"c","status":"completed","_meta":{"big":123456789012345678901234567890}}"#,
+        );
+        let [Effect::Update { body, .. }] = &fx[..] else { panic!("{fx:#?}") };
+        assert_eq!(
+            body,
+            r#"{"sessionUpdate":"tool_call","toolCallId":"c","status":"completed","rawInput":{"n":2e3},"_meta":{"big":123456789012345678901234567890}}"#
+        );
+        // An update for a call never seen becomes the call.
+        let fx = m.apply(r#"{"sessionUpdate":"tool_call_update","toolCallId":"d","x":-0.0}"#);
+        let [Effect::New { body, kind: "tool", .. }] = &fx[..] else { panic!("{fx:#?}") };
+        assert_eq!(body, r#"{"sessionUpdate":"tool_call","toolCallId":"d","x":-0.0}"#);
+    }
+
+    #[test]
     fn non_text_chunks_are_messages_of_their_own() {
         let mut m = Merger::new("t".into());
-        let mut fx = m.apply(chunk("agent_message_chunk", "a", None));
-        fx.extend(m.apply(
-            json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "image", "data": "x"}}),
-        ));
-        fx.extend(m.apply(chunk("agent_message_chunk", "b", None)));
+        let mut fx = m.apply(&chunk("agent_message_chunk", "a", None).to_string());
+        fx.extend(
+            m.apply(
+                &json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "image", "data": "x"}})
+                    .to_string(),
+            ),
+        );
+        fx.extend(m.apply(&chunk("agent_message_chunk", "b", None).to_string()));
         assert_eq!(messages(&fx).len(), 3);
     }
 }

@@ -8,13 +8,15 @@
 //! atomic step.
 
 pub mod merge;
+mod raw;
 pub mod replay;
 
 pub use replay::{MAX_LIMIT, ReadError, ReadMode, Slice};
 
 use bytes::Bytes;
 use merge::{Effect, Merger};
-use serde_json::Value;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::mpsc;
@@ -135,6 +137,20 @@ fn empty_slice(session: &str, mode: &ReadMode) -> Result<Slice, ReadError> {
     Ok(Slice { lines: vec![], meta, title: None })
 }
 
+/// A `session/update` line, its `update` left as the text received.
+#[derive(Deserialize)]
+struct UpdateLine<'a> {
+    #[serde(borrow)]
+    params: UpdateParams<'a>,
+}
+
+/// The params of a `session/update`.
+#[derive(Deserialize)]
+struct UpdateParams<'a> {
+    #[serde(borrow)]
+    update: &'a RawValue,
+}
+
 /// A write waiting for the next commit.
 enum Write {
     Meta(SessionMeta),
@@ -158,8 +174,8 @@ struct Worker {
     retention: Retention,
     sessions: HashMap<String, SessionState>,
     batch: Vec<Write>,
-    /// Latest merged body per (session, key) of this batch.
-    bodies: HashMap<(String, u64), Value>,
+    /// Latest merged body (JSON text) per (session, key) of this batch.
+    bodies: HashMap<(String, u64), String>,
     since: Option<Instant>,
     prefix: String,
 }
@@ -244,9 +260,9 @@ impl Worker {
         if seed && !self.keep_seed(&session) {
             return;
         }
-        let Ok(msg) = serde_json::from_slice::<Value>(line) else { return };
-        let Some(update) = msg.pointer("/params/update").cloned() else { return };
-        let effects = self.state(&session).merger.apply(update);
+        // The update is taken as the text it arrived as: the journal never re-encodes a value.
+        let Ok(msg) = serde_json::from_slice::<UpdateLine<'_>>(line) else { return };
+        let effects = self.state(&session).merger.apply(msg.params.update.get());
         for e in effects {
             match e {
                 Effect::New { key, msg_id, kind, body } => {
@@ -258,7 +274,7 @@ impl Worker {
                     self.queue(Write::Body { session: session.clone(), key });
                 }
                 Effect::State { kind, body } => {
-                    self.queue(Write::State { session: session.clone(), kind, body: body.to_string() });
+                    self.queue(Write::State { session: session.clone(), kind, body });
                 }
             }
         }
@@ -297,7 +313,7 @@ impl Worker {
                     Write::State { session, kind, body } => w.put_state(session, kind, body, now)?,
                     Write::Append { session, key, msg_id, kind } => {
                         let k = (session.clone(), *key);
-                        let body = bodies.get(&k).map(Value::to_string).unwrap_or_default();
+                        let body = bodies.get(&k).cloned().unwrap_or_default();
                         let seq = w.append(
                             session,
                             &NewMessage { msg_id: msg_id.clone(), kind: (*kind).into(), body },
@@ -316,7 +332,7 @@ impl Worker {
                         }
                         let seq = sessions.get(session).and_then(|s| s.seqs.get(key)).copied();
                         if let (Some(seq), Some(body)) = (seq, bodies.get(&k)) {
-                            w.update_body(session, seq, &body.to_string())?;
+                            w.update_body(session, seq, body)?;
                         }
                     }
                 }
@@ -351,5 +367,7 @@ impl Worker {
     }
 }
 
+#[cfg(test)]
+mod exact_tests;
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,7 @@
 
 use super::*;
 use proptest::prelude::*;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::sync::mpsc as std_mpsc;
 
 fn line(session: &str, update: Value) -> Bytes {
