@@ -58,7 +58,7 @@ fn check_report(r: &Value, history: &[&str]) {
         assert!(res["replayMeta"].is_object(), "top-level replayMeta, as the contract says: {res}");
         assert_eq!(res["replayMeta"], res["_meta"]["zcode"]["replayMeta"], "mirrored: {res}");
     }
-    assert_eq!(pages.last().unwrap()["result"]["replayMeta"]["hasMore"], false, "paged to the beginning");
+    assert_eq!(pages[pages.len() - 1]["result"]["replayMeta"]["hasMore"], false, "paged to the beginning");
     let got: Vec<&str> = r["history"].as_array().expect("history").iter().filter_map(Value::as_str).collect();
     assert_eq!(got, history, "tail + pages = the whole history, in order, once");
     assert_eq!(r["elicit"]["asked"], json!(["What is your name?"]), "the SDK was asked: {r}");
