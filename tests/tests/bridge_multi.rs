@@ -242,7 +242,15 @@ fn fs_requests_go_to_an_editor_that_can_serve_them() {
 #[test]
 fn an_elicitation_goes_to_every_client_and_the_first_answer_wins() {
     let home = Home::new();
-    let (mut b, sid, mut remote) = shared_session(&home, 0, caps());
+    // Both advertise forms: an elicitation goes only to clients that can show it.
+    let forms = json!({"elicitation": {"form": {}}});
+    let mut b = Bridge::start(&home, &demo_agent(0));
+    initialize(&mut b.editor, forms.clone());
+    let sid = new_session(&mut b.editor, home.path());
+    let mut remote = b.remote();
+    initialize(&mut remote, forms);
+    let (r, _) = load(&mut remote, &sid, home.path());
+    assert!(r["result"].is_object(), "{r}");
     let id = remote.request("session/prompt", prompt(&sid, "elicit"));
     let (ereq, _) = b.editor.until("the elicitation on the editor", |m| m["method"] == "elicitation/create");
     let (rreq, _) = remote.until("the elicitation on the remote", |m| m["method"] == "elicitation/create");

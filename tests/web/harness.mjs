@@ -106,7 +106,7 @@ export class Editor {
   /** Initializes and creates a session in `cwd`; returns its id. */
   async newSession(cwd) {
     if (!this.initialized) {
-      await this.call('initialize', { protocolVersion: 1, clientCapabilities: {}, clientInfo: { name: 'web-test-editor', version: '1' } });
+      await this.call('initialize', { protocolVersion: 1, clientCapabilities: { elicitation: { form: {} } }, clientInfo: { name: 'web-test-editor', version: '1' } });
       this.initialized = true;
     }
     const r = await this.call('session/new', { cwd, mcpServers: [] });

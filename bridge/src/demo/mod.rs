@@ -33,6 +33,7 @@ usage update. Words in the prompt (alone, or with a leading `/`) script the rest
                 `session/cancel`
   fail          the turn fails with a JSON-RPC error (-32603)
   elicit        ask `elicitation/create` (a form with one `name` field); the reply says what came back
+                (only when the client advertised `elicitation.form`; otherwise it says it cannot ask)
   terminal      run `echo` through the client's terminal (`terminal/create`, `wait_for_exit`,
                 `output`, `release`) and report its output
 
@@ -113,6 +114,8 @@ struct State {
     sessions: HashMap<String, Live>,
     /// Our requests to the client, waiting for their answers.
     pending: HashMap<Id, oneshot::Sender<Result<Value, RpcError>>>,
+    /// The client advertised `elicitation.form` in `initialize` (ACP: ask only then).
+    elicit_form: bool,
 }
 
 /// The agent: shared by the stdin loop and the turn tasks. The mutex is never held across
@@ -148,6 +151,11 @@ impl Agent {
         }
         let params = raw.params.as_deref().map_or("", |p| p.get());
         self.send(jsonrpc::response(&id, json!({"params": params}))).await;
+    }
+
+    /// Whether the client said it renders elicitation forms.
+    pub(crate) fn can_elicit_form(&self) -> bool {
+        self.state().elicit_form
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -259,7 +267,11 @@ impl Agent {
 
     async fn call(&self, method: &str, params: &Value) -> Result<Value, RpcError> {
         match method {
-            "initialize" => initialize(params, self.opts.resume_only),
+            "initialize" => {
+                let form = params["clientCapabilities"]["elicitation"].get("form");
+                self.state().elicit_form = form.is_some_and(|f| !f.is_null());
+                initialize(params, self.opts.resume_only)
+            }
             "authenticate" => Ok(json!({})),
             "session/new" => self.new_session(params).await,
             "session/load" if !self.opts.resume_only => self.load_session(params, true).await,

@@ -241,6 +241,11 @@ impl Turn<'_> {
     }
 
     async fn elicit(&self) -> Result<(), Stop> {
+        if !self.agent.can_elicit_form() {
+            return self
+                .say("This client cannot answer questions (no `elicitation.form` capability). ")
+                .await;
+        }
         let params = json!({"sessionId": self.sid, "mode": "form", "message": "What is your name?",
             "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}});
         match self.ask("elicitation/create", params).await? {

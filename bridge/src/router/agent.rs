@@ -153,7 +153,15 @@ impl AgentLink {
         self.state = LinkState::Starting;
         let params = json!({
             "protocolVersion": 1,
-            "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": true},
+            // Everything the bridge can serve for SOME client: fs and terminals locally,
+            // elicitations through the clients that advertise them (and declined when no
+            // attached one does). The agent is initialized once, so it must hear the union
+            // up front: a phone that renders forms may attach at any time.
+            "clientCapabilities": {
+                "fs": {"readTextFile": true, "writeTextFile": true},
+                "terminal": true,
+                "elicitation": {"form": {}, "url": {}},
+            },
             "clientInfo": {"name": "zcode-acp", "title": "zcode-acp bridge", "version": zcode_shared::VERSION},
         });
         self.request_value(

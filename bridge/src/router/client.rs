@@ -78,6 +78,10 @@ pub struct Caps {
     pub write: bool,
     /// `terminal`.
     pub terminal: bool,
+    /// `elicitation.form` (present and not null).
+    pub elicit_form: bool,
+    /// `elicitation.url` (present and not null).
+    pub elicit_url: bool,
 }
 
 impl Caps {
@@ -88,6 +92,25 @@ impl Caps {
             read: c["fs"]["readTextFile"] == true,
             write: c["fs"]["writeTextFile"] == true,
             terminal: c["terminal"] == true,
+            elicit_form: c["elicitation"].get("form").is_some_and(|v| !v.is_null()),
+            elicit_url: c["elicitation"].get("url").is_some_and(|v| !v.is_null()),
+        }
+    }
+
+    /// Whether this client may be sent the agent's message `method` (request or
+    /// notification): an elicitation only if it advertised the elicitation's mode (ACP: an
+    /// omitted or null mode means unsupported); anything else always.
+    pub fn accepts(&self, method: &str, params: &serde_json::Value) -> bool {
+        match method {
+            // URL mode is the only one that completes out of band.
+            "elicitation/complete" => self.elicit_url,
+            m if m.starts_with("elicitation/") => match params["mode"].as_str() {
+                Some("url") => self.elicit_url,
+                // MCP's rule, which ACP follows: a request without a mode is a form.
+                Some("form") | None => self.elicit_form,
+                Some(_) => false,
+            },
+            _ => true,
         }
     }
 
@@ -178,5 +201,33 @@ mod tests {
         assert!(!caps.serves("fs/write_text_file"));
         assert!(caps.serves("terminal/create"));
         assert!(!caps.serves("session/request_permission"));
+    }
+
+    #[test]
+    fn elicitations_go_only_to_a_client_that_advertised_their_mode() {
+        let form = serde_json::json!({"mode": "form", "message": "?"});
+        let url = serde_json::json!({"mode": "url", "url": "https://example.com"});
+        let none = Caps::from_params(&serde_json::json!({"clientCapabilities": {}}));
+        let empty = Caps::from_params(&serde_json::json!({"clientCapabilities": {"elicitation": {}}}));
+        let nulls = Caps::from_params(
+            &serde_json::json!({"clientCapabilities": {"elicitation": {"form": null, "url": null}}}),
+        );
+        for c in [&none, &empty, &nulls] {
+            assert!(
+                !c.accepts("elicitation/create", &form) && !c.accepts("elicitation/create", &url),
+                "{c:?}"
+            );
+            assert!(c.accepts("session/request_permission", &form));
+        }
+        let f = Caps::from_params(&serde_json::json!({"clientCapabilities": {"elicitation": {"form": {}}}}));
+        assert!(f.accepts("elicitation/create", &form));
+        assert!(f.accepts("elicitation/create", &serde_json::json!({"message": "no mode: a form"})));
+        assert!(!f.accepts("elicitation/create", &url) && !f.accepts("elicitation/complete", &url));
+        let u = Caps::from_params(&serde_json::json!({"clientCapabilities": {"elicitation": {"url": {}}}}));
+        assert!(
+            u.accepts("elicitation/create", &url)
+                && u.accepts("elicitation/complete", &serde_json::json!({}))
+        );
+        assert!(!u.accepts("elicitation/create", &form));
     }
 }

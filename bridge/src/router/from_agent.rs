@@ -87,6 +87,17 @@ impl Router {
             self.fail_pending(pending, &reason);
             return self.agent_down(&reason);
         };
+        if agent["protocolVersion"].as_u64() != Some(super::from_client::PROTOCOL_VERSION) {
+            let reason = format!(
+                "answered initialize with protocolVersion {}, but this bridge speaks only protocolVersion {}",
+                agent["protocolVersion"],
+                super::from_client::PROTOCOL_VERSION
+            );
+            tracing::error!("{reason}");
+            let pending = self.agent.kill();
+            self.fail_pending(pending, &reason);
+            return self.agent_down(&reason);
+        }
         let mut for_clients = agent.clone();
         let caps = &mut for_clients["agentCapabilities"];
         if !caps.is_object() {
@@ -178,23 +189,34 @@ impl Router {
         if method.starts_with("fs/") || method.starts_with("terminal/") {
             return self.route_client_service(upstream_id, session, msg);
         }
-        let key = self.new_request(upstream_id.clone(), session.clone(), msg, true);
-        let targets: Vec<ClientId> = match session.as_ref().and_then(|s| self.sessions.get_mut(s)) {
-            Some(s) => {
-                s.requests.push(key);
-                s.attached.iter().copied().collect()
+        let params = msg.params_value();
+        let elicitation = method.starts_with("elicitation/");
+        // Who may be sent it: an elicitation only to clients that advertised its mode.
+        let accepts =
+            |r: &Router, c: &ClientId| r.clients.get(c).is_some_and(|c| c.caps.accepts(&method, &params));
+        let known = session.as_ref().filter(|s| self.sessions.contains_key(*s));
+        let targets: Vec<ClientId> = match known.and_then(|s| self.sessions.get(s)) {
+            Some(s) => s.attached.iter().copied().filter(|c| accepts(self, c)).collect(),
+            // Not about a session we know: the editor if it is there, else nobody can answer.
+            None if self.clients.get(&EDITOR).is_some_and(|c| c.init == Init::Done) => {
+                [EDITOR].into_iter().filter(|c| accepts(self, c)).collect()
             }
-            None => {
-                // Not about a session we know: the editor if it is there, else nobody can answer.
-                let editor_ready = self.clients.get(&EDITOR).is_some_and(|c| c.init == Init::Done);
-                if !editor_ready {
-                    self.requests.remove(&key);
-                    let err = RpcError::method_not_found(&method);
-                    return self.agent.answer(&upstream_id, Err(error_value(&err)));
-                }
-                vec![EDITOR]
+            None if !elicitation => {
+                let err = RpcError::method_not_found(&method);
+                return self.agent.answer(&upstream_id, Err(error_value(&err)));
             }
+            None => Vec::new(),
         };
+        if elicitation && targets.is_empty() {
+            // No attached client can show it: answered as ACP has a client that does not
+            // take it up answer, never left waiting.
+            tracing::debug!(?session, "no attached client advertised this elicitation's mode: declined");
+            return self.agent.answer(&upstream_id, Ok(&jsonrpc::raw(&json!({"action": "decline"}))));
+        }
+        let key = self.new_request(upstream_id, session.clone(), msg, true);
+        if let Some(s) = known.and_then(|s| self.sessions.get_mut(s)) {
+            s.requests.push(key);
+        }
         // Nobody attached: it waits on the session for the next client that attaches.
         for c in targets {
             self.deliver_copy(key, c);
@@ -309,19 +331,18 @@ impl Router {
             _ => {
                 // Anything else (elicitation/complete, extensions): to the session's clients, or
                 // to every initialized client when it names no session we know.
+                // An elicitation notification only to clients that advertised elicitations.
                 let line = Bytes::from(msg.to_line());
-                match msg.session_id().filter(|s| self.sessions.contains_key(s)) {
-                    Some(sid) => self.fan_out(&sid, &line, None),
+                let (method, params) = (msg.method(), msg.params_value());
+                let targets: Vec<ClientId> = match msg.session_id().and_then(|s| self.sessions.get(&s)) {
+                    Some(s) => s.attached.iter().copied().collect(),
                     None => {
-                        let all: Vec<ClientId> = self
-                            .clients
-                            .iter()
-                            .filter(|(_, c)| c.init == Init::Done)
-                            .map(|(id, _)| *id)
-                            .collect();
-                        for c in all {
-                            self.send_to(c, line.clone());
-                        }
+                        self.clients.iter().filter(|(_, c)| c.init == Init::Done).map(|(id, _)| *id).collect()
+                    }
+                };
+                for c in targets {
+                    if self.clients.get(&c).is_some_and(|c| c.caps.accepts(method, &params)) {
+                        self.send_to(c, line.clone());
                     }
                 }
             }

@@ -40,7 +40,7 @@ impl Router {
             );
             return self.reply(client, &id, Err(err));
         }
-        match msg.method() {
+        match contract_method(msg.method()) {
             "session/new" => self.on_new_session(client, id, msg),
             "session/load" | "session/resume" => self.on_load(client, id, msg),
             "session/prompt" => self.on_prompt(client, id, msg),
@@ -52,9 +52,13 @@ impl Router {
     fn on_initialize(&mut self, client: ClientId, id: &Id, msg: &RawMessage) {
         let params = msg.params_value();
         match params.get("protocolVersion") {
-            Some(v) if v.as_u64() == Some(1) && v.is_u64() => {}
+            // ACP: an agent that does not speak the requested version answers with the latest
+            // it does (1: the result always says so) and the client decides.
+            Some(v) if v.is_u64() || v.is_i64() => {}
             Some(v) => {
-                let e = RpcError::invalid_params(format!("`protocolVersion` must be the number 1, got {v}"));
+                let e = RpcError::invalid_params(format!(
+                    "`protocolVersion` must be an integer (this bridge speaks {PROTOCOL_VERSION}), got {v}"
+                ));
                 return self.reply(client, id, Err(e));
             }
             None => {
@@ -331,8 +335,9 @@ impl Router {
         }
     }
 
-    /// `session/cancel`: forwarded, and the session's pending permissions are answered
-    /// `cancelled` upstream (as ACP requires of the client) and withdrawn from every client.
+    /// `session/cancel`: forwarded, and the session's pending permissions and elicitations are
+    /// answered `cancelled` / `cancel` upstream (as ACP requires of the client) and withdrawn
+    /// from every client.
     fn on_cancel(&mut self, _client: ClientId, msg: RawMessage) {
         let Some(sid) = msg.session_id() else { return };
         let live =
@@ -342,15 +347,14 @@ impl Router {
         }
         let keys: Vec<u64> = self.sessions.get(&sid).map(|s| s.requests.clone()).unwrap_or_default();
         for key in keys {
-            if self.requests.get(&key).is_some_and(|r| r.msg.method() == "session/request_permission") {
-                if let Some(req) = self.withdraw(key, None) {
-                    if req.generation == self.agent.generation {
-                        let cancelled = serde_json::value::RawValue::from_string(
-                            r#"{"outcome":{"outcome":"cancelled"}}"#.to_owned(),
-                        )
-                        .expect("valid JSON");
-                        self.agent.answer(&req.upstream_id, Ok(&cancelled));
-                    }
+            let answer = match self.requests.get(&key).map(|r| r.msg.method()) {
+                Some("session/request_permission") => json!({"outcome": {"outcome": "cancelled"}}),
+                Some("elicitation/create") => json!({"action": "cancel"}),
+                _ => continue,
+            };
+            if let Some(req) = self.withdraw(key, None) {
+                if req.generation == self.agent.generation {
+                    self.agent.answer(&req.upstream_id, Ok(&jsonrpc::raw(&answer)));
                 }
             }
         }
@@ -433,6 +437,22 @@ impl Router {
     }
 }
 
+/// The ACP protocol version the bridge speaks, to clients and to the agent.
+pub(super) const PROTOCOL_VERSION: u64 = 1;
+
+/// The contract's extension methods (REMOTE-CLIENTS.md). Each is also answered under its
+/// `_`-prefixed spelling, the only one an ACP SDK's extension call can send.
+const CONTRACT_EXTENSIONS: &[&str] = &["session/load_earlier"];
+
+/// The method a request names, with a contract extension's `_` spelling mapped to its
+/// contract name; any other method as is (other `_` methods go to the agent untouched).
+pub(super) fn contract_method(method: &str) -> &str {
+    match method.strip_prefix('_') {
+        Some(plain) if CONTRACT_EXTENSIONS.contains(&plain) => plain,
+        _ => method,
+    }
+}
+
 /// A live session's `session/load` result: the agent's answer to new/load without its id.
 pub(super) fn attach_base(attach_result: Option<&serde_json::value::RawValue>) -> Value {
     attach_result.and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_else(|| json!({}))
@@ -443,4 +463,19 @@ fn dirs_of(params: &Value) -> Vec<PathBuf> {
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).map(PathBuf::from).collect())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contract_extensions_answer_under_their_underscore_spelling_too() {
+        assert_eq!(contract_method("session/load_earlier"), "session/load_earlier");
+        assert_eq!(contract_method("_session/load_earlier"), "session/load_earlier");
+        // Other extensions stay extensions (the agent's), and only one `_` is taken.
+        assert_eq!(contract_method("_demo/echo"), "_demo/echo");
+        assert_eq!(contract_method("__session/load_earlier"), "__session/load_earlier");
+        assert_eq!(contract_method("_session/new"), "_session/new");
+    }
 }

@@ -406,6 +406,13 @@ impl Router {
         if !req.broadcast || req.copies.contains(&client) {
             return;
         }
+        if !self
+            .clients
+            .get(&client)
+            .is_some_and(|c| c.caps.accepts(req.msg.method(), &req.msg.params_value()))
+        {
+            return;
+        }
         req.copies.push(client);
         let line = Bytes::from(req.msg.line_with_id(Some(&Id::from(key))));
         if let Some(c) = self.clients.get_mut(&client) {

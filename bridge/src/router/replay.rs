@@ -78,6 +78,15 @@ impl Router {
                 if !result.is_object() {
                     result = json!({});
                 }
+                // Top level per the contract; mirrored under `_meta.zcode` because an SDK's
+                // typed result keeps `_meta` and drops unknown top-level keys.
+                if !result["_meta"].is_object() {
+                    result["_meta"] = json!({});
+                }
+                if !result["_meta"]["zcode"].is_object() {
+                    result["_meta"]["zcode"] = json!({});
+                }
+                result["_meta"]["zcode"]["replayMeta"] = slice.meta.clone();
                 result["replayMeta"] = slice.meta;
                 Ok(result)
             }
