@@ -31,6 +31,8 @@ pub enum Purpose {
     Initialize,
     /// A client's request, answered back to it as is.
     Forward,
+    /// A client's `session/list`: answered as the tasks index sees it ([`super::listing`]).
+    List,
     /// A client's `session/new`: the answer creates the session.
     NewSession {
         /// The session's directory.

@@ -12,6 +12,7 @@ pub mod client;
 mod from_agent;
 mod from_client;
 mod lifecycle;
+mod listing;
 mod replay;
 mod session;
 
@@ -94,6 +95,15 @@ pub enum Event {
         base: Option<Value>,
         /// The slice.
         result: Result<Slice, ReadError>,
+    },
+    /// A `session/list` answer, as the tasks index sees it, for the client that asked.
+    Listed {
+        /// Who asked.
+        client: ClientId,
+        /// Its request id.
+        id: Id,
+        /// The listing.
+        result: Value,
     },
     /// `GET /status`: the listed sessions, from memory.
     Status(oneshot::Sender<Vec<SessionStatus>>),
@@ -266,6 +276,7 @@ impl Router {
                 Event::Replay { client, id, session, base, result } => {
                     self.on_replay(client, &id, &session, base, result);
                 }
+                Event::Listed { client, id, result } => self.reply(client, &id, Ok(result)),
                 Event::Status(reply) => {
                     let _ = reply.send(self.status());
                 }
