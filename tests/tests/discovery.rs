@@ -5,7 +5,9 @@
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use zcode_tests::hub::{Hub, wait_instances};
-use zcode_tests::{Bridge, Home, Peer, TEST_TOKEN, demo_agent, http_with_body, initialize, new_session, prompt};
+use zcode_tests::{
+    Bridge, Home, Peer, TEST_TOKEN, demo_agent, http_with_body, initialize, new_session, prompt,
+};
 
 /// The session ids `/status` of bridge `b` lists.
 fn status_ids(b: &Bridge) -> BTreeSet<String> {

@@ -24,8 +24,11 @@ fn a_terminal_program_started_for_a_window_is_reaped_when_it_exits() {
     let bin = tempfile::tempdir().unwrap();
     let pid_file = bin.path().join("xterm.pid");
     let xterm = bin.path().join("xterm");
-    std::fs::write(&xterm, format!("#!/bin/sh\necho $$ > '{}.tmp'\nmv '{0}.tmp' '{0}'\n", pid_file.display()))
-        .unwrap();
+    std::fs::write(
+        &xterm,
+        format!("#!/bin/sh\necho $$ > '{}.tmp'\nmv '{0}.tmp' '{0}'\n", pid_file.display()),
+    )
+    .unwrap();
     std::fs::set_permissions(&xterm, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = format!("{}:{}", bin.path().display(), std::env::var("PATH").unwrap_or_default());
     let roots = root.path().display().to_string();
@@ -66,7 +69,7 @@ fn a_terminal_program_started_for_a_window_is_reaped_when_it_exits() {
 
 /// Every `.rs` file under `dir`.
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
+    for e in std::fs::read_dir(dir).expect("a source directory").flatten() {
         let p = e.path();
         if p.is_dir() {
             sources(&p, out);
@@ -78,14 +81,14 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
 
 #[test]
 fn every_variable_handed_to_a_started_process_is_read() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace");
     let mut files = vec![];
     for krate in ["shared", "bridge", "hub"] {
         sources(&root.join(krate).join("src"), &mut files);
     }
     let (mut set, mut read) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
     for f in &files {
-        for line in std::fs::read_to_string(f).unwrap().lines() {
+        for line in std::fs::read_to_string(f).expect("a source file").lines() {
             if line.trim_start().starts_with("//") {
                 continue;
             }
@@ -98,7 +101,11 @@ fn every_variable_handed_to_a_started_process_is_read() {
                 let before = &rest[..at];
                 if name.len() > "ZCODE_ACP_".len() {
                     let sets = before.ends_with(".env(\"") || before.ends_with("export ");
-                    if sets { set.insert(name.clone()) } else { read.insert(name.clone()) };
+                    if sets {
+                        set.insert(name.clone())
+                    } else {
+                        read.insert(name.clone())
+                    };
                 }
                 rest = &rest[at + "ZCODE_ACP_".len()..];
             }

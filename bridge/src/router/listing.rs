@@ -27,7 +27,9 @@ impl Router {
             let _ = tx.send(match view {
                 Some(Ok(v)) => v,
                 Some(Err(e)) => {
-                    tracing::warn!("session/list: the tasks index is unreadable ({e}): listing as the agent did");
+                    tracing::warn!(
+                        "session/list: the tasks index is unreadable ({e}): listing as the agent did"
+                    );
                     Default::default()
                 }
                 None => Default::default(),

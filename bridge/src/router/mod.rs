@@ -127,6 +127,16 @@ pub enum Event {
     Shutdown,
 }
 
+impl From<crate::upstream::UpstreamEvent> for Event {
+    fn from(e: crate::upstream::UpstreamEvent) -> Event {
+        use crate::upstream::UpstreamEvent;
+        match e {
+            UpstreamEvent::Line { generation, msg } => Event::Agent { generation, msg },
+            UpstreamEvent::Exited { generation, reason } => Event::AgentExited { generation, reason },
+        }
+    }
+}
+
 /// One row of `/status` and of the registration's `sessions`.
 #[derive(Clone, Debug, serde::Serialize)]
 #[serde(rename_all = "camelCase")]

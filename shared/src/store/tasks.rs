@@ -39,7 +39,10 @@ pub struct IndexView {
 
 impl Store {
     /// The index's view of each of `ids` it knows (unknown ids are absent).
-    pub fn index_view(&self, ids: &[String]) -> Result<std::collections::HashMap<String, IndexView>, StoreError> {
+    pub fn index_view(
+        &self,
+        ids: &[String],
+    ) -> Result<std::collections::HashMap<String, IndexView>, StoreError> {
         let wanted = serde_json::Value::from(ids.to_vec()).to_string();
         Ok(self
             .conn()
