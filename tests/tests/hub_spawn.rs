@@ -1,8 +1,7 @@
 //! What the hub starts for a window: the terminal program is reaped when it exits (no zombie
-//! per window), and every `ZCODE_ACP_*` variable handed to a started process is read by it.
+//! per window).
 
 use serde_json::json;
-use std::path::{Path, PathBuf};
 use std::time::Instant;
 use zcode_tests::hub::{AUTH, Hub, http};
 use zcode_tests::{Home, WAIT};
@@ -65,52 +64,4 @@ fn a_terminal_program_started_for_a_window_is_reaped_when_it_exits() {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-}
-
-/// Every `.rs` file under `dir`.
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).expect("a source directory").flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            sources(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
-
-#[test]
-fn every_variable_handed_to_a_started_process_is_read() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace");
-    let mut files = vec![];
-    for krate in ["shared", "bridge", "hub"] {
-        sources(&root.join(krate).join("src"), &mut files);
-    }
-    let (mut set, mut read) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
-    for f in &files {
-        for line in std::fs::read_to_string(f).expect("a source file").lines() {
-            if line.trim_start().starts_with("//") {
-                continue;
-            }
-            let mut rest = line;
-            while let Some(at) = rest.find("ZCODE_ACP_") {
-                let name: String = rest[at..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
-                    .collect();
-                let before = &rest[..at];
-                if name.len() > "ZCODE_ACP_".len() {
-                    let sets = before.ends_with(".env(\"") || before.ends_with("export ");
-                    if sets {
-                        set.insert(name.clone())
-                    } else {
-                        read.insert(name.clone())
-                    };
-                }
-                rest = &rest[at + "ZCODE_ACP_".len()..];
-            }
-        }
-    }
-    let dead: Vec<&String> = set.difference(&read).collect();
-    assert!(dead.is_empty(), "variables set for a started process that nothing reads: {dead:?}");
 }
