@@ -1,16 +1,48 @@
 //! The upstream agent process: spawned in its own process group, stdin fed by a writer task,
-//! stdout parsed into router events, stderr copied to our log.
+//! stdout parsed into [`UpstreamEvent`]s (whoever listens turns them into its own events),
+//! stderr copied to our log.
 
-use crate::router::{AgentSpec, Event};
 use bytes::Bytes;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::mpsc;
-use zcode_shared::jsonrpc::RawMessage;
+use zcode_shared::jsonrpc::{ParseError, RawMessage};
+
+/// How to start the upstream agent.
+#[derive(Clone, Debug)]
+pub struct AgentSpec {
+    /// The program.
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Extra environment.
+    pub env: BTreeMap<String, String>,
+    /// A human name for logs and errors (the command line).
+    pub display: String,
+}
+
+/// What an agent process reports, tagged with its generation (a restarted agent is a new one).
+pub enum UpstreamEvent {
+    /// A line from its stdout, parsed (or not).
+    Line {
+        /// Which agent process.
+        generation: u64,
+        /// The message.
+        msg: Result<RawMessage, ParseError>,
+    },
+    /// It exited.
+    Exited {
+        /// Which agent process.
+        generation: u64,
+        /// How it ended, for error messages.
+        reason: String,
+    },
+}
 
 /// How long a killed agent gets between SIGTERM and SIGKILL.
 const KILL_GRACE: Duration = Duration::from_millis(500);
@@ -22,11 +54,12 @@ pub struct AgentProcess {
 }
 
 impl AgentProcess {
-    /// Spawns the agent; its lines and its exit arrive as events tagged with `generation`.
-    pub fn spawn(
+    /// Spawns the agent; its lines and its exit arrive on `events` as [`UpstreamEvent`]s tagged
+    /// with `generation`.
+    pub fn spawn<E: From<UpstreamEvent> + Send + 'static>(
         spec: &AgentSpec,
         generation: u64,
-        events: mpsc::Sender<Event>,
+        events: mpsc::Sender<E>,
     ) -> std::io::Result<AgentProcess> {
         let mut cmd = Command::new(&spec.command);
         cmd.args(&spec.args)
@@ -65,7 +98,7 @@ impl AgentProcess {
                     continue;
                 }
                 let msg = RawMessage::parse(&line);
-                if reader_events.send(Event::Agent { generation, msg }).await.is_err() {
+                if reader_events.send(UpstreamEvent::Line { generation, msg }.into()).await.is_err() {
                     break;
                 }
             }
@@ -85,7 +118,7 @@ impl AgentProcess {
             // open must not stall us forever).
             let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
             tracing::warn!(pid, generation, "agent {reason}");
-            let _ = events.send(Event::AgentExited { generation, reason }).await;
+            let _ = events.send(UpstreamEvent::Exited { generation, reason }.into()).await;
         });
         Ok(AgentProcess { pid, stdin: tx })
     }

@@ -7,6 +7,10 @@
 //! sequences (`zcode_shared::text::title`); tmux, which expands `#(…)` in a window name, gets
 //! every `#` doubled ([`tmux_literal`]). tmux runs on the home's own server ([`tmux_server`]).
 //!
+//! A resume is the window's `chat --resume <id>`; a headless bridge needs nothing for it (the
+//! client's `session/load` of the id is the resume). A terminal program started for a window is
+//! waited for on a thread of its own, so none is left a zombie when its window closes.
+//!
 //! The token reaches the window's chat through the launch script only (0700, in the private
 //! run directory, removed as it starts): the terminal program and the tmux server run without
 //! it, so no global environment holds it.
@@ -31,7 +35,8 @@ pub enum Started {
 pub struct Launch {
     /// The project directory (realpath).
     pub workspace: PathBuf,
-    /// A session to resume, if any.
+    /// A session to resume, if any: the window's chat boots into it (a headless bridge gets
+    /// it from the client's `session/load`).
     pub session: Option<String>,
     /// The window's title.
     pub title: String,
@@ -113,9 +118,6 @@ fn headless(cfg: &Config, l: &Launch) -> std::io::Result<tokio::process::Child> 
         .stdout(Stdio::null())
         .stderr(log)
         .process_group(0);
-    if let Some(s) = &l.session {
-        cmd.env("ZCODE_ACP_RESUME_SESSION", s);
-    }
     cmd.spawn()
 }
 
@@ -139,7 +141,6 @@ fn launch_script(cfg: &Config, l: &Launch) -> std::io::Result<PathBuf> {
         }
     }
     s += &format!("export ZCODE_ACP_SPAWN_NONCE={}\n", sh_quote(&l.nonce));
-    s += &format!("export ZCODE_ACP_TAB_TITLE={}\n", sh_quote(&title));
     s += &format!(
         "exec {} chat --cwd {}",
         sh_quote(&exe.display().to_string()),
@@ -221,7 +222,7 @@ fn window(cfg: &Config, l: &Launch) -> std::io::Result<Option<String>> {
             .stderr(Stdio::null())
             .process_group(0)
             .spawn()
-            .map(|_| ())
+            .map(reap)
     };
     let result = match name.as_str() {
         "command" => {
@@ -249,6 +250,18 @@ fn window(cfg: &Config, l: &Launch) -> std::io::Result<Option<String>> {
             let _ = std::fs::remove_file(&script);
             Err(e)
         }
+    }
+}
+
+/// Waits for a terminal program on a thread of its own: it runs as long as its window, and the
+/// hub must collect its exit status or keep a zombie per window.
+fn reap(mut child: std::process::Child) {
+    let pid = child.id();
+    let spawned = std::thread::Builder::new().name(format!("reap-{pid}")).spawn(move || {
+        let _ = child.wait();
+    });
+    if let Err(e) = spawned {
+        tracing::warn!(pid, "cannot watch the terminal program ({e}): it stays a zombie when it exits");
     }
 }
 

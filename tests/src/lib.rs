@@ -333,6 +333,15 @@ impl Peer {
         }
     }
 
+    /// A WebSocket peer hangs up (a close frame) and waits for the bridge's answer: once this
+    /// returns, the bridge has seen the client go (it reports the close before answering it).
+    pub fn hang_up(&mut self) {
+        if let Writer::Ws(tx) = &self.writer {
+            let _ = tx.send(WsCmd::Close);
+        }
+        self.wait_closed(WAIT);
+    }
+
     /// Sends a request with a fresh id; returns the id.
     pub fn request(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;

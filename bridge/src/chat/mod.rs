@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
+use zcode_shared::jsonrpc::{self, Id, RawMessage, RpcError};
 use zcode_shared::text::strip_controls as inert;
 
 /// How to run the chat.
@@ -50,7 +51,7 @@ struct Chat {
     session: Option<String>,
     running: usize,
     /// A question waiting for the user's answer: (request id, option ids or empty for a form).
-    question: Option<(Value, Vec<String>)>,
+    question: Option<(Id, Vec<String>)>,
     /// Prompts typed before the session was ready, sent once it is.
     early: Vec<String>,
     opts: ChatOptions,
@@ -81,12 +82,12 @@ pub async fn run(opts: ChatOptions) -> std::io::Result<i32> {
     let (Some(to_bridge), Some(from_bridge)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(std::io::Error::other("the bridge's stdio was not captured"));
     };
-    let (msg_tx, mut msgs) = mpsc::channel::<Value>(256);
+    let (msg_tx, mut msgs) = mpsc::channel::<RawMessage>(256);
     tokio::spawn(async move {
         let mut lines = BufReader::new(from_bridge).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            if let Ok(v) = serde_json::from_str(&line) {
-                if msg_tx.send(v).await.is_err() {
+            if let Ok(m) = RawMessage::parse(&line) {
+                if msg_tx.send(m).await.is_err() {
                     break;
                 }
             }
@@ -143,7 +144,7 @@ pub async fn run(opts: ChatOptions) -> std::io::Result<i32> {
             _ = tokio::signal::ctrl_c() => {
                 if chat.running > 0 {
                     if let Some(sid) = chat.session.clone() {
-                        chat.send(json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})).await;
+                        chat.send(jsonrpc::notification("session/cancel", json!({"sessionId": sid}))).await;
                         chat.say("\n(cancelling…)\n");
                     }
                 } else {
@@ -174,8 +175,7 @@ impl Chat {
     async fn request(&mut self, method: &str, params: Value, purpose: Purpose) {
         self.next_id += 1;
         self.pending.insert(self.next_id, purpose);
-        let msg = json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
-        self.send(msg).await;
+        self.send(jsonrpc::request(&Id::from(self.next_id), method, params)).await;
     }
 
     fn prompt_marker(&mut self) {
@@ -204,7 +204,7 @@ impl Chat {
         .await;
     }
 
-    async fn answer(&mut self, id: Value, options: Vec<String>, input: &str) {
+    async fn answer(&mut self, id: Id, options: Vec<String>, input: &str) {
         let result = if options.is_empty() {
             // A form question: one text answer, empty declines.
             if input.is_empty() {
@@ -222,15 +222,21 @@ impl Chat {
                 }
             }
         };
-        self.send(json!({"jsonrpc": "2.0", "id": id, "result": result})).await;
+        self.send(jsonrpc::response(&id, result)).await;
     }
 
-    async fn on_message(&mut self, m: Value) {
-        if let Some(method) = m["method"].as_str() {
-            return self.on_request_or_notification(method, &m).await;
+    async fn on_message(&mut self, m: RawMessage) {
+        if m.method.is_some() {
+            return self.on_request_or_notification(m.method(), m.id.clone(), &m.params_value()).await;
         }
-        let Some(purpose) = m["id"].as_u64().and_then(|id| self.pending.remove(&id)) else { return };
-        if let Some(err) = m.get("error") {
+        let key = match &m.id {
+            Some(Id::Number(n)) => n.parse::<u64>().ok(),
+            _ => None,
+        };
+        let Some(purpose) = key.and_then(|id| self.pending.remove(&id)) else { return };
+        let result = m.result_as::<Value>().unwrap_or(Value::Null);
+        let error = m.error.as_deref().map(|e| serde_json::from_str::<Value>(e.get()).unwrap_or(Value::Null));
+        if let Some(err) = error {
             let msg = inert(err["message"].as_str().unwrap_or("error"));
             let b = self.render.break_line();
             self.say(&format!("{b}error: {msg}\n"));
@@ -259,7 +265,7 @@ impl Chat {
             }
             Purpose::Session => {
                 let sid =
-                    m["result"]["sessionId"].as_str().map(str::to_owned).or_else(|| self.opts.resume.clone());
+                    result["sessionId"].as_str().map(str::to_owned).or_else(|| self.opts.resume.clone());
                 self.session = sid.clone();
                 let b = self.render.break_line();
                 self.say(&format!(
@@ -273,7 +279,7 @@ impl Chat {
             }
             Purpose::Prompt => {
                 self.running = self.running.saturating_sub(1);
-                let reason = inert(m["result"]["stopReason"].as_str().unwrap_or("done"));
+                let reason = inert(result["stopReason"].as_str().unwrap_or("done"));
                 let b = self.render.break_line();
                 self.say(&format!("{b}[{reason}]\n"));
                 self.prompt_marker();
@@ -281,10 +287,10 @@ impl Chat {
         }
     }
 
-    async fn on_request_or_notification(&mut self, method: &str, m: &Value) {
+    async fn on_request_or_notification(&mut self, method: &str, id: Option<Id>, params: &Value) {
         match method {
             "session/update" => {
-                let u = &m["params"]["update"];
+                let u = &params["update"];
                 if u["sessionUpdate"] == "session_info_update" {
                     if let Some(t) = u["title"].as_str() {
                         // Our own sequence, around a title with none left in it.
@@ -296,29 +302,30 @@ impl Chat {
                 self.say(&text);
             }
             "session/request_permission" => {
-                let (q, ids) = render::permission_question(&m["params"]);
+                let (q, ids) = render::permission_question(params);
                 let b = self.render.break_line();
                 self.say(&format!("{b}{q}"));
-                self.question = Some((m["id"].clone(), ids));
+                self.question = id.map(|id| (id, ids));
             }
             "elicitation/create" => {
-                let msg = inert(m["params"]["message"].as_str().unwrap_or("the agent asks a question"));
+                let msg = inert(params["message"].as_str().unwrap_or("the agent asks a question"));
                 let b = self.render.break_line();
                 self.say(&format!("{b}❓ {msg}\nyour answer (empty declines): "));
-                self.question = Some((m["id"].clone(), vec![]));
+                self.question = id.map(|id| (id, vec![]));
             }
             "$/cancel_request" => {
-                let target = &m["params"]["requestId"];
-                if self.question.as_ref().is_some_and(|(id, _)| id == target) {
+                let target = Id::from_value(&params["requestId"]);
+                if self.question.as_ref().is_some_and(|(id, _)| Some(id) == target.as_ref()) {
                     self.question = None;
                     self.say("\n(answered on another device)\n");
                 }
             }
             _ => {
                 // Anything else the bridge asks (none expected): say we cannot.
-                if let Some(id) = m.get("id") {
-                    let err = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": format!("the chat cannot answer {method}")}});
-                    self.send(err).await;
+                if let Some(id) = id {
+                    let err =
+                        RpcError::new(jsonrpc::METHOD_NOT_FOUND, format!("the chat cannot answer {method}"));
+                    self.send(jsonrpc::error_response(Some(&id), &err)).await;
                 }
             }
         }

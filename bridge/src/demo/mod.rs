@@ -18,7 +18,7 @@ use store::{Store, StoredSession};
 use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use zcode_shared::jsonrpc::{self, Id, Kind, RpcError};
+use zcode_shared::jsonrpc::{self, Id, RawKind, RawMessage, RpcError};
 
 /// The keywords a prompt may contain, for `zcode-acp demo-agent --help`.
 pub const KEYWORDS_HELP: &str = "\
@@ -139,15 +139,14 @@ impl Agent {
     }
 
     /// `_demo/echo`: the params as received, byte for byte, and an update of an unknown kind.
-    async fn echo(&self, line: &str) {
-        let Ok(raw) = jsonrpc::RawMessage::parse(line) else { return };
+    async fn echo(&self, raw: &RawMessage) {
         let Some(id) = raw.id.clone() else { return };
         if let Some(sid) = raw.session_id() {
             let sid = Value::from(sid);
-            self.send_line(format!(
-                r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{sid},"update":{{"sessionUpdate":"zz_future_kind","_meta":{{"zcode-test":[1.50,2e3]}},"value":123456789012345678901234567890}}}}}}"#
-            ))
-            .await;
+            let params = format!(
+                r#"{{"sessionId":{sid},"update":{{"sessionUpdate":"zz_future_kind","_meta":{{"zcode-test":[1.50,2e3]}},"value":123456789012345678901234567890}}}}"#
+            );
+            self.send_line(jsonrpc::notification_line("session/update", &params)).await;
         }
         let params = raw.params.as_deref().map_or("", |p| p.get());
         self.send(jsonrpc::response(&id, json!({"params": params}))).await;
@@ -163,18 +162,20 @@ impl Agent {
     }
 
     async fn handle_line(self: Arc<Self>, line: &str) {
-        let msg: Value = match serde_json::from_str(line) {
-            Ok(v) => v,
+        let msg = match RawMessage::parse(line) {
+            Ok(m) => m,
             Err(e) => {
-                let err = RpcError::new(jsonrpc::PARSE_ERROR, format!("parse error: {e}"));
+                // As the bridge does: a message whose envelope cannot be read has no id to
+                // answer under.
+                let err = RpcError::new(e.code(), e.to_string());
                 return self.send(jsonrpc::error_response(None, &err)).await;
             }
         };
-        match jsonrpc::classify(&msg) {
-            Ok(Kind::Request { method: "_demo/echo", .. }) => self.echo(line).await,
-            Ok(Kind::Request { id, method }) => {
-                let params = msg.get("params").cloned().unwrap_or(Value::Null);
-                let method = method.to_owned();
+        match (msg.kind(), msg.id.clone()) {
+            (RawKind::Request, _) if msg.method() == "_demo/echo" => self.echo(&msg).await,
+            (RawKind::Request, Some(id)) => {
+                let params = msg.params_value();
+                let method = msg.method().to_owned();
                 if method == "session/prompt" {
                     // The prompt is bound to the session's cancel token as it arrives, so a
                     // session/cancel sent after it cancels it even before its turn begins.
@@ -198,23 +199,23 @@ impl Agent {
                     }
                 }
             }
-            Ok(Kind::Notification { method }) => self.notify(method, msg.get("params")),
-            Ok(Kind::Response { id: Some(id) }) => {
+            (RawKind::Notification, _) => {
+                let params = msg.params.as_ref().map(|_| msg.params_value());
+                self.notify(msg.method(), params.as_ref());
+            }
+            (RawKind::Response, Some(id)) => {
                 let waiter = self.state().pending.remove(&id);
                 if let Some(w) = waiter {
-                    let answer = match RpcError::from_response(&msg) {
+                    let error =
+                        msg.error.as_deref().and_then(|e| serde_json::from_str::<Value>(e.get()).ok());
+                    let answer = match error.and_then(|e| RpcError::from_response(&json!({"error": e}))) {
                         Some(e) => Err(e),
-                        None => Ok(msg.get("result").cloned().unwrap_or(Value::Null)),
+                        None => Ok(msg.result_as::<Value>().unwrap_or(Value::Null)),
                     };
                     let _ = w.send(answer);
                 }
             }
-            Ok(Kind::Response { id: None }) => {}
-            Err(e) => {
-                let id = msg.get("id").and_then(Id::from_value);
-                let err = RpcError::new(jsonrpc::INVALID_REQUEST, format!("invalid request: {e}"));
-                self.send(jsonrpc::error_response(id.as_ref(), &err)).await;
-            }
+            (RawKind::Request | RawKind::Response, None) => {}
         }
     }
 

@@ -34,6 +34,9 @@ pub type Reply = Box<dyn FnOnce(Result<Slice, ReadError>) + Send>;
 /// Where a delete's answer goes.
 pub type DeleteReply = Box<dyn FnOnce(Result<(), String>) + Send>;
 
+/// A read of the store, run on the journal thread after every write sent before it.
+pub type Query = Box<dyn FnOnce(Option<&Store>) + Send>;
+
 enum Op {
     Meta(SessionMeta),
     Title { session: String, title: String, overridden: bool },
@@ -41,6 +44,7 @@ enum Op {
     EndSeed { session: String },
     Read { session: String, mode: ReadMode, reply: Reply },
     Delete { session: String, reply: DeleteReply },
+    Query(Query),
     Flush(mpsc::Sender<()>),
 }
 
@@ -116,6 +120,14 @@ impl Journal {
     pub fn delete(&self, session: &str, reply: DeleteReply) {
         if let Err(Op::Delete { reply, .. }) = self.send(Op::Delete { session: session.into(), reply }) {
             reply(Err("the journal is not available".into()));
+        }
+    }
+
+    /// Runs `query` against the store once everything sent before it is committed (`None`:
+    /// no store).
+    pub fn query(&self, query: Query) {
+        if let Err(Op::Query(q)) = self.send(Op::Query(query)) {
+            q(None);
         }
     }
 
@@ -239,6 +251,10 @@ impl Worker {
                 self.commit();
                 let now = zcode_shared::time::now_ms();
                 reply(self.store.write(|w| w.set_deleted(&session, true, now)).map_err(|e| e.to_string()));
+            }
+            Op::Query(q) => {
+                self.commit();
+                q(Some(&self.store));
             }
             Op::Flush(done) => {
                 self.commit();

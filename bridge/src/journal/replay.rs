@@ -107,9 +107,8 @@ pub fn read(store: &Store, session: &str, mode: &ReadMode) -> Result<Slice, Read
 }
 
 fn update_line(sid: &str, body: &str) -> bytes::Bytes {
-    bytes::Bytes::from(format!(
-        r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{sid},"update":{body}}}}}"#
-    ))
+    let params = format!(r#"{{"sessionId":{sid},"update":{body}}}"#);
+    bytes::Bytes::from(zcode_shared::jsonrpc::notification_line("session/update", &params))
 }
 
 /// A short tag of the session id, so a cursor of another session is recognised as foreign.

@@ -6,23 +6,12 @@ use super::client::ClientId;
 use crate::upstream::AgentProcess;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use tokio::sync::mpsc;
 use zcode_shared::jsonrpc::{Id, RawMessage};
 
-/// How to start the upstream agent.
-#[derive(Clone, Debug)]
-pub struct AgentSpec {
-    /// The program.
-    pub command: String,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// Extra environment.
-    pub env: BTreeMap<String, String>,
-    /// A human name for logs and errors (the command line).
-    pub display: String,
-}
+pub use crate::upstream::AgentSpec;
 
 /// Why the bridge sent a request upstream: decides what its answer does.
 #[derive(Debug)]
@@ -31,6 +20,8 @@ pub enum Purpose {
     Initialize,
     /// A client's request, answered back to it as is.
     Forward,
+    /// A client's `session/list`: answered as the tasks index sees it ([`super::listing`]).
+    List,
     /// A client's `session/new`: the answer creates the session.
     NewSession {
         /// The session's directory.
@@ -202,20 +193,7 @@ impl AgentLink {
 
     /// Answers one of the agent's requests.
     pub fn answer(&mut self, id: &Id, result: Result<&RawValue, Value>) {
-        let mut line = String::from("{\"jsonrpc\":\"2.0\",\"id\":");
-        id.write_json(&mut line);
-        match result {
-            Ok(raw) => {
-                line.push_str(",\"result\":");
-                line.push_str(raw.get());
-            }
-            Err(err) => {
-                line.push_str(",\"error\":");
-                line.push_str(&err.to_string());
-            }
-        }
-        line.push('}');
-        self.write(line);
+        self.write(zcode_shared::jsonrpc::response_line(id, result));
     }
 
     /// The agent process exited: forget it. Returns the requests that were in flight.

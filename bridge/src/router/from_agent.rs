@@ -39,6 +39,7 @@ impl Router {
         match pending.purpose {
             Purpose::Initialize => self.on_agent_initialized(&msg),
             Purpose::Forward => self.answer_client(pending.client, &msg),
+            Purpose::List => self.on_listed(pending.client, msg),
             Purpose::NewSession { cwd, dirs } => {
                 let sid = msg.result_as::<Value>().and_then(|r| r["sessionId"].as_str().map(str::to_owned));
                 if let (true, Some(sid)) = (ok, sid) {
@@ -70,7 +71,7 @@ impl Router {
     }
 
     /// Sends the agent's answer to the client that asked, under the client's own id.
-    fn answer_client(&mut self, client: Option<(ClientId, Id)>, msg: &RawMessage) {
+    pub(super) fn answer_client(&mut self, client: Option<(ClientId, Id)>, msg: &RawMessage) {
         if let Some((c, id)) = client {
             self.send_to(c, Bytes::from(msg.line_with_id(Some(&id))));
         }

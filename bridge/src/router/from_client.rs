@@ -309,7 +309,8 @@ impl Router {
             }
         }
         let method = msg.method().to_owned();
-        self.agent.forward(&msg, Pending { client: Some((client, id)), method, purpose: Purpose::Forward });
+        let purpose = if method == "session/list" { Purpose::List } else { Purpose::Forward };
+        self.agent.forward(&msg, Pending { client: Some((client, id)), method, purpose });
     }
 
     /// Holds a message until the agent is ready, starting it if needed.

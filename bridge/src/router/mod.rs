@@ -12,6 +12,7 @@ pub mod client;
 mod from_agent;
 mod from_client;
 mod lifecycle;
+mod listing;
 mod replay;
 mod session;
 
@@ -95,6 +96,15 @@ pub enum Event {
         /// The slice.
         result: Result<Slice, ReadError>,
     },
+    /// A `session/list` answer, as the tasks index sees it, for the client that asked.
+    Listed {
+        /// Who asked.
+        client: ClientId,
+        /// Its request id.
+        id: Id,
+        /// The listing.
+        result: Value,
+    },
     /// `GET /status`: the listed sessions, from memory.
     Status(oneshot::Sender<Vec<SessionStatus>>),
     /// Close, rename or delete a session (the loopback lifecycle routes).
@@ -115,6 +125,16 @@ pub enum Event {
     },
     /// Stop: kill the agent, close every client.
     Shutdown,
+}
+
+impl From<crate::upstream::UpstreamEvent> for Event {
+    fn from(e: crate::upstream::UpstreamEvent) -> Event {
+        use crate::upstream::UpstreamEvent;
+        match e {
+            UpstreamEvent::Line { generation, msg } => Event::Agent { generation, msg },
+            UpstreamEvent::Exited { generation, reason } => Event::AgentExited { generation, reason },
+        }
+    }
 }
 
 /// One row of `/status` and of the registration's `sessions`.
@@ -266,6 +286,7 @@ impl Router {
                 Event::Replay { client, id, session, base, result } => {
                     self.on_replay(client, &id, &session, base, result);
                 }
+                Event::Listed { client, id, result } => self.reply(client, &id, Ok(result)),
                 Event::Status(reply) => {
                     let _ = reply.send(self.status());
                 }

@@ -102,13 +102,15 @@ impl Session {
         self.running || !self.queue.is_empty()
     }
 
-    /// Whether discovery lists it: someone is on it (attached or a turn in flight), and it is
-    /// a conversation: a brand-new session counts from its first turn, a loaded one at once.
+    /// Whether discovery lists it ("currently running", the contract's rule): until it is
+    /// closed, a session that ran a turn in this bridge stays listed whoever is attached (a
+    /// phone that locked its screen comes back to it), and one someone is on (an open editor
+    /// tab, a remote's load) is listed while they are, a brand-new one only from its first
+    /// turn.
     pub fn listed(&self) -> bool {
-        !self.closed
-            && (!self.attached.is_empty() || self.busy())
-            && (self.turns > 0 || !self.fresh)
-            && self.upstream != Upstream::Loading
+        let ran = self.turns > 0;
+        let open = !self.attached.is_empty() || self.busy();
+        !self.closed && (ran || open && !self.fresh) && self.upstream != Upstream::Loading
     }
 }
 
@@ -139,7 +141,7 @@ mod tests {
     }
 
     #[test]
-    fn listing_needs_a_turn_and_someone_on_it() {
+    fn listing_keeps_what_ran() {
         let mut s = Session::new("s".into(), "/w".into(), vec![], Upstream::Live(1));
         s.fresh = true;
         s.attached.insert(1);
@@ -147,6 +149,13 @@ mod tests {
         s.turns = 1;
         assert!(s.listed());
         s.attached.clear();
-        assert!(!s.listed(), "nobody attached and no turn: not listed");
+        assert!(s.listed(), "detached after a turn: still listed");
+        s.closed = true;
+        assert!(!s.listed(), "closed: not listed");
+        let mut loaded = Session::new("l".into(), "/w".into(), vec![], Upstream::Live(1));
+        loaded.attached.insert(1);
+        assert!(loaded.listed(), "a loaded session is listed while someone is on it");
+        loaded.attached.clear();
+        assert!(!loaded.listed(), "loaded, never prompted here, nobody on it: not listed");
     }
 }

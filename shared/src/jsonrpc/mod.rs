@@ -1,8 +1,9 @@
-//! The JSON-RPC 2.0 envelope: classifying raw messages, ids, and building replies.
-//!
-//! Messages stay `serde_json::Value`s end to end (we forward what we received); this module
-//! only reads the envelope fields and builds new envelopes. Ids are kept as the JSON value
-//! they arrived as, so the number `92` and the string `"92"` never collide.
+//! The JSON-RPC 2.0 envelope: the only code that reads or writes it. [`RawMessage`] parses and
+//! classifies what arrives (payloads kept as received text); the builders here make new
+//! messages, as `Value`s ([`request`], [`notification`], [`response`], [`error_response`]) or,
+//! when a payload must pass byte for byte, as lines ([`response_line`], [`notification_line`]).
+//! Ids are kept as the JSON value they arrived as, so the number `92` and the string `"92"`
+//! never collide.
 
 use serde_json::{Map, Value, json};
 use std::fmt;
@@ -10,7 +11,7 @@ use std::fmt;
 #[cfg(test)]
 mod fuzz;
 mod raw;
-pub use raw::{ParseError, RawKind, RawMessage, raw};
+pub use raw::{ParseError, RawKind, RawMessage, notification_line, raw, response_line};
 
 /// Invalid JSON was received.
 pub const PARSE_ERROR: i64 = -32700;
@@ -72,29 +73,7 @@ impl fmt::Display for Id {
     }
 }
 
-/// What a raw message is, judged by its envelope alone.
-#[derive(Debug, PartialEq)]
-pub enum Kind<'a> {
-    /// Has `method` and an `id`: expects an answer.
-    Request {
-        /// The request id.
-        id: Id,
-        /// The method name.
-        method: &'a str,
-    },
-    /// Has `method` and no `id`.
-    Notification {
-        /// The method name.
-        method: &'a str,
-    },
-    /// Has `result` or `error` and an id (null ids are answers to unparseable requests).
-    Response {
-        /// The id it answers; `None` for a null id.
-        id: Option<Id>,
-    },
-}
-
-/// Why a value is not a JSON-RPC message.
+/// Why a line is JSON but not a JSON-RPC message.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum EnvelopeError {
     /// Not a JSON object at all.
@@ -109,26 +88,6 @@ pub enum EnvelopeError {
     /// An id that is neither a number nor a string.
     #[error("`id` must be a number or a string")]
     BadId,
-}
-
-/// Classifies a raw message by its envelope.
-pub fn classify(msg: &Value) -> Result<Kind<'_>, EnvelopeError> {
-    let obj = msg.as_object().ok_or(EnvelopeError::NotAnObject)?;
-    if let Some(method) = obj.get("method") {
-        let method = method.as_str().ok_or(EnvelopeError::BadMethod)?;
-        return match obj.get("id") {
-            None => Ok(Kind::Notification { method }),
-            Some(id) => Ok(Kind::Request { id: Id::from_value(id).ok_or(EnvelopeError::BadId)?, method }),
-        };
-    }
-    if obj.contains_key("result") || obj.contains_key("error") {
-        let id = match obj.get("id") {
-            None | Some(Value::Null) => None,
-            Some(id) => Some(Id::from_value(id).ok_or(EnvelopeError::BadId)?),
-        };
-        return Ok(Kind::Response { id });
-    }
-    Err(EnvelopeError::Unrecognised)
 }
 
 /// A request envelope.
@@ -226,19 +185,6 @@ mod tests {
         assert_ne!(n, s);
         assert_eq!(n.to_value(), json!(92));
         assert_eq!(s.to_value(), json!("92"));
-    }
-
-    #[test]
-    fn classifies_envelopes() {
-        let req = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{}});
-        assert_eq!(classify(&req), Ok(Kind::Request { id: Id::from(1), method: "initialize" }));
-        let note = json!({"jsonrpc":"2.0","method":"session/cancel"});
-        assert_eq!(classify(&note), Ok(Kind::Notification { method: "session/cancel" }));
-        let resp = json!({"jsonrpc":"2.0","id":"a","result":null});
-        assert_eq!(classify(&resp), Ok(Kind::Response { id: Some(Id::String("a".into())) }));
-        assert_eq!(classify(&json!([1])), Err(EnvelopeError::NotAnObject));
-        assert_eq!(classify(&json!({"id": 1})), Err(EnvelopeError::Unrecognised));
-        assert_eq!(classify(&json!({"id": {}, "method": "x"})), Err(EnvelopeError::BadId));
     }
 
     #[test]

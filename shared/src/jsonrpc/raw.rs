@@ -152,30 +152,53 @@ impl RawMessage {
 
     /// The message serialized with `id` in place of its own (the only rewrite the bridge does).
     pub fn line_with_id(&self, id: Option<&Id>) -> String {
-        let payload_len = [&self.params, &self.result, &self.error]
-            .iter()
-            .filter_map(|p| p.as_deref().map(|r| r.get().len()))
-            .sum::<usize>();
-        let mut out = String::with_capacity(payload_len + 64);
-        out.push_str("{\"jsonrpc\":\"2.0\"");
-        if let Some(id) = id {
-            out.push_str(",\"id\":");
-            id.write_json(&mut out);
-        } else if self.method.is_none() {
-            out.push_str(",\"id\":null");
-        }
-        if let Some(m) = &self.method {
-            out.push_str(",\"method\":");
-            out.push_str(&serde_json::Value::from(m.as_str()).to_string());
-        }
-        for (name, part) in [("params", &self.params), ("result", &self.result), ("error", &self.error)] {
-            if let Some(raw) = part {
-                let _ = write!(out, ",\"{name}\":{}", raw.get());
-            }
-        }
-        out.push('}');
-        out
+        let members: Vec<(&str, &str)> =
+            [("params", &self.params), ("result", &self.result), ("error", &self.error)]
+                .into_iter()
+                .filter_map(|(name, part)| part.as_deref().map(|r| (name, r.get())))
+                .collect();
+        // A response whose id could not be read answers with `"id": null`.
+        let null_id = id.is_none() && self.method.is_none();
+        envelope(id, null_id, self.method.as_deref(), &members)
     }
+}
+
+/// A response line to `id`: a result passed through byte for byte, or an error object the
+/// caller built.
+pub fn response_line(id: &Id, result: Result<&RawValue, serde_json::Value>) -> String {
+    match result {
+        Ok(raw) => envelope(Some(id), false, None, &[("result", raw.get())]),
+        Err(err) => envelope(Some(id), false, None, &[("error", &err.to_string())]),
+    }
+}
+
+/// A notification line whose params are the JSON text `params`, not re-serialized (so number
+/// spellings and unknown fields stay as they are). `params` must be a JSON object's text.
+pub fn notification_line(method: &str, params: &str) -> String {
+    envelope(None, false, Some(method), &[("params", params)])
+}
+
+/// The one place a JSON-RPC envelope is written as text: `jsonrpc`, the id (or `null`), the
+/// method, then each `(member, JSON text)` as given.
+fn envelope(id: Option<&Id>, null_id: bool, method: Option<&str>, members: &[(&str, &str)]) -> String {
+    let payload_len = members.iter().map(|(_, text)| text.len()).sum::<usize>();
+    let mut out = String::with_capacity(payload_len + 64);
+    out.push_str("{\"jsonrpc\":\"2.0\"");
+    if let Some(id) = id {
+        out.push_str(",\"id\":");
+        id.write_json(&mut out);
+    } else if null_id {
+        out.push_str(",\"id\":null");
+    }
+    if let Some(m) = method {
+        out.push_str(",\"method\":");
+        out.push_str(&serde_json::Value::from(m).to_string());
+    }
+    for (name, text) in members {
+        let _ = write!(out, ",\"{name}\":{text}");
+    }
+    out.push('}');
+    out
 }
 
 fn id_from_raw(raw: &str) -> Option<Id> {
@@ -237,6 +260,25 @@ mod tests {
         assert_eq!(RawMessage::parse("{\"id\":{},\"method\":\"x\"}").unwrap_err().code(), -32600);
         assert_eq!(RawMessage::parse("{\"method\":3}").unwrap_err().code(), -32600);
         assert_eq!(RawMessage::parse("").unwrap_err().code(), -32700);
+    }
+
+    #[test]
+    fn built_lines_keep_payloads_byte_for_byte() {
+        let result = RawValue::from_string(r#"{"x":[1.50,2e3]}"#.into()).unwrap();
+        assert_eq!(
+            response_line(&Id::from(3), Ok(&result)),
+            r#"{"jsonrpc":"2.0","id":3,"result":{"x":[1.50,2e3]}}"#
+        );
+        assert_eq!(
+            response_line(&Id::String("a".into()), Err(json!({"code": -1, "message": "no"}))),
+            r#"{"jsonrpc":"2.0","id":"a","error":{"code":-1,"message":"no"}}"#
+        );
+        let line = notification_line("session/update", r#"{"v":123456789012345678901234567890}"#);
+        assert_eq!(
+            line,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"v":123456789012345678901234567890}}"#
+        );
+        assert_eq!(RawMessage::parse(&line).unwrap().kind(), RawKind::Notification);
     }
 
     #[test]

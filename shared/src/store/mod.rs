@@ -9,7 +9,7 @@ mod journal;
 mod tasks;
 
 pub use journal::{MessageRow, NewMessage, SessionCounters, SessionMeta};
-pub use tasks::{ProjectRow, SessionRow};
+pub use tasks::{IndexView, ProjectRow, SessionRow};
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use std::path::{Path, PathBuf};

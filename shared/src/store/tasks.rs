@@ -28,7 +28,34 @@ pub struct SessionRow {
     pub updated_at: i64,
 }
 
+/// What the index says about one session a listing names.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IndexView {
+    /// Tombstoned or archived: listings leave it out.
+    pub hidden: bool,
+    /// The index's title (a rename, or the automatic one), if any.
+    pub title: Option<String>,
+}
+
 impl Store {
+    /// The index's view of each of `ids` it knows (unknown ids are absent).
+    pub fn index_view(
+        &self,
+        ids: &[String],
+    ) -> Result<std::collections::HashMap<String, IndexView>, StoreError> {
+        let wanted = serde_json::Value::from(ids.to_vec()).to_string();
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT session_id, deleted OR archived, title FROM sessions
+                 WHERE session_id IN (SELECT value FROM json_each(?1))",
+            )?
+            .query_map(params![wanted], |r| {
+                Ok((r.get::<_, String>(0)?, IndexView { hidden: r.get::<_, i64>(1)? != 0, title: r.get(2)? }))
+            })?
+            .collect::<Result<_, _>>()?)
+    }
+
     /// Every workspace with visible sessions, newest activity first.
     pub fn projects(&self) -> Result<Vec<ProjectRow>, StoreError> {
         Ok(self
