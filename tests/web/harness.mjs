@@ -20,7 +20,7 @@ export const BIN = process.env.ZCODE_ACP_BIN || path.join(ROOT, 'target/debug/zc
 export const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 export const SHOTS = process.env.WEB_SCREENSHOTS || path.join(ROOT, 'target/web-screenshots');
 export const TOKEN = 'zcode-web-test-token-0123456789abcdef';
-export const WAIT = 15000;
+export const WAIT = 20000;
 
 /** Waits until `fn()` returns a truthy value (polled every 20 ms); returns it. */
 export async function until(what, fn, ms = WAIT) {
