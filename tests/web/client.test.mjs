@@ -7,7 +7,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Stack, launchBrowser, watchConsole, until, SHOTS } from './harness.mjs';
+import { Stack, launchBrowser, watchConsole, until, SHOTS, WAIT } from './harness.mjs';
 
 describe('web client', () => {
   let stack; let browser; let context; let page; let errors; let ed; let sid;
@@ -23,7 +23,7 @@ describe('web client', () => {
     await ed.prompt(sid, 'hello from the editor');
     await stack.listed(ed.id, sid);
     context = await browser.newContext({ viewport: { width: 1100, height: 800 } });
-    context.setDefaultTimeout(8000);
+    context.setDefaultTimeout(WAIT);
     page = await context.newPage();
     errors = watchConsole(page);
   });
