@@ -5,7 +5,7 @@
 use crate::{Bridge, Home, Peer, TEST_TOKEN, WAIT};
 use serde_json::Value;
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -96,6 +96,24 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 
+/// A loopback port that refuses connections for as long as it is held: a socket bound to it
+/// that never listens. (A port from [`free_port`] is released, so any process may take it
+/// meanwhile and answer.)
+pub struct ClosedPort {
+    _socket: std::os::fd::OwnedFd,
+    /// The port.
+    pub port: u16,
+}
+
+/// Reserves a [`ClosedPort`].
+pub fn closed_port() -> ClosedPort {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, getsockname, socket};
+    let socket = socket(AddressFamily::Inet, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).expect("socket");
+    bind(std::os::fd::AsRawFd::as_raw_fd(&socket), &SockaddrIn::new(127, 0, 0, 1, 0)).expect("bind");
+    let addr: SockaddrIn = getsockname(std::os::fd::AsRawFd::as_raw_fd(&socket)).expect("getsockname");
+    ClosedPort { _socket: socket, port: addr.port() }
+}
+
 /// The port in `home`'s hub port file.
 pub fn hub_port(home: &Home) -> Option<u16> {
     std::fs::read_to_string(home.path().join("run/hub.port")).ok()?.trim().parse().ok()
@@ -176,6 +194,63 @@ pub fn wait_gone(pid: u32, within: Duration) -> bool {
         std::thread::sleep(Duration::from_millis(10));
     }
     true
+}
+
+/// Waits up to [`WAIT`] for `ok` to hold (polled every 20 ms): the event a test waits for
+/// instead of sleeping for a production timeout. Panics naming `what` when it never comes.
+pub fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out after {WAIT:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The lines of log file `path` (so far) that contain `needle`.
+pub fn log_lines(path: &Path, needle: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().filter(|l| l.contains(needle)).map(str::to_owned).collect()
+}
+
+/// Waits up to [`WAIT`] until log file `path` has at least `n` lines containing `needle`;
+/// returns those lines.
+pub fn wait_log(path: &Path, needle: &str, n: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    wait_until(&format!("{n} × {needle:?} in {}", path.display()), || {
+        lines = log_lines(path, needle);
+        lines.len() >= n
+    });
+    lines
+}
+
+/// When a log line was written, from its leading timestamp (tracing's
+/// `2026-12-01T05:40:35.123456Z`), as the time since the Unix epoch. Intervals between the
+/// lines one process logged are its own record of when things happened: a loaded machine
+/// only stretches them, so a test may bound them from below (a backoff, a throttle), never
+/// from above.
+pub fn log_time(line: &str) -> Option<Duration> {
+    let stamp = line.split_whitespace().next()?.strip_suffix('Z')?;
+    let (date, time) = stamp.split_once('T')?;
+    let mut ymd = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (y, m, d) = (ymd.next()??, ymd.next()??, ymd.next()??);
+    let mut hms = time.splitn(3, ':');
+    let (h, min) = (hms.next()?.parse::<u64>().ok()?, hms.next()?.parse::<u64>().ok()?);
+    let secs: f64 = hms.next()?.parse().ok()?;
+    // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = u64::try_from(era * 146_097 + doe - 719_468).ok()?;
+    Some(Duration::from_secs((days * 24 + h) * 3600 + min * 60) + Duration::from_secs_f64(secs))
+}
+
+/// The intervals between consecutive `lines`, by their [`log_time`]s.
+pub fn log_gaps(lines: &[String]) -> Vec<Duration> {
+    let times: Vec<Duration> =
+        lines.iter().map(|l| log_time(l).unwrap_or_else(|| panic!("no timestamp on {l:?}"))).collect();
+    times.windows(2).map(|w| w[1].saturating_sub(w[0])).collect()
 }
 
 /// Waits up to [`WAIT`] until nothing accepts connections on `port` (a killed process's
@@ -272,6 +347,25 @@ impl Bridge {
             cmd.env(k, v);
         }
         Bridge::spawn(home, cmd, Stdio::inherit())
+    }
+
+    /// Like [`Bridge::start_env`], with the bridge's stderr (its log) in a file of the home:
+    /// (bridge, log path). Tests wait for what it logs ([`wait_log`]) instead of sleeping.
+    pub fn start_logged(home: &Home, agent: &[String], env: &[(&str, &str)]) -> (Bridge, PathBuf) {
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = home.path().join(format!("bridge-{n}.log"));
+        let log = std::fs::File::create(&path).expect("bridge log");
+        let mut args = vec!["bridge", "--"];
+        args.extend(agent.iter().map(String::as_str));
+        let mut cmd = home.command(&args);
+        cmd.env("ZCODE_ACP_REMOTE_PORT", "0")
+            .env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN)
+            .current_dir(home.path());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        (Bridge::spawn(home, cmd, Stdio::from(log)), path)
     }
 
     /// Its instance id at the hub: its pid, as a string.

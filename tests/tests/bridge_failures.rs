@@ -4,12 +4,12 @@
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use zcode_tests::{
-    Bridge, Home, Peer, TEST_TOKEN, alive, children_of, demo_agent, initialize, kill9, new_session, prompt,
-    shared_session,
+    Bridge, Home, Peer, TEST_TOKEN, WAIT, alive, children_of, demo_agent, initialize, kill9, new_session,
+    prompt, shared_session,
 };
 
 fn agent_pid(b: &Bridge) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + WAIT;
     loop {
         if let Some(p) = children_of(b.editor.pid()).into_iter().find(|p| alive(*p)) {
             return p;
@@ -84,7 +84,7 @@ fn bad_input_from_one_client_disturbs_nobody_else() {
 
     // A frame over 32 MiB closes that client with 1009 ...
     bad.send_fragmented(33 << 20);
-    assert_eq!(bad.wait_closed(Duration::from_secs(20)), Some(1009));
+    assert_eq!(bad.wait_closed(WAIT), Some(1009));
 
     // ... and the editor never saw any of it, and keeps working.
     while let Some(m) = b.editor.quiet_for(Duration::from_millis(100)) {
@@ -125,27 +125,25 @@ fn the_loopback_server_requires_the_token() {
     assert_eq!(status["sessions"][0]["status"], "idle", "{status}");
 }
 
+/// The editor leaving ends everything, in order: remote clients get a 1001 close frame and
+/// the port file is gone before the bridge exits cleanly; its agent does not outlive it. (How
+/// fast is a production timing, not a test's: see `scripts/bench-shutdown`.)
 #[test]
-fn when_the_editor_closes_stdin_everything_ends_within_two_seconds() {
+fn when_the_editor_closes_stdin_everything_ends() {
     let home = Home::new();
     let (mut b, sid, mut remote) = shared_session(&home, 1, json!({}));
     b.editor.request("session/prompt", prompt(&sid, "long"));
     remote.until("the turn streaming", |m| m["method"] == "session/update");
     let agent = agent_pid(&b);
+    let port_file = home.path().join("run").join(format!("bridge-{}.port", b.editor.pid()));
+    assert!(port_file.exists());
 
-    let started = Instant::now();
     b.editor.close_stdin();
-    let status = b.editor.wait_exit(Duration::from_secs(5)).expect("the bridge exited");
-    let took = started.elapsed();
+    let status = b.editor.wait_exit(WAIT).expect("the bridge exited");
     assert!(status.success(), "{status:?}");
-    assert!(took < Duration::from_secs(2), "took {took:?}");
-    assert_eq!(remote.wait_closed(Duration::from_secs(2)), Some(1001), "remote sockets get a close frame");
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while alive(agent) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(!alive(agent), "the agent outlived its bridge");
-    assert!(!home.path().join("run").join(format!("bridge-{}.port", b.editor.pid())).exists());
+    assert!(!port_file.exists(), "the bridge exited before removing its port file");
+    assert_eq!(remote.wait_closed(WAIT), Some(1001), "remote sockets get a close frame");
+    zcode_tests::hub::wait_until("the agent to end with its bridge", || !alive(agent));
 }
 
 #[test]
@@ -167,7 +165,7 @@ fn a_remote_client_that_stops_reading_is_dropped_and_nobody_waits_for_it() {
         assert_eq!(r["result"]["stopReason"], "end_turn");
     }
     slow.pause_reading(false);
-    slow.wait_closed(Duration::from_secs(20));
+    slow.wait_closed(WAIT);
     let mut late = b.remote();
     initialize(&mut late, json!({}));
 }

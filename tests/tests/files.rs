@@ -351,7 +351,7 @@ fn files_through_the_hub_relay() {
     let port = b.port;
     let pid = b.editor.pid();
     zcode_tests::kill9(pid);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + zcode_tests::WAIT;
     loop {
         let r =
             http(hub.port, "GET", &format!("{base}/file?sessionId={sid}&path=notes.txt"), Some(TEST_TOKEN));

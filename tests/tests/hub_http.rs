@@ -3,11 +3,10 @@
 //! deeply nested or never-finished requests) that must not slow anyone else down.
 
 use serde_json::json;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
 use zcode_tests::hub::{AUTH, Hub, http, post_json};
-use zcode_tests::{Home, TEST_TOKEN};
+use zcode_tests::{Home, TEST_TOKEN, WAIT};
 
 #[test]
 fn health_needs_no_token_and_everything_else_needs_the_right_one() {
@@ -134,7 +133,7 @@ fn bodies_over_1_mib_are_refused_before_they_are_read() {
     let hub = Hub::start(&home, &[]);
     // Announced: 413 at once, although not one byte of the body was sent.
     let mut s = TcpStream::connect(("127.0.0.1", hub.port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
     write!(s, "POST /api/register HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n").unwrap();
     let mut buf = [0u8; 512];
     let n = s.read(&mut buf).expect("an answer before the body");
@@ -142,7 +141,7 @@ fn bodies_over_1_mib_are_refused_before_they_are_read() {
     assert!(head.starts_with("HTTP/1.1 413"), "{head}");
     // Also on a relayed route, before the instance is even looked at.
     let mut s = TcpStream::connect(("127.0.0.1", hub.port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
     write!(
         s,
         "POST /api/instances/1/settings/x HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\nContent-Length: 5000000\r\n\r\n",
@@ -154,7 +153,7 @@ fn bodies_over_1_mib_are_refused_before_they_are_read() {
     assert!(head.starts_with("HTTP/1.1 413"), "{head}");
     // Chunked, with no length announced: cut at 1 MiB.
     let mut s = TcpStream::connect(("127.0.0.1", hub.port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
     write!(s, "POST /api/register HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
     let chunk = vec![b' '; 64 * 1024];
     let mut answer = String::new();
@@ -198,13 +197,17 @@ fn slow_or_partial_requests_are_cut_and_slow_nobody_else() {
     for _ in 0..20 {
         assert_eq!(http(hub.port, "GET", "/api/instances", &[AUTH], b"").status, 200);
     }
-    // The stalled ones are cut by the header-read timeout (10 s).
-    let started = Instant::now();
-    let s = &mut stalled[0];
-    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-    let mut buf = Vec::new();
-    let _ = s.read_to_end(&mut buf);
-    let waited = started.elapsed();
-    assert!(waited < Duration::from_secs(14), "a partial request held its connection for {waited:?}");
-    assert!(!String::from_utf8_lossy(&buf).contains("200 OK"), "the partial request was answered");
+    // The stalled ones are cut by the header-read timeout (10 s): the hub closes them (end of
+    // stream or a reset), where without it the read would still wait when WAIT runs out.
+    for s in &mut stalled {
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        let mut buf = Vec::new();
+        if let Err(e) = s.read_to_end(&mut buf) {
+            assert!(
+                !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+                "a partial request held its connection for {WAIT:?}"
+            );
+        }
+        assert!(!String::from_utf8_lossy(&buf).contains("200 OK"), "the partial request was answered");
+    }
 }

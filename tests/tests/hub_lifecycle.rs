@@ -5,10 +5,10 @@
 use std::net::TcpListener;
 use std::time::Duration;
 use zcode_tests::hub::{
-    Hub, http, hub_pid, hub_port, listed, proc_stat_field, run_cli, signal, wait_for_hub, wait_gone,
-    wait_instances,
+    Hub, http, hub_pid, hub_port, listed, log_gaps, log_lines, post_json, proc_stat_field, run_cli, signal,
+    wait_for_hub, wait_gone, wait_instances, wait_log, wait_until,
 };
-use zcode_tests::{Bridge, Home, Peer, alive, demo_agent, initialize, kill9};
+use zcode_tests::{Bridge, Home, Peer, WAIT, alive, demo_agent, initialize, kill9};
 
 /// The home's detached hub, stopped when the test ends (it would also stop by itself once the
 /// home is deleted).
@@ -43,24 +43,52 @@ fn a_bridge_starts_the_hub_when_none_runs_detached_in_its_own_session() {
     assert!(home.path().join("logs/hub.log").exists(), "the hub logs to a file");
 }
 
+/// What the bridge logs when it starts a hub, and (at debug level) when no hub answered.
+const STARTING: &str = "starting one";
+const NO_HUB: &str = "no hub answered";
+
 #[test]
 fn the_hub_is_started_at_most_once_per_throttle_window() {
-    // A hub that cannot listen (an impossible host) fails every start: count the starts.
+    // A hub that cannot listen (an impossible host) fails every start; the bridge logs every
+    // attempt and every start. The events are counted, not the seconds.
     let home = Home::new();
-    let env = [("ZCODE_ACP_HEARTBEAT_MS", "50"), ("ZCODE_ACP_HUB_HOST", "256.0.0.1")];
-    let b = Bridge::start_env(&home, &demo_agent(0), &env);
-    std::thread::sleep(Duration::from_millis(1500));
-    let log = std::fs::read_to_string(home.path().join("logs/hub.log")).unwrap_or_default();
-    assert_eq!(log.matches("cannot listen").count(), 1, "one start in the default 60 s window:\n{log}");
+    let hub_log = home.path().join("logs/hub.log");
+    let env =
+        [("ZCODE_ACP_HEARTBEAT_MS", "50"), ("ZCODE_ACP_HUB_HOST", "256.0.0.1"), ("ZCODE_ACP_DEBUG", "1")];
+    let (b, log) = Bridge::start_logged(&home, &demo_agent(0), &env);
+    wait_log(&log, STARTING, 1);
+    wait_log(&hub_log, "cannot listen", 1);
+    // Ten more failed attempts inside the default 60 s window: not one more start.
+    wait_until("ten failed attempts after the first start", || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.split_once(STARTING).is_some_and(|(_, after)| after.matches(NO_HUB).count() >= 10)
+    });
+    let starts = log_lines(&log, STARTING);
+    assert_eq!(starts.len(), 1, "one start in the default 60 s window:\n{}", starts.join("\n"));
+    let failed = log_lines(&hub_log, "cannot listen");
+    assert_eq!(failed.len(), 1, "one hub started:\n{}", failed.join("\n"));
     drop(b);
 
+    // A 600 ms window: the bridge starts hubs again and again, never two in one window. The
+    // attempt that decides a start logs "no hub answered" just before starting one: those
+    // lines' gaps are the windows, less the moment between the decision and its log line
+    // (half a window is left for that; without the throttle they would be a heartbeat apart).
     let home = Home::new();
-    let throttled = [env[0], env[1], ("ZCODE_ACP_HUB_SPAWN_THROTTLE_MS", "300")];
-    let b = Bridge::start_env(&home, &demo_agent(0), &throttled);
-    std::thread::sleep(Duration::from_millis(1500));
-    let log = std::fs::read_to_string(home.path().join("logs/hub.log")).unwrap_or_default();
-    let starts = log.matches("cannot listen").count();
-    assert!((2..=6).contains(&starts), "about one start per 300 ms window, got {starts}:\n{log}");
+    let throttled = [env[0], env[1], env[2], ("ZCODE_ACP_HUB_SPAWN_THROTTLE_MS", "600")];
+    let (b, log) = Bridge::start_logged(&home, &demo_agent(0), &throttled);
+    wait_log(&log, STARTING, 3);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains(NO_HUB) || l.contains(STARTING)).collect();
+    let decisions: Vec<String> = lines
+        .windows(2)
+        .filter(|w| w[0].contains(NO_HUB) && w[1].contains(STARTING))
+        .map(|w| w[0].to_owned())
+        .collect();
+    assert!(decisions.len() >= 3, "a start without its attempt logged before it:\n{}", lines.join("\n"));
+    for gap in log_gaps(&decisions) {
+        assert!(gap >= Duration::from_millis(300), "two starts {gap:?} apart:\n{}", lines.join("\n"));
+    }
+    wait_log(&home.path().join("logs/hub.log"), "cannot listen", 3);
     drop(b);
 }
 
@@ -73,7 +101,7 @@ fn after_a_kill_9_of_the_hub_the_next_heartbeat_starts_a_new_one_and_the_bridge_
     let first = detached_hub(&home);
     wait_instances(first_port, "the bridge", |l| listed(l, &b.id()));
     kill9(first.0);
-    assert!(wait_gone(first.0, Duration::from_secs(5)));
+    assert!(wait_gone(first.0, WAIT));
     let second_port = wait_for_hub(&home, Some(first_port));
     let second = detached_hub(&home);
     assert_ne!(first.0, second.0);
@@ -86,12 +114,24 @@ fn a_bridge_keeps_heartbeating_through_401s_with_backoff() {
     let hub =
         Hub::start(&home, &[("ZCODE_ACP_REMOTE_TOKEN", "the-hubs-old-token"), ("ZCODE_ACP_DEBUG", "1")]);
     // Heartbeat 100 ms: the 401 backoff is 600 ms, doubling (6 to 60 heartbeats).
-    let b = Bridge::start_env(&home, &demo_agent(0), &[("ZCODE_ACP_HEARTBEAT_MS", "100")]);
-    std::thread::sleep(Duration::from_millis(2500));
-    let refused =
-        hub.log().lines().filter(|l| l.contains("/api/register") && l.contains("status=401")).count();
-    // Without backoff: 25 attempts. With it: t = 0, 0.6, 1.8 s.
-    assert!((1..=5).contains(&refused), "{refused} refused registrations in 2.5 s:\n{}", hub.log());
+    let (b, log) = Bridge::start_logged(&home, &demo_agent(0), &[("ZCODE_ACP_HEARTBEAT_MS", "100")]);
+    let refusals = wait_log(&log, "refused this bridge's token", 3);
+    let waits: Vec<&str> =
+        refusals.iter().filter_map(|l| l.split("retry_in=").nth(1)?.split_whitespace().next()).collect();
+    assert_eq!(
+        waits,
+        ["600ms", "1.2s", "2.4s"],
+        "the bridge's backoff after each 401:\n{}",
+        refusals.join("\n")
+    );
+    // The hub saw the attempts that far apart (its own clock; load only stretches the gaps).
+    let seen = wait_log(&hub.log_file, "status=401", 3);
+    let gaps = log_gaps(&seen);
+    assert!(
+        gaps[0] >= Duration::from_millis(600) && gaps[1] >= Duration::from_millis(1200),
+        "401s {gaps:?} apart, no backoff:\n{}",
+        seen.join("\n")
+    );
     assert!(alive(b.editor.pid()), "the bridge is fine");
     // The hub is replaced by one with the bridge's token: the bridge gets listed.
     drop(hub);
@@ -126,21 +166,29 @@ fn one_hub_per_home_and_per_port() {
 fn the_hub_exits_when_idle_and_the_next_bridge_starts_it_again() {
     // No instances at all: it exits, cleanly.
     let home = Home::new();
-    let mut hub = Hub::start(&home, &[("ZCODE_ACP_HUB_IDLE_MS", "300")]);
-    let status = hub.wait_exit(Duration::from_secs(10)).expect("the idle hub exited");
+    // Idle timeouts of a second: long enough for a loaded machine to see the hub up first.
+    let mut hub = Hub::start(&home, &[("ZCODE_ACP_HUB_IDLE_MS", "1000")]);
+    let status = hub.wait_exit(WAIT).expect("the idle hub exited");
     assert!(status.success(), "{status:?}");
     assert_eq!(hub_port(&home), None, "its port file is gone");
 
     // With a bridge registered it stays; when the bridge leaves, it goes.
-    let env = [("ZCODE_ACP_HEARTBEAT_MS", "100"), ("ZCODE_ACP_HUB_IDLE_MS", "400")];
+    let env =
+        [("ZCODE_ACP_HEARTBEAT_MS", "100"), ("ZCODE_ACP_HUB_IDLE_MS", "1000"), ("ZCODE_ACP_DEBUG", "1")];
     let mut b = Bridge::start_env(&home, &demo_agent(0), &env);
     let port = wait_for_hub(&home, None);
     let first = detached_hub(&home);
     wait_instances(port, "the bridge", |l| listed(l, &b.id()));
-    std::thread::sleep(Duration::from_millis(1200));
+    // The hub's own log shows it answering heartbeats for two idle periods: it stayed.
+    let hub_log = home.path().join("logs/hub.log");
+    wait_until("heartbeats answered over two idle periods", || {
+        let beats = log_lines(&hub_log, "uri=/api/register status=200");
+        let span = log_gaps(&beats).iter().sum::<Duration>();
+        span >= Duration::from_millis(2000)
+    });
     assert!(alive(first.0), "the hub exited while a bridge was registered");
     assert!(b.editor.close_then_exited());
-    assert!(wait_gone(first.0, Duration::from_secs(10)), "the hub did not exit once idle");
+    assert!(wait_gone(first.0, WAIT), "the hub did not exit once idle");
 
     // The next bridge starts it again.
     let b2 = Bridge::start_env(&home, &demo_agent(0), &env);
@@ -216,20 +264,14 @@ fn a_rotated_token_takes_effect_without_a_restart() {
     assert_ne!(new, old);
     assert_eq!(list(&new).status, 200, "the new token is refused by the running hub");
     wait_until("the old token refused", || list(&old).status == 401);
-    // The registrations went on with the new token; heartbeats keep it listed past its TTL.
-    std::thread::sleep(Duration::from_millis(2500));
-    assert!(listed_with(&new), "the bridge did not register again with the new token");
+    // The registrations go on with the new token: the instance, forgotten by the hub, is back
+    // with the bridge's next heartbeat (one with the old token would be refused now).
+    let forget = post_json(hub.port, "/api/unregister", &serde_json::json!({"token": new, "id": id}));
+    assert_eq!(forget.status, 200, "{}", forget.text());
+    wait_until("the bridge registered again with the new token", || listed_with(&new));
     // The hub dials the bridge with the new token, and the bridge takes it.
     let path = format!("/acp?instance={id}");
     let mut phone = Peer::connect_ws(hub.port, &path, Some(&new)).expect("the relay with the new token");
     assert!(initialize(&mut phone, serde_json::json!({}))["protocolVersion"].is_number());
     assert_eq!(Peer::connect_ws(hub.port, &path, Some(&old)).err(), Some(401));
-}
-
-fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    while !ok() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }

@@ -2,11 +2,12 @@
 //! the probe grace, with registrations posted by the test (fake bridges) and by real bridges.
 
 use serde_json::{Value, json};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use zcode_tests::hub::{
-    AUTH, Hub, free_port, http, instances, listed, post_json, wait_gone, wait_instances, wait_port_closed,
+    AUTH, Hub, closed_port, http, instances, listed, post_json, wait_gone, wait_instances, wait_port_closed,
+    wait_until,
 };
-use zcode_tests::{Bridge, Home, TEST_TOKEN, demo_agent, initialize, kill9, new_session, prompt};
+use zcode_tests::{Bridge, Home, TEST_TOKEN, WAIT, demo_agent, initialize, kill9, new_session, prompt};
 
 fn reg(id: &str, port: u16, started: u64, sessions: Value) -> Value {
     json!({"token": TEST_TOKEN, "id": id, "port": port, "pid": 4242, "startedAt": started,
@@ -101,37 +102,56 @@ fn sessions_are_deduplicated_across_three_bridges_and_bridges_sort_oldest_first(
 #[test]
 fn instances_expire_after_the_ttl_unless_heartbeats_keep_them() {
     let home = Home::new();
-    let env = [("ZCODE_ACP_INSTANCE_TTL_MS", "600"), ("ZCODE_ACP_HEARTBEAT_MS", "100")];
+    // A TTL of 20 heartbeats: a bridge starved for a while by a loaded machine stays listed.
+    let env = [("ZCODE_ACP_INSTANCE_TTL_MS", "2000"), ("ZCODE_ACP_HEARTBEAT_MS", "100")];
     let hub = Hub::start(&home, &env);
     let bridge = Bridge::start_env(&home, &demo_agent(0), &env);
+    wait_instances(hub.port, "the bridge", |l| listed(l, &bridge.id()));
+    // Registered after the bridge's first registration, expired a TTL later: by then the
+    // bridge's first registration is older than the TTL, and only heartbeats keep it.
     post_json(hub.port, "/api/register", &reg("silent", 9000, 1, json!([])));
     assert!(listed(&instances(hub.port), "silent"));
-    wait_instances(hub.port, "the silent instance to expire", |l| !listed(l, "silent"));
-    // Well past the TTL, the heartbeating bridge is still there.
-    std::thread::sleep(Duration::from_millis(1200));
-    assert!(listed(&instances(hub.port), &bridge.id()));
+    let list = wait_instances(hub.port, "the silent instance to expire", |l| !listed(l, "silent"));
+    assert!(listed(&list, &bridge.id()), "the heartbeating bridge expired too: {list:?}");
 }
 
 #[test]
 fn probe_grace_one_failure_keeps_it_sustained_failure_prunes_it_a_heartbeat_revives_it() {
-    let home = Home::new();
-    let hub = Hub::start(&home, &[("ZCODE_ACP_PROBE_GRACE_MS", "1500")]);
-    let dead = free_port();
-    let probe = || http(hub.port, "GET", "/api/instances?probe=1", &[AUTH], b"").json();
+    let probe = |port: u16| http(port, "GET", "/api/instances?probe=1", &[AUTH], b"").json();
     let has = |v: &Value| v.as_array().unwrap().iter().any(|i| i["id"] == "dead");
+    let closed = closed_port();
+    let dead = closed.port;
+
+    // A grace no test outlives: failed probes, however many, only mark it.
+    let home = Home::new();
+    let hub = Hub::start(&home, &[("ZCODE_ACP_PROBE_GRACE_MS", "3600000")]);
     post_json(hub.port, "/api/register", &reg("dead", dead, 1, json!([])));
-    assert!(has(&probe()), "one failed probe only marks it");
-    std::thread::sleep(Duration::from_millis(1000));
-    // A heartbeat clears the mark: failures must span the grace again from here.
-    post_json(hub.port, "/api/register", &reg("dead", dead, 1, json!([])));
-    assert!(has(&probe()));
-    std::thread::sleep(Duration::from_millis(1000));
-    assert!(has(&probe()), "pruned although a heartbeat came within the grace");
-    std::thread::sleep(Duration::from_millis(1000));
-    assert!(!has(&probe()), "failures spanning the grace prune it");
+    for _ in 0..5 {
+        assert!(has(&probe(hub.port)), "pruned although its failures are within the grace");
+    }
+    drop(hub);
+
+    // A 300 ms grace. A heartbeat clears the mark: while every probe follows a heartbeat, each
+    // failure is the first since it, so it stays, for three graces and more. Without the
+    // clearing, the first probe's mark would prune it once a grace had passed.
+    let home = Home::new();
+    let grace = Duration::from_millis(300);
+    let hub = Hub::start(&home, &[("ZCODE_ACP_PROBE_GRACE_MS", "300")]);
+    let heartbeat =
+        || assert_eq!(post_json(hub.port, "/api/register", &reg("dead", dead, 1, json!([]))).status, 200);
+    heartbeat();
+    assert!(has(&probe(hub.port)), "one failed probe only marks it");
+    let marked = Instant::now();
+    while marked.elapsed() < grace * 3 {
+        heartbeat();
+        assert!(has(&probe(hub.port)), "pruned although a heartbeat came since its last failure");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The heartbeats stop: failures spanning the grace prune it.
+    wait_until("failed probes to prune it", || !has(&probe(hub.port)));
     // Its next heartbeat lists it again.
-    post_json(hub.port, "/api/register", &reg("dead", dead, 1, json!([])));
-    assert!(has(&probe()));
+    heartbeat();
+    assert!(has(&probe(hub.port)));
 }
 
 #[test]
@@ -155,8 +175,9 @@ fn a_real_bridge_registers_its_sessions_and_unregisters_when_its_editor_leaves()
     let sid = new_session(&mut b.editor, home.path());
     let (r, _) = b.editor.call("session/prompt", prompt(&sid, "Fix the login bug\nplease"));
     assert_eq!(r["result"]["stopReason"], "end_turn");
-    let list = wait_instances(hub.port, "the session in the heartbeat", |l| {
-        l.first().is_some_and(|i| i["sessions"].as_array().is_some_and(|s| !s.is_empty()))
+    // A heartbeat sent during the turn says "running": wait for one sent after it.
+    let list = wait_instances(hub.port, "the idle session in the heartbeat", |l| {
+        l.first().is_some_and(|i| i["sessions"][0]["status"] == "idle")
     });
     let s = &list[0]["sessions"][0];
     assert_eq!(
@@ -178,13 +199,13 @@ fn a_killed_bridge_is_pruned_by_probes_after_the_grace() {
     let id = b.id();
     wait_instances(hub.port, "the bridge", |l| listed(l, &id));
     kill9(b.editor.pid());
-    assert!(wait_gone(b.editor.pid(), Duration::from_secs(5)), "the bridge survived kill -9");
+    assert!(wait_gone(b.editor.pid(), WAIT), "the bridge survived kill -9");
     wait_port_closed(b.port);
     let probe = || http(hub.port, "GET", "/api/instances?probe=1", &[AUTH], b"").json();
     let first = probe();
     assert!(first.as_array().unwrap().iter().any(|i| i["id"] == id.as_str()), "listed after one failure");
-    std::thread::sleep(Duration::from_millis(400));
-    let later = probe();
-    assert!(later.as_array().unwrap().iter().all(|i| i["id"] != id.as_str()), "{later}");
+    wait_until("failed probes spanning the grace to prune it", || {
+        probe().as_array().unwrap().iter().all(|i| i["id"] != id.as_str())
+    });
     drop(b);
 }

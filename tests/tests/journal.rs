@@ -2,8 +2,7 @@
 //! seeding from the agent, a replay racing a live turn, concurrent bridges, kill -9, bad input.
 
 use serde_json::{Value, json};
-use std::time::Duration;
-use zcode_tests::{Bridge, Home, Peer, demo_agent, initialize, kill9, new_session, prompt};
+use zcode_tests::{Bridge, Home, Peer, WAIT, demo_agent, initialize, kill9, new_session, prompt};
 
 fn load(p: &mut Peer, sid: &str, cwd: &std::path::Path, limit: Option<Value>) -> (Value, Vec<Value>) {
     let mut params = json!({"sessionId": sid, "cwd": cwd, "mcpServers": []});
@@ -285,10 +284,17 @@ fn kill_dash_nine_mid_turn_loses_nothing_older_than_the_last_batch() {
     let id = b.editor.request("session/prompt", prompt(&sid, "long"));
     let _ = id;
     b.editor.until("tick 10", |m| m["params"]["update"]["content"]["text"] == "tick 10 ");
-    // Give the journal one batch window (100 ms) and a margin to commit what was seen.
-    std::thread::sleep(Duration::from_millis(300));
+    // The journal commits in batches: kill it once a batch with tick 10 is on disk (the event,
+    // not a guess at how long a batch takes on a loaded machine).
+    let store = zcode_shared::store::Store::open_in(&home.path().join("data")).expect("the store");
+    zcode_tests::hub::wait_until("the journal to commit tick 10", || {
+        store
+            .messages_before(&sid, i64::MAX, 1000)
+            .is_ok_and(|rows| rows.iter().any(|m| m.body.contains("tick 10 ")))
+    });
+    drop(store);
     kill9(b.editor.pid());
-    b.editor.wait_exit(Duration::from_secs(5)).expect("the bridge died");
+    b.editor.wait_exit(WAIT).expect("the bridge died");
 
     let b = Bridge::start(&home, &demo_agent(0));
     let mut remote = b.remote();

@@ -99,7 +99,7 @@ fn delete_tombstones_only_what_is_not_live() {
     b.editor.call("session/load", json!({"sessionId": sid, "cwd": home.path(), "mcpServers": []}));
     b.editor.call("session/prompt", prompt(&sid, "back"));
     let store = Store::open_in(&home.path().join("data")).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + zcode_tests::WAIT;
     while store.is_deleted(&sid).unwrap() != Some(false) {
         assert!(std::time::Instant::now() < deadline, "the tombstone was not cancelled by real use");
         std::thread::sleep(std::time::Duration::from_millis(20));

@@ -254,7 +254,7 @@ fn an_idle_serve_bridge_exits_and_closing_its_last_session_ends_it() {
             .unwrap()
             .to_owned();
     let pid: u32 = id.parse().unwrap();
-    assert!(zcode_tests::hub::wait_gone(pid, Duration::from_secs(10)), "the idle serve bridge kept running");
+    assert!(zcode_tests::hub::wait_gone(pid, zcode_tests::WAIT), "the idle serve bridge kept running");
 
     let created = post(&w.hub, "/api/instances", &json!({"workspacePath": p})).json();
     let id = created["id"].as_str().unwrap().to_owned();
@@ -268,7 +268,7 @@ fn an_idle_serve_bridge_exits_and_closing_its_last_session_ends_it() {
     let r = post(&w.hub, &format!("/api/instances/{id}/sessions/{sid}/close"), &json!({}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(
-        zcode_tests::hub::wait_gone(id.parse().unwrap(), Duration::from_secs(5)),
+        zcode_tests::hub::wait_gone(id.parse().unwrap(), zcode_tests::WAIT),
         "closing the last session did not end it"
     );
 }
@@ -316,7 +316,7 @@ fn a_create_opens_chat_in_a_real_tmux_window() {
 
     // Wait for the chat's prompt, then type into the window.
     let screen = |what: &str| {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + zcode_tests::WAIT;
         loop {
             let s = tmux(&["capture-pane", "-p", "-J", "-t", "zcode-acp"]);
             if s.contains(what) {
@@ -376,7 +376,7 @@ fn a_create_opens_chat_in_a_real_tmux_window() {
     let last = windows.lines().last().unwrap().to_owned();
     assert!(last.ends_with("hello from the window"), "the tab is named after the conversation: {windows}");
     let index = last.split_whitespace().next().unwrap().to_owned();
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + zcode_tests::WAIT;
     loop {
         let s = tmux(&["capture-pane", "-p", "-J", "-t", &format!("zcode-acp:{index}")]);
         if s.contains("second from the window") && s.contains("type a prompt") {

@@ -1,5 +1,5 @@
-// The real stack for the browser tests: a `zcode-acp hub` on a free port with a private
-// ZCODE_ACP_HOME, bridges over the demo agent with the test as their editor (JSON-RPC over the
+// The real stack for the browser tests: a `zcode-acp hub` on a port the OS picked (its port
+// file tells which) with a private ZCODE_ACP_HOME, bridges over the demo agent with the test as their editor (JSON-RPC over the
 // bridge's stdio), and Debian's chromium driven by the pinned playwright-core.
 //
 // Environment: ZCODE_ACP_BIN (the binary; default target/debug/zcode-acp), CHROMIUM (default
@@ -7,7 +7,6 @@
 
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
@@ -21,7 +20,7 @@ export const BIN = process.env.ZCODE_ACP_BIN || path.join(ROOT, 'target/debug/zc
 export const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 export const SHOTS = process.env.WEB_SCREENSHOTS || path.join(ROOT, 'target/web-screenshots');
 export const TOKEN = 'zcode-web-test-token-0123456789abcdef';
-export const WAIT = 15000;
+export const WAIT = 20000;
 
 /** Waits until `fn()` returns a truthy value (polled every 20 ms); returns it. */
 export async function until(what, fn, ms = WAIT) {
@@ -32,18 +31,6 @@ export async function until(what, fn, ms = WAIT) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }
-}
-
-/** A TCP port nothing listens on (bound, then released). */
-export function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 /** Starts chromium headless with a fresh profile (playwright creates one per launch). */
@@ -125,7 +112,7 @@ export class Editor {
   }
 }
 
-/** A private home, a hub, and the bridges of one test file. */
+/** A private home, a hub, and the bridges of one test file (given the hub's port). */
 export class Stack {
   /** `opts.env(home)`: extra environment for every process of the stack. */
   static async start(opts = {}) {
@@ -134,7 +121,7 @@ export class Stack {
     s.extraEnv = opts.env ? opts.env(s.home) : {};
     s.project = path.join(s.home, 'project');
     fs.mkdirSync(path.join(s.project, 'sub'), { recursive: true });
-    s.port = await freePort();
+    s.port = null; // the first hub's, once it runs
     s.token = TOKEN;
     s.editors = [];
     await s.startHub();
@@ -156,11 +143,24 @@ export class Stack {
     }, this.extraEnv, extra);
   }
 
-  /** Starts the hub (again) on the stack's port; returns once it answers. */
+  /**
+   * Starts the hub; returns once it answers. The first one listens on a port the OS picks
+   * (ZCODE_ACP_HUB_PORT=0) and names it in `run/hub.port`: no port is bound, released and
+   * hoped to be free still. Later ones take the same port again, where the open pages (and
+   * the bridges, which are given it) look for the hub.
+   */
   async startHub() {
     const log = fs.openSync(path.join(this.home, `hub-${Date.now()}.log`), 'a');
-    this.hub = spawn(BIN, ['hub'], { env: this.env(), stdio: ['ignore', 'ignore', log] });
+    const env = this.env({ ZCODE_ACP_HUB_PORT: this.port ? String(this.port) : '0' });
+    this.hub = spawn(BIN, ['hub'], { env, stdio: ['ignore', 'ignore', log] });
     this.hubExited = new Promise((r) => this.hub.once('exit', r));
+    if (!this.port) {
+      const portFile = path.join(this.home, 'run/hub.port');
+      this.port = await until('the hub to write its port file', () => {
+        if (this.hub.exitCode !== null) throw new Error(`the hub exited (${this.hub.exitCode}): see ${this.home}`);
+        try { return Number(fs.readFileSync(portFile, 'utf8').trim()) || null; } catch { return null; }
+      });
+    }
     await until('the hub to answer', async () => (await this.fetch('/api/health').catch(() => null))?.status === 200);
   }
 

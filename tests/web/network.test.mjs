@@ -6,13 +6,14 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import net from 'node:net';
-import { Stack, launchBrowser, watchConsole, until } from './harness.mjs';
+import { Stack, launchBrowser, watchConsole, until, WAIT } from './harness.mjs';
 
 /** Listens on the hub's port with `server` (taking the port from a hub a bridge started). */
 async function holdPort(stack, server) {
   const sockets = new Set();
   server.on('connection', (s) => { sockets.add(s); s.on('close', () => sockets.delete(s)); });
-  for (let attempt = 0; ; attempt++) {
+  const deadline = Date.now() + WAIT;
+  for (;;) {
     try {
       await new Promise((resolve, reject) => {
         server.once('error', reject);
@@ -20,7 +21,7 @@ async function holdPort(stack, server) {
       });
       break;
     } catch (e) {
-      if (e.code !== 'EADDRINUSE' || attempt > 20) throw e;
+      if (e.code !== 'EADDRINUSE' || Date.now() > deadline) throw e;
       stack.killSpawnedHub();
       await new Promise((r) => setTimeout(r, 50));
     }
@@ -57,7 +58,7 @@ describe('web client on a bad network', () => {
     await ed.prompt(sid, 'before the storm');
     await stack.listed(ed.id, sid);
     const context = await browser.newContext({ viewport: { width: 400, height: 800 } });
-    context.setDefaultTimeout(10000);
+    context.setDefaultTimeout(WAIT);
     await context.addInitScript((t) => { if (!localStorage.getItem('zcode-acp.token')) localStorage.setItem('zcode-acp.token', t); }, stack.token);
     page = await context.newPage();
     errors = watchConsole(page);

@@ -6,7 +6,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Stack, launchBrowser, watchConsole } from './harness.mjs';
+import { Stack, launchBrowser, watchConsole, WAIT } from './harness.mjs';
 
 describe('web client projects', () => {
   let stack; let browser; let page; let errors; let ed; let closed;
@@ -23,7 +23,7 @@ describe('web client projects', () => {
     await ed.prompt(closed, 'an old conversation');
     await ed.close();
     const context = await browser.newContext({ viewport: { width: 420, height: 860 } });
-    context.setDefaultTimeout(15000);
+    context.setDefaultTimeout(WAIT);
     await context.addInitScript((t) => localStorage.setItem('zcode-acp.token', t), stack.token);
     page = await context.newPage();
     errors = watchConsole(page);
