@@ -60,7 +60,7 @@ proptest! {
         }
         let logged = redacted(&uri);
         prop_assert!(logged.starts_with("/acp"));
-        prop_assert!(logged.len() <= 5 + q.len() + 8 * (q.matches('&').count() + 1));
+        prop_assert!(logged.len() <= 5 + q.len() + 8 * (q.matches(['&', ';']).count() + 1));
     }
 
     /// Encoded parameters decode to what was encoded; the first of a repeated name wins.
