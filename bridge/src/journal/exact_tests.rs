@@ -312,9 +312,8 @@ fn replayed(slice: &Slice) -> Vec<String> {
 }
 
 fn live_line(update: &str) -> Bytes {
-    Bytes::from(format!(
-        r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s","update":{update}}}}}"#
-    ))
+    let params = format!(r#"{{"sessionId":"s","update":{update}}}"#);
+    Bytes::from(zcode_shared::jsonrpc::notification_line("session/update", &params))
 }
 
 fn load(j: &Journal) -> Slice {
