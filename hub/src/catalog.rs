@@ -37,7 +37,13 @@ impl Catalog {
                     store = open();
                 }
                 match &mut store {
-                    Ok(st) => job(st),
+                    // A panicking query answers its caller with an error (its sender is
+                    // dropped); the thread, and the store, stay for the next one.
+                    Ok(st) => {
+                        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(st))).is_err() {
+                            tracing::error!("a store query panicked");
+                        }
+                    }
                     Err(e) => {
                         let _ = failed.send(e.clone());
                     }
@@ -61,7 +67,9 @@ impl Catalog {
         self.jobs.send((job, fail_tx)).map_err(|_| "the store thread is gone".to_owned())?;
         match out_rx.await {
             Ok(v) => Ok(v),
-            Err(_) => Err(fail_rx.await.unwrap_or_else(|_| "the store thread is gone".to_owned())),
+            Err(_) => {
+                Err(fail_rx.await.unwrap_or_else(|_| "a store query failed (see the hub's log)".to_owned()))
+            }
         }
     }
 }
