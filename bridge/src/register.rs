@@ -209,11 +209,7 @@ impl Ctx {
             Ok(_) => "127.0.0.1".to_owned(),
             Err(_) => r.hub_host.clone(),
         };
-        let port = match r.hub_port {
-            0 => std::fs::read_to_string(self.cfg.paths.hub_port_file()).ok()?.trim().parse().ok()?,
-            p => p,
-        };
-        Some((host, port))
+        Some((host, self.cfg.hub_port_now()?))
     }
 
     /// POSTs `body` to the hub: its status, or why it was not (or could not be) sent.

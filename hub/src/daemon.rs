@@ -14,7 +14,6 @@ use nix::fcntl::{Flock, FlockArg};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zcode_shared::paths::Paths;
@@ -63,7 +62,7 @@ pub fn lock(paths: &Paths) -> io::Result<Lock> {
 /// The port file a hub on an OS-picked port writes.
 #[derive(Clone, Debug)]
 pub struct PortFile {
-    path: PathBuf,
+    paths: Paths,
     port: u16,
 }
 
@@ -71,20 +70,19 @@ impl PortFile {
     /// Writes `port` to `paths.hub_port_file()` (atomically, mode 0600).
     pub fn write(paths: &Paths, port: u16) -> io::Result<PortFile> {
         Paths::ensure_private_dir(&paths.run_dir)?;
-        let path = paths.hub_port_file();
-        zcode_shared::config::write_private_atomic(&path, format!("{port}\n").as_bytes())?;
-        Ok(PortFile { path, port })
+        zcode_shared::config::write_private_atomic(&paths.hub_port_file(), format!("{port}\n").as_bytes())?;
+        Ok(PortFile { paths: paths.clone(), port })
     }
 
     /// Whether the file still names this hub's port.
     pub fn still_ours(&self) -> bool {
-        std::fs::read_to_string(&self.path).ok().and_then(|s| s.trim().parse::<u16>().ok()) == Some(self.port)
+        self.paths.read_hub_port() == Some(self.port)
     }
 
     /// Removes the file if it still names this hub.
     pub fn remove(&self) {
         if self.still_ours() {
-            let _ = std::fs::remove_file(&self.path);
+            let _ = std::fs::remove_file(self.paths.hub_port_file());
         }
     }
 }

@@ -255,6 +255,21 @@ fn percent_decode(s: &str) -> Cow<'_, str> {
     Cow::Owned(String::from_utf8_lossy(&out).into_owned())
 }
 
+// Route helpers shared by the route modules (so they never import one another).
+
+/// A `text/plain` answer with a message of our own.
+pub fn say(status: StatusCode, msg: impl Into<String>) -> Resp {
+    let mut r = Response::new(full(msg.into()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
+
+/// The 503 of a store that cannot be used (opened or queried), with the reason.
+pub fn store_unavailable(reason: impl std::fmt::Display) -> Resp {
+    say(StatusCode::SERVICE_UNAVAILABLE, format!("tasks index unavailable: {reason}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,14 +10,18 @@
 //!   loop over every relayed socket).
 //! - [`upstream`]: connections to a bridge's loopback server (WebSocket dial, HTTP requests).
 //! - [`http`]: response builders, CORS, bounded JSON bodies, log redaction.
+//! - [`catalog`]: the hub's one store connection (its own thread) and the project catalog.
+//! - [`launch`]: a remote create's spawn and its wait for the registration (the in-flight map).
 //! - [`spawn`]: starting bridges for remote create (terminal windows, headless serve).
 //! - [`daemon`]: one hub per home (the pid lock), the port file, housekeeping (prune, idle exit,
 //!   the token re-read after a rotation).
 //! - [`web`]: the web client's assets, served from memory.
 
 pub mod auth;
+pub mod catalog;
 pub mod daemon;
 pub mod http;
+pub mod launch;
 pub mod registry;
 pub mod relay;
 pub mod routes;
@@ -50,8 +54,15 @@ pub enum HubError {
 
 /// What every connection and task of one hub shares.
 pub struct Hub {
-    /// The configuration, resolved once.
+    /// The configuration as resolved at start (listen address, timings, paths).
     pub cfg: Config,
+    /// The configuration kept current with `config.json` (project roots, terminal, caps):
+    /// what the project and create routes read ([`Hub::config`]).
+    live: zcode_shared::config::Live,
+    /// The store, opened once at start on its own thread.
+    pub store: catalog::Catalog,
+    /// The remote creates under way.
+    pub creates: launch::Creates,
     /// The machine's token: what callers' tokens are compared against (by digest), and what
     /// the hub presents to bridges. Re-read when rotated. Never logged.
     token: zcode_shared::token::Live,
@@ -80,8 +91,13 @@ impl Hub {
         let t = &cfg.timings;
         let registry = registry::Registry::new(t.instance_ttl, t.probe_grace);
         let relay = relay::Relays::start(t.ping)?;
+        let store = catalog::Catalog::start(cfg.paths.data_dir.clone())?;
+        let live = zcode_shared::config::Live::watch(cfg.clone(), Box::new(zcode_shared::env::ProcessEnv));
         Ok(Arc::new(Hub {
             cfg,
+            live,
+            store,
+            creates: launch::Creates::default(),
             token,
             registry: Mutex::new(registry),
             limiter: Mutex::new(auth::Limiter::default()),
@@ -95,6 +111,11 @@ impl Hub {
     /// The registry. A `std` mutex is right here: it is never held across an `.await`.
     pub fn registry(&self) -> MutexGuard<'_, registry::Registry> {
         self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The configuration as it is now (re-read when `config.json` changes).
+    pub fn config(&self) -> Arc<Config> {
+        self.live.get()
     }
 
     fn limiter(&self) -> MutexGuard<'_, auth::Limiter> {

@@ -301,12 +301,7 @@ fn up(public_url: Option<String>) -> anyhow::Result<ExitCode> {
     let (token, _) = zcode_shared::token::resolve(&cfg)?;
     let host = cfg.remote.hub_host.clone();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let hub_port = |cfg: &Config| match cfg.remote.hub_port {
-        0 => {
-            std::fs::read_to_string(cfg.paths.hub_port_file()).ok().and_then(|p| p.trim().parse::<u16>().ok())
-        }
-        p => Some(p),
-    };
+    let hub_port = Config::hub_port_now;
     let answers =
         |port: Option<u16>| port.is_some_and(|p| rt.block_on(zcode_hub::daemon::hub_answers(&host, p)));
     if !answers(hub_port(&cfg)) {
@@ -339,13 +334,7 @@ fn up(public_url: Option<String>) -> anyhow::Result<ExitCode> {
 /// The pairing URL: the hub's (or the tunnel's) address with the token in the fragment, so it
 /// never reaches a server log.
 fn pairing_url(cfg: &Config, token: &str, public_url: Option<String>) -> String {
-    let port = match cfg.remote.hub_port {
-        0 => std::fs::read_to_string(cfg.paths.hub_port_file())
-            .ok()
-            .and_then(|p| p.trim().parse().ok())
-            .unwrap_or(0),
-        p => p,
-    };
+    let port = cfg.hub_port_now().unwrap_or(0);
     let base = public_url.unwrap_or_else(|| format!("http://{}:{port}", cfg.remote.hub_host));
     format!("{}/#token={token}", base.trim_end_matches('/'))
 }

@@ -1,6 +1,7 @@
 //! `zcode-shared`: what the hub, the bridge and the binary all need.
 //!
 //! - [`jsonrpc`]: the JSON-RPC 2.0 envelope (the only module that knows its shape).
+//! - [`env`]: the [`env::Env`] trait settings are read through.
 //! - [`paths`]: where config, data, token, logs and port files live.
 //! - [`config`]: the one config struct, environment over file over default.
 //! - [`token`]: the remote token, its generation and rotation.
@@ -13,6 +14,7 @@
 //! - [`store`]: the SQLite store (journal and tasks index): the only SQL in the workspace.
 
 pub mod config;
+pub mod env;
 pub mod jsonrpc;
 pub mod logging;
 pub mod paths;

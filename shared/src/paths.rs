@@ -3,7 +3,7 @@
 //! `ZCODE_ACP_HOME`, when set, holds every path (config, data, token, logs, port files), so
 //! tests and several installs never collide. Otherwise the XDG directories (via `directories`).
 
-use crate::config::Env;
+use crate::env::Env;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -72,6 +72,12 @@ impl Paths {
     /// The file a hub started with port 0 writes its bound port to.
     pub fn hub_port_file(&self) -> PathBuf {
         self.run_dir.join("hub.port")
+    }
+
+    /// The port a hub started with port 0 wrote to [`Paths::hub_port_file`], if it is there
+    /// and names a port: the one place that file is parsed.
+    pub fn read_hub_port(&self) -> Option<u16> {
+        std::fs::read_to_string(self.hub_port_file()).ok()?.trim().parse().ok().filter(|p| *p != 0)
     }
 
     /// Creates `dir` (and parents) private to this user.

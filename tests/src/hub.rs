@@ -116,7 +116,7 @@ pub fn closed_port() -> ClosedPort {
 
 /// The port in `home`'s hub port file.
 pub fn hub_port(home: &Home) -> Option<u16> {
-    std::fs::read_to_string(home.path().join("run/hub.port")).ok()?.trim().parse().ok()
+    zcode_shared::paths::Paths::under(home.path()).read_hub_port()
 }
 
 /// The pid in `home`'s hub pid file (the hub holding the home's lock).

@@ -1,79 +1,15 @@
 //! `POST /api/instances {workspacePath[, sessionId]}`: a NEW bridge for a known project, in a
-//! terminal window (or headless), answered once it registers. Identical concurrent creates
-//! join one spawn; the spawn and its registration are paired by a nonce.
-//!
-//! Spawns are bounded: at most `remote.maxCreatesInFlight` distinct spawns waiting at once and
-//! `remote.maxServeBridges` serve bridges alive (those starting count); beyond, 429.
+//! terminal window (or headless), answered once it registers (see [`crate::launch`] for the
+//! joining of identical creates and the caps).
 
-use super::projects::{creatable, live_config, say, store};
 use crate::Hub;
-use crate::http::{self, Resp, json};
-use crate::spawn::{self, Launch, Started};
+use crate::catalog;
+use crate::http::{self, Resp, json, say, store_unavailable};
+use crate::launch::launch;
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use serde_json::json;
-use std::collections::HashMap;
-use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
-
-/// How long a headless bridge gets to register.
-const HEADLESS_BUDGET: Duration = Duration::from_secs(10);
-/// How long a window's bridge gets (the window has to open first).
-const WINDOW_BUDGET: Duration = Duration::from_secs(20);
-/// How often the registry is checked while waiting.
-const POLL: Duration = Duration::from_millis(100);
-
-type Outcome = Result<String, (StatusCode, String)>;
-type Inflight = HashMap<(String, Option<String>, bool), Arc<tokio::sync::OnceCell<Outcome>>>;
-
-/// Distinct spawns under way (creates joined to one count once).
-static STARTING: AtomicUsize = AtomicUsize::new(0);
-
-/// A place among the spawns under way, given back when dropped.
-struct Slot;
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        STARTING.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Takes a slot for one more spawn, or says (429) which cap stands in the way.
-fn slot(hub: &Hub, cfg: &zcode_shared::config::Config) -> Result<Slot, (StatusCode, String)> {
-    let max = cfg.remote.max_creates_in_flight;
-    let before = STARTING
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
-        .map_err(|_| {
-            (
-                StatusCode::TOO_MANY_REQUESTS,
-                format!(
-                    "{max} bridges are already starting (remote.maxCreatesInFlight / \
-                     ZCODE_ACP_MAX_CREATES_IN_FLIGHT): wait until they are up, then try again"
-                ),
-            )
-        })?;
-    let slot = Slot;
-    let max = cfg.remote.max_serve_bridges;
-    let alive = hub.registry().serve_count(Instant::now());
-    if alive + before >= max {
-        return Err((
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "{max} remote bridges are already running or starting (remote.maxServeBridges / \
-                 ZCODE_ACP_MAX_SERVE_BRIDGES): close sessions you no longer need (a remote \
-                 bridge ends with its last session), then try again"
-            ),
-        ));
-    }
-    Ok(slot)
-}
-
-fn inflight() -> &'static Mutex<Inflight> {
-    static M: OnceLock<Mutex<Inflight>> = OnceLock::new();
-    M.get_or_init(Mutex::default)
-}
+use std::sync::Arc;
 
 /// `POST /api/instances`.
 pub async fn create(req: Request<Incoming>, hub: &Arc<Hub>) -> Resp {
@@ -92,126 +28,39 @@ pub async fn create(req: Request<Incoming>, hub: &Arc<Hub>) -> Resp {
     if !ws.starts_with('/') || ws.contains('\0') {
         return say(StatusCode::FORBIDDEN, "unknown project");
     }
-    let cfg = live_config(hub);
-    let Ok(path) = std::fs::canonicalize(ws) else { return say(StatusCode::FORBIDDEN, "unknown project") };
-    if !path.is_dir() {
-        return say(StatusCode::FORBIDDEN, "unknown project");
-    }
-    match creatable(hub, &cfg, &path) {
-        Ok(true) => {}
-        Ok(false) => return say(StatusCode::FORBIDDEN, "unknown project"),
-        Err(r) => return r,
-    }
-    if let Some(s) = &session {
-        match store(hub).map(|st| st.is_deleted(s)) {
-            Ok(Ok(Some(true))) => return say(StatusCode::NOT_FOUND, "session deleted"),
-            Ok(_) => {}
-            Err(r) => return r,
+    let cfg = hub.config();
+    let (ws, sid) = (ws.to_owned(), session.clone());
+    // The path checks and the store's answers, off the async workers.
+    let checked = hub
+        .store
+        .run(move |st| {
+            let path = std::fs::canonicalize(&ws).ok().filter(|p| p.is_dir())?;
+            let creatable = catalog::creatable(st, &cfg, &path);
+            let deleted = sid.map(|s| st.read(|st| st.is_deleted(&s)));
+            Some((path, creatable, deleted))
+        })
+        .await;
+    let path = match checked {
+        Err(e) => return store_unavailable(e),
+        Ok(None) => return say(StatusCode::FORBIDDEN, "unknown project"),
+        Ok(Some((path, creatable, deleted))) => {
+            match creatable {
+                Ok(true) => {}
+                Ok(false) => return say(StatusCode::FORBIDDEN, "unknown project"),
+                Err(e) => return store_unavailable(e),
+            }
+            match deleted {
+                Some(Ok(Some(true))) => return say(StatusCode::NOT_FOUND, "session deleted"),
+                Some(Err(e)) => return store_unavailable(e),
+                _ => {}
+            }
+            path
         }
-    }
+    };
     match launch(hub, &path, session, false).await {
         Ok(id) => json(StatusCode::OK, &json!({"id": id, "reused": false})),
         Err((status, msg)) => say(status, msg),
     }
-}
-
-/// The id of a headless serve bridge for the project: a live one, or a new one.
-pub async fn headless_for(hub: &Arc<Hub>, path: &Path) -> Result<String, Resp> {
-    let ws = path.display().to_string();
-    if let Some(id) = hub.registry().serve_instance_in(&ws, Instant::now()) {
-        return Ok(id);
-    }
-    launch(hub, path, None, true).await.map_err(|(s, m)| say(s, m))
-}
-
-/// Starts a bridge (joined with an identical one in flight) and waits for its registration.
-async fn launch(hub: &Arc<Hub>, path: &Path, session: Option<String>, headless_only: bool) -> Outcome {
-    let key = (path.display().to_string(), session.clone(), headless_only);
-    let cell = inflight().lock().unwrap_or_else(|p| p.into_inner()).entry(key.clone()).or_default().clone();
-    let out = cell
-        .get_or_init(|| spawn_and_wait(hub.clone(), path.to_owned(), session, headless_only))
-        .await
-        .clone();
-    // The next create is a new spawn: only concurrent ones share this one.
-    let mut map = inflight().lock().unwrap_or_else(|p| p.into_inner());
-    if map.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-        map.remove(&key);
-    }
-    out
-}
-
-async fn spawn_and_wait(
-    hub: Arc<Hub>,
-    path: std::path::PathBuf,
-    session: Option<String>,
-    headless_only: bool,
-) -> Outcome {
-    let cfg = live_config(&hub);
-    let _slot = slot(&hub, &cfg)?;
-    let nonce = nonce();
-    let title = title_for(&hub, &path, session.as_deref());
-    let l = Launch { workspace: path, session, title, nonce: nonce.clone(), headless_only };
-    // Opening a window runs programs to completion (tmux, a user's command): not on a worker.
-    let started = tokio::task::spawn_blocking(move || spawn::start(&cfg, &l))
-        .await
-        .map_err(|e| std::io::Error::other(e.to_string()))
-        .and_then(|r| r)
-        .map_err(|e| (StatusCode::BAD_GATEWAY, format!("spawn failed: {e}")))?;
-    let (budget, mut child) = match started {
-        Started::Window(name) => {
-            tracing::info!(recipe = %name, "opened a terminal window for a remote create");
-            (WINDOW_BUDGET, None)
-        }
-        Started::Headless(c) => (HEADLESS_BUDGET, Some(c)),
-    };
-    let deadline = Instant::now() + budget;
-    loop {
-        if let Some(id) = hub.registry().id_by_nonce(&nonce, Instant::now()) {
-            if let Some(c) = child.take() {
-                // Reap it when it ends, so no zombie is left behind.
-                tokio::spawn(async move {
-                    let mut c = c;
-                    let _ = c.wait().await;
-                });
-            }
-            return Ok(id);
-        }
-        if let Some(c) = child.as_mut() {
-            if let Ok(Some(status)) = c.try_wait() {
-                return Err((
-                    StatusCode::BAD_GATEWAY,
-                    format!("the bridge exited during startup ({status})"),
-                ));
-            }
-        }
-        if Instant::now() >= deadline {
-            if let Some(mut c) = child.take() {
-                let _ = c.start_kill();
-                let _ = c.wait().await;
-            }
-            return Err((
-                StatusCode::BAD_GATEWAY,
-                format!("the bridge never registered (waited {}s)", budget.as_secs()),
-            ));
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// The window title: the session's title, else the project's name; one clean line either way
-/// (a title stored by an older version may hold anything).
-fn title_for(hub: &Hub, path: &Path, session: Option<&str>) -> String {
-    let stored = session.and_then(|s| store(hub).ok()?.counters(s).ok().flatten()?.title);
-    let raw = stored.unwrap_or_else(|| {
-        path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
-    });
-    zcode_shared::text::title(&raw)
-}
-
-fn nonce() -> String {
-    let mut b = [0u8; 12];
-    let _ = getrandom::fill(&mut b);
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 fn valid_id(s: &str) -> bool {

@@ -103,10 +103,10 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         };
     }
     match (req.method(), path) {
-        (&Method::GET, "/api/projects") => return projects::list(hub),
+        (&Method::GET, "/api/projects") => return projects::list(hub).await,
         (&Method::GET, "/api/projects/sessions") => return projects::sessions(&req, hub).await,
         (&Method::POST, "/api/projects/delete") => return projects::delete(req, hub).await,
-        (&Method::GET, "/api/fs/list") => return projects::fs_list(&req, hub),
+        (&Method::GET, "/api/fs/list") => return projects::fs_list(&req, hub).await,
         _ => {}
     }
     if let Some(tail) = path.strip_prefix("/api/instances/") {

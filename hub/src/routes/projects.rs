@@ -8,87 +8,18 @@
 #![allow(clippy::result_large_err)]
 
 use crate::Hub;
-use crate::http::{self, Resp, json};
+use crate::catalog;
+use crate::http::{self, Resp, json, say, store_unavailable};
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use zcode_shared::config::Config;
-use zcode_shared::store::Store;
-
-/// A `text/plain` answer with a message of our own.
-pub fn say(status: StatusCode, msg: impl Into<String>) -> Resp {
-    let mut r = json(status, &Value::Null);
-    *r.body_mut() = http::full(msg.into());
-    r.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    r
-}
-
-/// The configuration as it is now (project roots are read live).
-pub fn live_config(hub: &Hub) -> Config {
-    Config::load().unwrap_or_else(|_| hub.cfg.clone())
-}
-
-/// Opens the machine's store (read/write; the hub is one more writer among the bridges).
-pub fn store(hub: &Hub) -> Result<Store, Resp> {
-    Store::open_in(&hub.cfg.paths.data_dir)
-        .map_err(|e| say(StatusCode::SERVICE_UNAVAILABLE, format!("tasks index unavailable: {e}")))
-}
-
-/// Whether `p` lies under one of the configured project roots (or is one).
-fn under_root(cfg: &Config, p: &Path) -> bool {
-    cfg.remote.project_roots.iter().filter_map(|r| std::fs::canonicalize(r).ok()).any(|r| p.starts_with(&r))
-}
-
-/// Trees a project list never shows: system temp dirs and our own files (unless a configured
-/// root says otherwise).
-fn hidden(cfg: &Config, p: &Path) -> bool {
-    if under_root(cfg, p) {
-        return false;
-    }
-    let temp = [
-        std::env::temp_dir(),
-        PathBuf::from("/tmp"),
-        PathBuf::from("/var/tmp"),
-        PathBuf::from("/private/var/folders"),
-    ];
-    let ours = [&cfg.paths.data_dir, &cfg.paths.log_dir, &cfg.paths.run_dir];
-    temp.iter().any(|t| p.starts_with(t))
-        || ours.iter().any(|o| p.starts_with(o))
-        || cfg.paths.config_file.parent().is_some_and(|c| p.starts_with(c))
-}
-
-/// The known projects: workspaces that ran a session, filtered, newest first.
-pub fn known_projects(hub: &Hub, cfg: &Config) -> Result<Vec<(String, i64, i64)>, Resp> {
-    let rows = store(hub)?.projects().map_err(|e| say(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
-    Ok(rows
-        .into_iter()
-        .filter(|r| {
-            let p = Path::new(&r.workspace);
-            p.is_dir() && !hidden(cfg, p)
-        })
-        .map(|r| (r.workspace, r.sessions, r.last_active))
-        .collect())
-}
-
-/// Whether a new session may start in `p` (a realpath): a known project or under a root.
-pub fn creatable(hub: &Hub, cfg: &Config, p: &Path) -> Result<bool, Resp> {
-    if under_root(cfg, p) {
-        return Ok(true);
-    }
-    let s = p.display().to_string();
-    Ok(known_projects(hub, cfg)?.iter().any(|(w, _, _)| *w == s))
-}
 
 /// `GET /api/projects`.
-pub fn list(hub: &Hub) -> Resp {
-    let cfg = live_config(hub);
-    match known_projects(hub, &cfg) {
-        Ok(rows) => json(
+pub async fn list(hub: &Hub) -> Resp {
+    let cfg = hub.config();
+    match hub.store.run(move |st| catalog::known_projects(st, &cfg)).await {
+        Ok(Ok(rows)) => json(
             StatusCode::OK,
             &Value::Array(
                 rows.into_iter()
@@ -96,7 +27,8 @@ pub fn list(hub: &Hub) -> Resp {
                     .collect(),
             ),
         ),
-        Err(r) => r,
+        Ok(Err(e)) => store_unavailable(e),
+        Err(e) => store_unavailable(e),
     }
 }
 
@@ -109,43 +41,50 @@ pub async fn delete(req: Request<Incoming>, hub: &Hub) -> Resp {
     let Some(ws) = body["workspacePath"].as_str().filter(|w| !w.is_empty()) else {
         return say(StatusCode::BAD_REQUEST, "workspacePath required");
     };
-    let ws = std::fs::canonicalize(ws).map(|p| p.display().to_string()).unwrap_or_else(|_| ws.to_owned());
-    let mut st = match store(hub) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    match st.write(|w| w.delete_project(&ws)) {
-        Ok(n) => json(StatusCode::OK, &json!({"ok": true, "deletedTasks": n})),
-        Err(e) => say(StatusCode::SERVICE_UNAVAILABLE, format!("tasks index unavailable: {e}")),
+    let ws = ws.to_owned();
+    let deleted = hub
+        .store
+        .run(move |st| {
+            let ws = std::fs::canonicalize(&ws).map(|p| p.display().to_string()).unwrap_or(ws);
+            st.write(|w| w.delete_project(&ws))
+        })
+        .await;
+    match deleted {
+        Ok(Ok(n)) => json(StatusCode::OK, &json!({"ok": true, "deletedTasks": n})),
+        Ok(Err(e)) => store_unavailable(e),
+        Err(e) => store_unavailable(e),
     }
 }
 
 /// `GET /api/fs/list?path=`: one directory level, subdirectories only.
-pub fn fs_list(req: &Request<Incoming>, hub: &Hub) -> Resp {
-    let cfg = live_config(hub);
+pub async fn fs_list(req: &Request<Incoming>, hub: &Hub) -> Resp {
+    let cfg = hub.config();
     let requested = http::query_param(req.uri(), "path").map(|p| p.into_owned()).filter(|p| !p.is_empty());
     let requested = requested.or_else(|| std::env::var("HOME").ok()).unwrap_or_else(|| "/".into());
     if !requested.starts_with('/') || requested.contains('\0') {
         return say(StatusCode::BAD_REQUEST, "absolute path required");
     }
-    let Ok(path) = std::fs::canonicalize(&requested) else {
-        return say(StatusCode::NOT_FOUND, "directory not found");
+    // Listing a directory (a stat per entry) and the store's answer, off the async workers.
+    let listed = hub.store.run(move |st| {
+        let path = std::fs::canonicalize(&requested).ok()?;
+        let entries = std::fs::read_dir(&path).ok()?;
+        let mut names: Vec<Vec<u8>> = entries
+            .flatten()
+            .filter(|e| std::fs::metadata(e.path()).is_ok_and(|m| m.is_dir()))
+            .map(|e| std::os::unix::ffi::OsStrExt::as_bytes(e.file_name().as_os_str()).to_vec())
+            .collect();
+        names.sort();
+        let creatable = catalog::creatable(st, &cfg, &path);
+        Some((path, names, creatable))
+    });
+    let (path, mut names, creatable) = match listed.await {
+        Err(e) => return store_unavailable(e),
+        Ok(None) => return say(StatusCode::NOT_FOUND, "directory not found"),
+        Ok(Some((path, names, Ok(c)))) => (path, names, c),
+        Ok(Some((_, _, Err(e)))) => return store_unavailable(e),
     };
-    let Ok(entries) = std::fs::read_dir(&path) else {
-        return say(StatusCode::NOT_FOUND, "directory not found");
-    };
-    let mut names: Vec<Vec<u8>> = entries
-        .flatten()
-        .filter(|e| std::fs::metadata(e.path()).is_ok_and(|m| m.is_dir()))
-        .map(|e| std::os::unix::ffi::OsStrExt::as_bytes(e.file_name().as_os_str()).to_vec())
-        .collect();
-    names.sort();
     let truncated = names.len() > 2000;
     names.truncate(2000);
-    let creatable = match creatable(hub, &cfg, &path) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
     json(
         StatusCode::OK,
         &json!({
@@ -185,29 +124,42 @@ pub async fn sessions(req: &Request<Incoming>, hub: &Arc<Hub>) -> Resp {
         },
         (None, Some(_)) => return say(StatusCode::BAD_REQUEST, "invalid before: beforeId needs before"),
     };
-    let cfg = live_config(hub);
-    let Ok(path) = std::fs::canonicalize(&ws) else { return say(StatusCode::FORBIDDEN, "unknown project") };
+    let cfg = hub.config();
+    let known = hub
+        .store
+        .run(move |st| {
+            let path = std::fs::canonicalize(&ws).ok()?;
+            let path_s = path.display().to_string();
+            Some(catalog::known_projects(st, &cfg).map(|k| (k.iter().any(|(w, _, _)| *w == path_s), path)))
+        })
+        .await;
+    let path = match known {
+        Err(e) => return store_unavailable(e),
+        Ok(Some(Err(e))) => return store_unavailable(e),
+        Ok(None) | Ok(Some(Ok((false, _)))) => return say(StatusCode::FORBIDDEN, "unknown project"),
+        Ok(Some(Ok((true, path)))) => path,
+    };
     let path_s = path.display().to_string();
-    match known_projects(hub, &cfg) {
-        Ok(known) if known.iter().any(|(w, _, _)| *w == path_s) => {}
-        Ok(_) => return say(StatusCode::FORBIDDEN, "unknown project"),
-        Err(r) => return r,
-    }
     // The headless serve bridge that serves this project's history (incubated if none runs).
-    let instance = match super::create::headless_for(hub, &path).await {
+    let instance = match crate::launch::headless_for(hub, &path).await {
         Ok(id) => id,
         Err(r) => return r,
     };
     let live: Vec<String> = hub.registry().sessions_in(&path_s, std::time::Instant::now());
-    let st = match store(hub) {
-        Ok(s) => s,
-        Err(r) => return r,
+    let ws = path_s.clone();
+    let rows = hub
+        .store
+        .run(move |st| {
+            st.read(|st| {
+                st.project_sessions(&ws, before.as_ref().map(|(t, id)| (*t, id.as_str())), limit, &live)
+            })
+        })
+        .await;
+    let rows = match rows {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return say(StatusCode::BAD_GATEWAY, format!("broken list: {e}")),
+        Err(e) => return store_unavailable(e),
     };
-    let rows =
-        match st.project_sessions(&path_s, before.as_ref().map(|(t, id)| (*t, id.as_str())), limit, &live) {
-            Ok(r) => r,
-            Err(e) => return say(StatusCode::BAD_GATEWAY, format!("broken list: {e}")),
-        };
     let more = rows.len() as i64 > limit;
     let rows = &rows[..rows.len().min(limit as usize)];
     let next = if more {

@@ -4,36 +4,18 @@
 //! instead of the process environment.
 
 mod file;
+mod live;
 
+pub use crate::env::{Env, ProcessEnv};
 pub use file::{ConfigError, RawConfig, write_private_atomic};
+pub use live::Live;
 
 use crate::paths::Paths;
 use file::type_name;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// A source of environment variables.
-pub trait Env {
-    /// The value of `key`, if set.
-    fn get(&self, key: &str) -> Option<String>;
-}
-
-/// The real process environment.
-pub struct ProcessEnv;
-
-impl Env for ProcessEnv {
-    fn get(&self, key: &str) -> Option<String> {
-        std::env::var(key).ok()
-    }
-}
-
-impl Env for HashMap<String, String> {
-    fn get(&self, key: &str) -> Option<String> {
-        HashMap::get(self, key).cloned()
-    }
-}
 
 /// Default hub port.
 pub const DEFAULT_HUB_PORT: u16 = 8377;
@@ -204,6 +186,14 @@ impl Config {
         let paths = Paths::resolve(env)?;
         let raw = RawConfig::read(&paths.config_file)?;
         Config::from_parts(paths, &raw, env)
+    }
+
+    /// The port the hub listens on: the configured one, else (port 0) the port file's.
+    pub fn hub_port_now(&self) -> Option<u16> {
+        match self.remote.hub_port {
+            0 => self.paths.read_hub_port(),
+            p => Some(p),
+        }
     }
 
     /// Resolves every setting from an already-read file and the environment.

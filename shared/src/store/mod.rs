@@ -3,7 +3,9 @@
 //!
 //! One file per machine (`<data dir>/zcode-acp.sqlite3`), WAL mode, `busy_timeout` 5 s, every
 //! write in `BEGIN IMMEDIATE`, so several bridges write at once without "database is locked".
-//! The schema is versioned by `PRAGMA user_version` and migrated forward on open.
+//! Reads ([`Store::read`]) are deferred transactions: in WAL mode they never wait for a writer.
+//! The schema is versioned by `PRAGMA user_version` and migrated forward on open; an open of a
+//! file already at the current schema takes no write lock.
 
 mod journal;
 mod tasks;
@@ -119,12 +121,20 @@ impl Store {
                 "this SQLite file belongs to another program (not a zcode-acp journal)".into(),
             ));
         }
-        self.conn.pragma_update(None, "journal_mode", "WAL")?;
+        // Per connection: cheap, and no lock.
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
         self.conn.pragma_update(None, "foreign_keys", "ON")?;
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         let known = MIGRATIONS.len() as i64;
+        let version: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if app == APPLICATION_ID && version == known {
+            // Ours and current (so already in WAL mode, which the file remembers): nothing to
+            // write, so no write lock to wait for behind the other writers.
+            return Ok(());
+        }
+        self.conn.pragma_update(None, "journal_mode", "WAL")?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // Read again under the lock: another process may have migrated meanwhile.
+        let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         if version > known {
             return Err(rusqlite::Error::InvalidParameterName(format!(
                 "schema version {version} is newer than this zcode-acp knows ({known}): upgrade zcode-acp"
@@ -146,6 +156,16 @@ impl Store {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let out = f(&Writer { tx: &tx })?;
         tx.commit()?;
+        Ok(out)
+    }
+
+    /// Runs `f` in one read transaction (deferred: a consistent snapshot that never takes the
+    /// write lock, so in WAL mode it never waits for the journal's writers).
+    pub fn read<T>(&self, f: impl FnOnce(&Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let tx = self.conn.unchecked_transaction()?;
+        let out = f(self)?;
+        // Nothing was written: ending the transaction only releases the snapshot.
+        tx.rollback()?;
         Ok(out)
     }
 

@@ -20,6 +20,19 @@ fn opens_migrates_and_reopens() {
 }
 
 #[test]
+fn a_current_store_opens_and_reads_while_another_connection_holds_the_write_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open_in(dir.path()).unwrap();
+    s.write(|w| w.delete_project("/nowhere")).unwrap();
+    let writer = rusqlite::Connection::open(dir.path().join(FILE_NAME)).unwrap();
+    writer.execute_batch("BEGIN IMMEDIATE").unwrap();
+    // Opening takes no write lock when there is nothing to migrate; reading never does.
+    let again = Store::open_in(dir.path()).expect("an open of a current store behind a writer");
+    assert!(again.read(|st| st.projects()).unwrap().is_empty());
+    writer.execute_batch("ROLLBACK").unwrap();
+}
+
+#[test]
 fn foreign_and_corrupt_files_are_refused_by_name_and_left_alone() {
     let dir = tempfile::tempdir().unwrap();
     let foreign = dir.path().join("foreign.db");
