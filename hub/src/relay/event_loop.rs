@@ -6,6 +6,15 @@
 //! event: both directions run as far as they can, and a direction whose flags are down costs
 //! nothing. Timers are few: one ping tick for all relays, and a deadline per relay only while
 //! it is closing, kept in a heap.
+//!
+//! Liveness (judged at each tick): a leg's ping counts from the moment it has been written, and
+//! any bytes read from the leg since then answer it as well as its pong. The answer may take
+//! one period plus the time to read, at [`SLOWEST_READER`], what we wrote to the leg ahead of
+//! the ping since its last pong (a phone on a slow link reads a multi-MB replay before it
+//! reaches the ping). A leg the hub is not reading from (backpressure: its bytes wait for its
+//! partner) is never judged, and a ping that cannot be written (the leg takes nothing) is not
+//! counted: such a leg is left to TCP, whose user timeout (set on both legs) ends a connection
+//! whose written bytes stay unacknowledged, or whose window stays shut, for too long.
 
 use super::frame::{self, Op};
 use super::handoff::{self, Received};
@@ -26,6 +35,8 @@ use std::time::{Duration, Instant};
 const CONTROL: Token = Token(usize::MAX);
 /// Reads per direction and drive before other relays get their turn.
 const READ_BUDGET: usize = 16;
+/// The slowest reader a ping's answer waits for, in bytes per second (see the module docs).
+pub const SLOWEST_READER: u64 = 8 * 1024;
 
 /// Control tag: a relay's two sockets (client, bridge) are attached; its [`Rest`] follows on
 /// the channel.
@@ -68,8 +79,14 @@ struct Leg {
     writable: bool,
     /// The peer closed its side or the connection failed: reads go on until one says so.
     hup: bool,
-    /// A ping is out and no pong has come back since.
-    awaiting_pong: bool,
+    /// Bytes it has taken from us (written to it), in all.
+    out: u64,
+    /// Our ping to it.
+    ping: Ping,
+    /// What it is known to have read (`out` up to the last ping it answered).
+    acked: u64,
+    /// Bytes were read from it since the last tick.
+    heard: bool,
     /// It sent a close frame (it sends nothing after that).
     closed: bool,
     /// Gets nothing more (gone, or not answering), once the relay is ending.
@@ -83,11 +100,59 @@ impl Leg {
             readable: true,
             writable: true,
             hup: false,
-            awaiting_pong: false,
+            out: 0,
+            ping: Ping::Idle,
+            acked: 0,
+            heard: false,
             closed: false,
             dropped: false,
         }
     }
+}
+
+/// Where a leg's ping is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ping {
+    /// None is out (the last one was answered).
+    Idle,
+    /// Waiting in the pipe to the leg (for a frame boundary, or for the leg to take bytes);
+    /// the frame's length.
+    Queued(usize),
+    /// Written at `at` (or bytes came from the leg since then, at the tick `at`), with `ahead`
+    /// bytes of ours written to the leg before it since its last answered ping, and `through`
+    /// (`out` once it was written).
+    Written { at: Instant, ahead: u64, through: u64 },
+}
+
+/// A destination that counts what it takes.
+struct Counted<'a> {
+    io: &'a mut TcpStream,
+    n: &'a mut u64,
+}
+
+impl io::Write for Counted<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = io::Write::write(self.io, buf)?;
+        *self.n += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Writes `pipe`'s approved bytes (and injected frames) to `dst`; whether it would block. Notes
+/// when a queued ping has gone out.
+fn write_to(pipe: &mut Pipe, dst: &mut Leg) -> io::Result<bool> {
+    let blocked = pipe.write(&mut Counted { io: &mut dst.io, n: &mut dst.out })?;
+    if let Ping::Queued(len) = dst.ping {
+        if !pipe.injecting() {
+            let ahead = (dst.out - len as u64).saturating_sub(dst.acked);
+            dst.ping = Ping::Written { at: Instant::now(), ahead, through: dst.out };
+        }
+    }
+    Ok(blocked)
 }
 
 /// Everything an open relay holds.
@@ -126,6 +191,32 @@ pub struct Loop {
     ping: Duration,
     next_ping: Instant,
     stopping: bool,
+    /// The test-only fault still to come (see [`TestFault`]).
+    fault: Option<TestFault>,
+    /// The next `poll` fails (the `poll` test fault).
+    poll_fault: bool,
+}
+
+/// A fault the relay thread injects once, when its first relay opens, for the tests of its
+/// supervision: `ZCODE_ACP_TEST_RELAY_FAULT=panic` (the thread panics) or `=poll` (its next
+/// `poll` fails). Test-only: honoured in debug builds only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TestFault {
+    Panic,
+    Poll,
+}
+
+impl TestFault {
+    fn from_env() -> Option<TestFault> {
+        if !cfg!(debug_assertions) {
+            return None;
+        }
+        match std::env::var("ZCODE_ACP_TEST_RELAY_FAULT").as_deref() {
+            Ok("panic") => Some(TestFault::Panic),
+            Ok("poll") => Some(TestFault::Poll),
+            _ => None,
+        }
+    }
 }
 
 impl Loop {
@@ -152,11 +243,14 @@ impl Loop {
             ping,
             next_ping: Instant::now() + ping,
             stopping: false,
+            fault: TestFault::from_env(),
+            poll_fault: false,
         })
     }
 
-    /// Runs until a shutdown (or the hub's handle is gone) and the last relay has closed.
-    pub fn run(mut self) {
+    /// Runs until a shutdown (or the hub's handle is gone) and the last relay has closed, or
+    /// until `poll` fails (then its relays are still open: see [`Loop::fail`]).
+    pub fn run(&mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         // One clock reading per turn (after the wait): the timeout computed from the previous
         // turn's reading is late by that turn's work, microseconds.
@@ -166,10 +260,13 @@ impl Loop {
                 true => self.next_deadline().saturating_duration_since(now),
                 false => Duration::ZERO,
             };
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+            let polled = match std::mem::take(&mut self.poll_fault) {
+                true => Err(io::Error::other("test fault (ZCODE_ACP_TEST_RELAY_FAULT=poll)")),
+                false => self.poll.poll(&mut events, Some(timeout)),
+            };
+            if let Err(e) = polled {
                 if e.kind() != ErrorKind::Interrupted {
-                    tracing::error!("the relay loop failed: {e}");
-                    break;
+                    return Err(e);
                 }
             }
             let mut woken = false;
@@ -198,9 +295,34 @@ impl Loop {
                 self.expire(now);
             }
             if self.stopping && self.slots.len() == self.free.len() {
-                break;
+                return Ok(());
             }
         }
+    }
+
+    /// After the loop failed (or panicked): ends every relay with 1011 (best effort: a close
+    /// frame where a stream is at a frame boundary, one write), reports each, and starts over
+    /// with a new `Poll` watching the control socket (the relays queued there are taken
+    /// next). Errs when even that fails.
+    pub fn fail(&mut self) -> io::Result<()> {
+        for slot in 0..self.slots.len() {
+            let Some(Some(r)) = self.slots.get_mut(slot) else { continue };
+            if r.ending.is_none() {
+                r.begin_end(End::Failed);
+            }
+            r.c.writable = true;
+            r.b.writable = true;
+            let _ = r.flush();
+            self.remove(slot);
+        }
+        self.timers.clear();
+        self.again.clear();
+        let _ = self.poll.registry().deregister(&mut self.control);
+        self.poll = Poll::new()?;
+        self.poll.registry().register(&mut self.control, CONTROL, Interest::READABLE)?;
+        // Whatever woke the old `Poll` may not wake the new one (edge-triggered).
+        self.commands();
+        Ok(())
     }
 
     fn next_deadline(&self) -> Instant {
@@ -250,8 +372,17 @@ impl Loop {
             self.slots.push(None);
             self.slots.len() - 1
         });
-        let mut c = TcpStream::from_std(std::net::TcpStream::from(client));
-        let mut b = TcpStream::from_std(std::net::TcpStream::from(bridge));
+        let (client, bridge) = (std::net::TcpStream::from(client), std::net::TcpStream::from(bridge));
+        // A leg that takes none of our bytes is never judged by its pongs (its ping may not
+        // even go out): TCP ends it when what it was sent stays unacknowledged, or its window
+        // shut, this long.
+        let unacked =
+            u32::try_from(self.ping.max(Duration::from_secs(5)).as_millis() * 2).unwrap_or(u32::MAX);
+        for s in [&client, &bridge] {
+            let _ = nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::TcpUserTimeout, &unacked);
+        }
+        let mut c = TcpStream::from_std(client);
+        let mut b = TcpStream::from_std(bridge);
         let both = Interest::READABLE | Interest::WRITABLE;
         let registry = self.poll.registry();
         let registered = registry
@@ -277,6 +408,11 @@ impl Loop {
             self.end(slot, End::Shutdown);
         } else {
             self.drive(slot);
+        }
+        match self.fault.take() {
+            Some(TestFault::Panic) => panic!("test fault (ZCODE_ACP_TEST_RELAY_FAULT=panic)"),
+            Some(TestFault::Poll) => self.poll_fault = true,
+            None => {}
         }
     }
 
@@ -341,7 +477,7 @@ impl Loop {
         if now >= self.next_ping {
             self.next_ping = now + self.ping;
             for slot in 0..self.slots.len() {
-                self.tick(slot);
+                self.tick(slot, now);
             }
         }
         while let Some(Reverse((at, slot))) = self.timers.peek().copied() {
@@ -362,21 +498,30 @@ impl Loop {
         }
     }
 
-    /// The ping period for relay `slot`: a leg still owing the last pong is silent; otherwise
-    /// both legs get a ping.
-    fn tick(&mut self, slot: usize) {
+    /// The ping period for relay `slot`: a leg that has not answered its ping in time is
+    /// silent (see the module docs); a leg with no ping out gets one.
+    fn tick(&mut self, slot: usize, now: Instant) {
+        let ping = self.ping;
         let Some(Some(r)) = self.slots.get_mut(slot) else { return };
         if r.ending.is_some() {
             return;
         }
-        if r.c.awaiting_pong {
+        if silent(&mut r.c, &r.up, now, ping) {
             return self.end(slot, End::Silent(Side::Client));
         }
-        if r.b.awaiting_pong {
+        if silent(&mut r.b, &r.down, now, ping) {
             return self.end(slot, End::Silent(Side::Bridge));
         }
         r.ping();
         self.drive(slot);
+        // A ping written right away counts from this tick (the next one is a period later).
+        if let Some(Some(r)) = self.slots.get_mut(slot) {
+            for leg in [&mut r.c, &mut r.b] {
+                if let Ping::Written { at, .. } = &mut leg.ping {
+                    *at = (*at).min(now);
+                }
+            }
+        }
     }
 }
 
@@ -408,16 +553,18 @@ impl Relay {
         }
     }
 
+    /// Queues a ping to each leg that has none out (not stacked: one at a time per leg).
     fn ping(&mut self) {
-        // Not stacked: a ping still waiting from last time means the next tick finds it silent.
-        if !self.down.injecting() {
-            self.down.queue(&frame::control(Op::Ping, pipe::PING_PAYLOAD, None));
+        if self.c.ping == Ping::Idle {
+            let f = frame::control(Op::Ping, pipe::PING_PAYLOAD, None);
+            self.down.queue(&f);
+            self.c.ping = Ping::Queued(f.len());
         }
-        if !self.up.injecting() {
-            self.up.queue(&frame::control(Op::Ping, pipe::PING_PAYLOAD, Some(frame::mask_key())));
+        if self.b.ping == Ping::Idle {
+            let f = frame::control(Op::Ping, pipe::PING_PAYLOAD, Some(frame::mask_key()));
+            self.up.queue(&f);
+            self.b.ping = Ping::Queued(f.len());
         }
-        self.c.awaiting_pong = true;
-        self.b.awaiting_pong = true;
     }
 
     /// Queues each remaining leg its close frame (when its stream is at a frame boundary and its
@@ -444,16 +591,33 @@ impl Relay {
 }
 
 impl Drop for Loop {
-    /// Only when the thread ends with relays open (its loop failed, or panicked): they are
-    /// closed without their close frames, and still reported.
+    /// Only when the thread ends with relays open (the hub is exiting after failures): they
+    /// are closed without their close frames, and still reported.
     fn drop(&mut self) {
         for r in self.slots.iter_mut().filter_map(Option::take) {
             let mut r = r;
             if let Some(f) = r.on_end.take() {
-                self.bell.ring(f, r.ending.unwrap_or(End::Shutdown));
+                self.bell.ring(f, r.ending.unwrap_or(End::Failed));
             }
         }
     }
+}
+
+/// Whether `leg` (read through `from`, its bytes' pipe) has let its ping go unanswered too
+/// long at `now`. Bytes read from it since the last tick restart the wait.
+fn silent(leg: &mut Leg, from: &Pipe, now: Instant, period: Duration) -> bool {
+    let heard = std::mem::take(&mut leg.heard);
+    let Ping::Written { at, ahead, .. } = &mut leg.ping else { return false };
+    if heard {
+        *at = now;
+        return false;
+    }
+    // Not read by the hub (its bytes wait for its partner): its answer may be among them.
+    if from.pending() {
+        return false;
+    }
+    let reading = Duration::from_millis(ahead.saturating_mul(1000) / SLOWEST_READER);
+    now >= *at + period + reading
 }
 
 /// Writes `pipe`'s rest to `dst` if it takes it; whether something is still owed to it.
@@ -462,7 +626,7 @@ fn flush_leg(pipe: &mut Pipe, dst: &mut Leg) -> bool {
         return false;
     }
     if dst.writable {
-        match pipe.write(&mut dst.io) {
+        match write_to(pipe, dst) {
             Ok(blocked) => dst.writable = !blocked,
             Err(_) => {
                 dst.dropped = true;
@@ -506,7 +670,11 @@ fn pump(
         };
         match read {
             Read::Pending => src.readable = false,
-            Read::Drained if !src.hup => src.readable = false,
+            Read::Drained if !src.hup => {
+                src.readable = false;
+                src.heard = true;
+            }
+            Read::Data | Read::Drained => src.heard = true,
             _ => {}
         }
         if pipe.unapproved() {
@@ -521,7 +689,7 @@ fn pump(
 
 fn write(pipe: &mut Pipe, dst: &mut Leg, to: Side) -> Result<(), End> {
     if dst.writable && pipe.pending() {
-        let blocked = pipe.write(&mut dst.io).map_err(|_| End::Gone(to))?;
+        let blocked = write_to(pipe, dst).map_err(|_| End::Gone(to))?;
         dst.writable = !blocked;
     }
     Ok(())
@@ -532,8 +700,9 @@ fn approve(pipe: &mut Pipe, src: &mut Leg, from: Side, close: &mut Option<Option
         Fault::TooBig => End::TooBig(from),
         Fault::Protocol => End::Protocol(from),
     })?;
-    if found.pong {
-        src.awaiting_pong = false;
+    if let (true, Ping::Written { through, .. }) = (found.pong, src.ping) {
+        src.acked = through;
+        src.ping = Ping::Idle;
     }
     if let Some(code) = found.close {
         src.closed = true;

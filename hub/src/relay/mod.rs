@@ -67,6 +67,8 @@ pub enum End {
     Silent(Side),
     /// The hub is shutting down.
     Shutdown,
+    /// The relay thread failed (its `poll` erred, or it panicked) and started over.
+    Failed,
 }
 
 /// Called once when a relay has ended and both its sockets are closed (on the hub's tokio
@@ -116,12 +118,14 @@ impl Relays {
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
         let copies = [theirs.as_raw_fd(), bell_out.as_raw_fd()];
         let bell = event_loop::Bell { ended: ended.clone(), socket: bell_out };
+        // Benchmark-only (scripts/bench-relay's A/B of the private table): keep the shared one.
+        let shared = std::env::var_os("ZCODE_ACP_TEST_RELAY_SHARED_FDS").is_some();
         std::thread::Builder::new().name("zcode-relay".into()).spawn(move || {
-            let private = handoff::private_table(&copies);
+            let private = !shared && handoff::private_table(&copies);
             match event_loop::Loop::new(theirs, rx, bell, ping) {
-                Ok(lp) => {
+                Ok(mut lp) => {
                     let _ = ready_tx.send(Ok(private));
-                    lp.run();
+                    supervise(&mut lp);
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -164,6 +168,49 @@ impl Relays {
     pub fn shutdown(&self) {
         let to_loop = self.to_loop.lock().unwrap_or_else(|p| p.into_inner());
         let _ = handoff::send(&to_loop.0, event_loop::SHUTDOWN, &[]);
+    }
+}
+
+/// Failures of the relay thread tolerated within [`FAILURE_WINDOW`] before the hub gives up.
+const MAX_FAILURES: usize = 5;
+const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+/// The hub's exit status when its relay thread cannot go on (EX_SOFTWARE).
+const EXIT_RELAY_FAILED: i32 = 70;
+
+/// Runs the relay loop on this thread until it ends normally. When it fails (`poll` errs) or
+/// panics, the failure is logged, its relays are closed with 1011 and it runs again. More than
+/// [`MAX_FAILURES`] failures within [`FAILURE_WINDOW`], or a loop that cannot start over, and
+/// the hub exits with status 70 (the next bridge heartbeat starts a new hub): a hub whose relay
+/// thread is gone would answer HTTP and refuse every WebSocket forever.
+fn supervise(lp: &mut event_loop::Loop) {
+    let mut failures: Vec<std::time::Instant> = Vec::new();
+    loop {
+        let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lp.run())) {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => format!("its poll failed: {e}"),
+            Err(panic) => {
+                let msg = panic.downcast_ref::<&str>().map(|s| s.to_string());
+                let msg = msg.or_else(|| panic.downcast_ref::<String>().cloned());
+                format!("it panicked: {}", msg.as_deref().unwrap_or("(no message)"))
+            }
+        };
+        let now = std::time::Instant::now();
+        failures.retain(|t| now.duration_since(*t) < FAILURE_WINDOW);
+        failures.push(now);
+        if failures.len() > MAX_FAILURES {
+            tracing::error!(
+                "the relay thread failed ({why}), {} times within {FAILURE_WINDOW:?}: the hub exits",
+                failures.len()
+            );
+            std::process::exit(EXIT_RELAY_FAILED);
+        }
+        tracing::error!(
+            "the relay thread failed ({why}): its relays are closed with 1011 and it starts again"
+        );
+        if let Err(e) = lp.fail() {
+            tracing::error!("the relay thread cannot start again ({e}): the hub exits");
+            std::process::exit(EXIT_RELAY_FAILED);
+        }
     }
 }
 
@@ -229,6 +276,7 @@ fn closes(end: End) -> (Close, Close) {
             (Some((1011, "bridge broke the protocol")), Some((1002, "protocol error")))
         }
         End::Shutdown => (Some((1001, "hub shutting down")), Some((1001, "hub shutting down"))),
+        End::Failed => (Some((1011, "hub relay failed")), Some((1011, "hub relay failed"))),
     }
 }
 
