@@ -17,7 +17,6 @@
 //! whose written bytes stay unacknowledged, or whose window stays shut, for too long.
 
 use super::frame::{self, Op};
-use super::handoff::{self, Received};
 use super::pipe::{self, Fault, Pipe, Read};
 use super::{CLOSE_GRACE, End, OnEnd, Side, closes, dropped, other};
 use mio::net::{TcpStream, UnixStream};
@@ -26,7 +25,6 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::{self, ErrorKind};
 use std::net::Shutdown;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -38,14 +36,18 @@ const READ_BUDGET: usize = 16;
 /// The slowest reader a ping's answer waits for, in bytes per second (see the module docs).
 pub const SLOWEST_READER: u64 = 8 * 1024;
 
-/// Control tag: a relay's two sockets (client, bridge) are attached; its [`Rest`] follows on
-/// the channel.
-pub const OPEN: u8 = b'O';
-/// Control tag: close every relay, and end the thread when the last is closed.
-pub const SHUTDOWN: u8 = b'S';
+/// What the hub tells the relay thread (over the channel, each followed by a byte on the
+/// control socket that wakes the loop).
+pub enum Command {
+    /// Start relaying.
+    Open(super::Open),
+    /// Close every relay, and end the thread when the last is closed.
+    Shutdown,
+}
 
-/// How the relay thread reports ended relays: the call goes on the list (shared memory, no
-/// descriptor), and one byte on the thread's own end of a socket pair rings the hub's side.
+/// How the relay thread reports ended relays: the call goes on the list, and one byte on a
+/// socket pair rings the hub's side, which makes the calls on its runtime (never on the relay
+/// thread: a callback may take a lock or wake a task).
 pub struct Bell {
     pub ended: super::Ended,
     pub socket: std::os::unix::net::UnixStream,
@@ -62,13 +64,6 @@ impl Bell {
             let _ = io::Write::write(&mut &self.socket, &[1]);
         }
     }
-}
-
-/// What comes with a relay's sockets, over the channel.
-pub struct Rest {
-    pub client_early: Vec<u8>,
-    pub bridge_early: Vec<u8>,
-    pub on_end: OnEnd,
 }
 
 struct Leg {
@@ -175,10 +170,10 @@ struct Relay {
 /// The relay thread's state.
 pub struct Loop {
     poll: Poll,
-    /// Where relays' sockets arrive (and the shutdown): see [`handoff`].
+    /// Rings when a command is on the channel (its end at the hub closes: shut down).
     control: UnixStream,
-    /// Where the rest of each relay arrives, in the same order.
-    rest: mpsc::Receiver<Rest>,
+    /// The hub's commands.
+    commands: mpsc::Receiver<Command>,
     /// Where ended relays are reported.
     bell: Bell,
     slots: Vec<Option<Relay>>,
@@ -220,10 +215,11 @@ impl TestFault {
 }
 
 impl Loop {
-    /// The loop (not yet running), told of new relays on `control` (non-blocking) and `rest`.
+    /// The loop (not yet running), told of new relays on `commands`, woken by `control`
+    /// (non-blocking).
     pub fn new(
         control: std::os::unix::net::UnixStream,
-        rest: mpsc::Receiver<Rest>,
+        commands: mpsc::Receiver<Command>,
         bell: Bell,
         ping: Duration,
     ) -> io::Result<Loop> {
@@ -234,7 +230,7 @@ impl Loop {
         Ok(Loop {
             poll,
             control,
-            rest,
+            commands,
             bell,
             slots: Vec::new(),
             free: Vec::new(),
@@ -332,17 +328,29 @@ impl Loop {
 
     /// Takes what the hub sent: new relays, the shutdown.
     fn commands(&mut self) {
-        loop {
-            match handoff::recv(self.control.as_raw_fd()) {
-                Ok(Received::Message(OPEN, fds)) => self.open(fds),
-                Ok(Received::Message(_, _)) => self.stop(), // SHUTDOWN
-                Ok(Received::Empty) => return,
-                Ok(Received::Closed) => return self.stop(),
+        let mut rings = [0u8; 64];
+        let gone = loop {
+            match io::Read::read(&mut self.control, &mut rings) {
+                Ok(0) => break true,
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
                     tracing::error!("the relay thread's control socket failed: {e}");
-                    return self.stop();
+                    break true;
                 }
             }
+        };
+        loop {
+            match self.commands.try_recv() {
+                Ok(Command::Open(o)) => self.open(o),
+                Ok(Command::Shutdown) => self.stop(),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => return self.stop(),
+            }
+        }
+        if gone {
+            self.stop();
         }
     }
 
@@ -356,23 +364,13 @@ impl Loop {
         }
     }
 
-    /// Starts the relay whose sockets are `fds` (client, bridge).
-    fn open(&mut self, fds: Vec<OwnedFd>) {
-        // Sent right after the sockets, under the same lock: here at once.
-        let Ok(o) = self.rest.recv_timeout(Duration::from_secs(1)) else {
-            tracing::error!("a relay's sockets came without the rest of it");
-            return;
-        };
-        let Ok::<[OwnedFd; 2], _>([client, bridge]) = fds.try_into() else {
-            // Out of descriptors: the message came truncated.
-            tracing::warn!("a relay's sockets did not arrive (out of file descriptors?)");
-            return self.bell.ring(o.on_end, End::Gone(Side::Client));
-        };
+    /// Starts relaying between `o`'s client and bridge.
+    fn open(&mut self, o: super::Open) {
+        let super::Open { client, client_early, bridge, bridge_early, on_end } = o;
         let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
             self.slots.len() - 1
         });
-        let (client, bridge) = (std::net::TcpStream::from(client), std::net::TcpStream::from(bridge));
         // A leg that takes none of our bytes is never judged by its pongs (its ping may not
         // even go out): TCP ends it when what it was sent stays unacknowledged, or its window
         // shut, this long.
@@ -391,18 +389,18 @@ impl Loop {
         if let Err(e) = registered {
             tracing::warn!("cannot watch a relay's sockets: {e}");
             self.free.push(slot);
-            self.bell.ring(o.on_end, End::Gone(Side::Bridge));
+            self.bell.ring(on_end, End::Gone(Side::Bridge));
             return;
         }
         self.slots[slot] = Some(Relay {
             c: Leg::new(c),
             b: Leg::new(b),
-            up: Pipe::new(true, o.client_early),
-            down: Pipe::new(false, o.bridge_early),
+            up: Pipe::new(true, client_early),
+            down: Pipe::new(false, bridge_early),
             closing: None,
             ending: None,
             deadline: None,
-            on_end: Some(o.on_end),
+            on_end: Some(on_end),
         });
         if self.stopping {
             self.end(slot, End::Shutdown);

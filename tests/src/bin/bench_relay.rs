@@ -1,7 +1,5 @@
 //! `scripts/bench-relay`: the hub's WebSocket relay side by side, in one run, with a direct
-//! connection to the bridge, with the same hub whose relay thread shares the process's
-//! descriptor table (`ZCODE_ACP_TEST_RELAY_SHARED_FDS`, the A/B of `relay/handoff.rs`) and with
-//! nginx (Debian's package) as a WebSocket reverse proxy in front of the same bridge. Everything runs on 127.0.0.1; the script pins this process and
+//! connection to the bridge and with nginx (Debian's package) as a WebSocket reverse proxy in front of the same bridge. Everything runs on 127.0.0.1; the script pins this process and
 //! every child (hub, bridge, demo agent, nginx) to one CPU with `taskset`.
 //!
 //! A round trip is one `_demo/echo` request through the bridge to the demo agent and back (so
@@ -24,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tungstenite::client::IntoClientRequest;
 use tungstenite::{Message, WebSocket};
-use zcode_tests::hub::{Hub, free_port, listed, post_json, wait_instances};
+use zcode_tests::hub::{Hub, free_port, listed, wait_instances};
 use zcode_tests::{Bridge, Home, TEST_TOKEN, demo_agent};
 
 const IDLE: usize = 5000;
@@ -61,16 +59,6 @@ fn main() {
     let bridge = Bridge::start_env(&home, &demo_agent(0), &[]);
     let id = bridge.id();
     wait_instances(hub.port, "the bridge", |l| listed(l, &id));
-    // The same hub with its relay thread sharing the process's descriptor table (A/B of the
-    // private table, `relay/handoff.rs`): its own home, the bridge registered by hand.
-    let home_b = Home::new();
-    let shared = Hub::start(
-        &home_b,
-        &[("ZCODE_ACP_TEST_RELAY_SHARED_FDS", "1"), ("ZCODE_ACP_INSTANCE_TTL_MS", "86400000")],
-    );
-    let reg = serde_json::json!({"token": TEST_TOKEN, "id": id, "port": bridge.port, "pid": bridge.editor.pid(),
-        "startedAt": 1, "sessions": []});
-    assert_eq!(post_json(shared.port, "/api/register", &reg).status, 200, "register with the second hub");
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let nginx =
         (only.is_empty() || "nginx".contains(only.as_str())).then(|| Nginx::start(&home, bridge.port));
@@ -83,12 +71,6 @@ fn main() {
             pid: Some(hub.pid()),
         },
         Target {
-            name: "zcode-acp hub, shared fd table",
-            port: shared.port,
-            path: format!("/acp?instance={id}"),
-            pid: Some(shared.pid()),
-        },
-        Target {
             name: "nginx 1.22 (Debian)",
             port: nginx.as_ref().map_or(0, |n| n.port),
             path: "/acp".into(),
@@ -98,9 +80,9 @@ fn main() {
     // BENCH_ONLY=hub (or direct, nginx) measures those targets only, for quick experiments.
     let mut targets: Vec<Target> =
         targets.into_iter().filter(|t| only.is_empty() || t.name.contains(only.as_str())).collect();
-    // BENCH_REVERSE=1 measures the relays in the other order (nginx before the hubs).
-    if std::env::var_os("BENCH_REVERSE").is_some() {
-        targets.reverse();
+    // BENCH_REVERSE=1 measures the relays in the other order (nginx before the hub).
+    if std::env::var_os("BENCH_REVERSE").is_some() && targets.len() == 3 {
+        targets.swap(1, 2);
     }
     // BENCH_IDLE=0 skips the idle-connections measurement.
     let idle_too = std::env::var("BENCH_IDLE").map_or(true, |v| v != "0");
@@ -125,23 +107,6 @@ fn main() {
         }
     }
     print_table(&targets, &rows);
-    print_ab(&targets, &rows);
-}
-
-/// The two hubs' CPU per relayed message, round by round (paired: the same slow spell hits
-/// both), as the private table's saving in percent.
-fn print_ab(targets: &[Target], rows: &[Row]) {
-    let find = |name: &str| targets.iter().position(|t| t.name == name);
-    let (Some(a), Some(b)) = (find("zcode-acp hub"), find("zcode-acp hub, shared fd table")) else { return };
-    let cpu = |r: &Row| r.rounds.iter().filter_map(|x| x.1.map(|c| c.0)).collect::<Vec<f64>>();
-    let savings: Vec<f64> =
-        cpu(&rows[a]).iter().zip(cpu(&rows[b])).map(|(p, s)| (s - p) / s * 100.0).collect();
-    let all: Vec<String> = savings.iter().map(|v| format!("{v:+.1}")).collect();
-    println!(
-        "\nprivate descriptor table vs shared: CPU per relayed message saved, median {:+.1} % (rounds: {})",
-        median(savings.clone()),
-        all.join(", ")
-    );
 }
 
 fn connect(t: &Target) -> Ws {
