@@ -307,13 +307,23 @@ impl Write for SlowLink {
 }
 
 #[test]
-fn a_client_reading_at_50_kib_per_second_gets_20_mb_and_stays_connected() {
-    // Pings every 200 ms: each of the client's pongs comes up to a megabyte (20 s) behind the
-    // data queued ahead of it, and the bridge's wait behind data the hub cannot pass on.
+fn a_client_reading_at_50_kib_per_second_gets_a_20_mb_replay_and_stays_connected() {
+    // Pings every 200 ms: the client's pongs come tens of seconds behind the replay queued
+    // ahead of them, and the bridge's wait behind data the hub cannot pass on yet.
     // ZCODE_TEST_SLOW_MB picks another size (for a quick run).
     let home = Home::new();
-    let (hub, b) = hub_and_bridge(&home, &[("ZCODE_ACP_PING_MS", "200")]);
+    let (hub, mut b) =
+        hub_and_bridge(&home, &[("ZCODE_ACP_PING_MS", "200"), ("RUST_LOG", "info,zcode_hub=debug")]);
     let mb: usize = std::env::var("ZCODE_TEST_SLOW_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    // A session whose history is `mb` MB: prompts of 1 MB (the journal keeps each).
+    initialize(&mut b.editor, json!({}));
+    let sid = new_session(&mut b.editor, home.path());
+    let text = "x".repeat(1 << 20);
+    for _ in 0..mb {
+        let (r, _) = b.editor.call("session/prompt", prompt(&sid, &text));
+        assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    }
+
     let tcp = std::net::TcpStream::connect(("127.0.0.1", hub.port)).expect("connect");
     tcp.set_read_timeout(Some(WAIT)).expect("timeout");
     let link = SlowLink { tcp, rate: 50 * 1024, read: 0, since: Instant::now() };
@@ -322,37 +332,43 @@ fn a_client_reading_at_50_kib_per_second_gets_20_mb_and_stays_connected() {
         format!("ws://127.0.0.1:{}/acp?instance={}", hub.port, b.id()).into_client_request().unwrap();
     req.headers_mut().insert("authorization", format!("Bearer {TEST_TOKEN}").parse().unwrap());
     let (mut ws, _) = tungstenite::client::client(req, link).expect("the relay accepts");
+    // What went wrong, with the hub's account of it.
+    let fail = |what: String| -> ! { panic!("{what}\nthe hub's log:\n{}", hub.log()) };
+    // The bytes of every message up to the answer to `id`.
     let answer = |ws: &mut tungstenite::WebSocket<SlowLink>, id: usize| -> usize {
+        let mut bytes = 0;
         loop {
             match ws.read() {
                 Ok(tungstenite::Message::Text(t)) => {
+                    bytes += t.len();
                     let v: Value = serde_json::from_str(&t).expect("JSON");
                     if v["id"] == id {
-                        return t.len();
+                        return bytes;
                     }
                 }
-                Ok(tungstenite::Message::Close(f)) => panic!("the client was closed: {f:?}"),
+                Ok(tungstenite::Message::Close(f)) => fail(format!("the client was closed: {f:?}")),
                 Ok(_) => {}
-                Err(e) => panic!("the client's connection failed: {e}"),
+                Err(e) => fail(format!("the client's connection failed: {e}")),
             }
         }
     };
-    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}});
-    ws.send(tungstenite::Message::text(init.to_string())).expect("send");
+    let send = |ws: &mut tungstenite::WebSocket<SlowLink>, msg: Value| {
+        if let Err(e) = ws.send(tungstenite::Message::text(msg.to_string())) {
+            fail(format!("sending {msg} failed: {e}"));
+        }
+    };
+    send(
+        &mut ws,
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}),
+    );
     answer(&mut ws, 0);
-    // One megabyte per `_demo/echo` answer, asked one after the other.
-    let pad = "x".repeat(1 << 20);
-    let mut received = 0;
-    for id in 1..=mb {
-        let echo = json!({"jsonrpc": "2.0", "id": id, "method": "_demo/echo", "params": {"p": pad}});
-        ws.send(tungstenite::Message::text(echo.to_string())).expect("send");
-        received += answer(&mut ws, id);
-    }
-    assert!(received >= mb << 20, "{received} bytes");
+    let load = json!({"sessionId": sid, "cwd": home.path(), "mcpServers": []});
+    send(&mut ws, json!({"jsonrpc": "2.0", "id": 1, "method": "session/load", "params": load}));
+    let replayed = answer(&mut ws, 1);
+    assert!(replayed >= mb << 20, "the replay was {replayed} bytes");
     // Still relayed, both ways.
-    let last = json!({"jsonrpc": "2.0", "id": 9999, "method": "_demo/echo", "params": {"still": "here"}});
-    ws.send(tungstenite::Message::text(last.to_string())).expect("send");
-    answer(&mut ws, 9999);
+    send(&mut ws, json!({"jsonrpc": "2.0", "id": 2, "method": "_demo/echo", "params": {"still": "here"}}));
+    answer(&mut ws, 2);
 }
 
 #[test]

@@ -9,7 +9,7 @@
 //!
 //! Liveness (judged at each tick): a leg's ping counts from the moment it has been written, and
 //! any bytes read from the leg since then answer it as well as its pong. The answer may take
-//! one period plus the time to read, at [`SLOWEST_READER`], what we wrote to the leg ahead of
+//! two periods plus the time to read, at [`SLOWEST_READER`], what we wrote to the leg ahead of
 //! the ping since its last pong (a phone on a slow link reads a multi-MB replay before it
 //! reaches the ping). A leg the hub is not reading from (backpressure: its bytes wait for its
 //! partner) is never judged, and a ping that cannot be written (the leg takes nothing) is not
@@ -35,6 +35,9 @@ const CONTROL: Token = Token(usize::MAX);
 const READ_BUDGET: usize = 16;
 /// The slowest reader a ping's answer waits for, in bytes per second (see the module docs).
 pub const SLOWEST_READER: u64 = 8 * 1024;
+/// Ping periods a leg may stay quiet (no pong, no byte) after its ping went out: a bridge busy
+/// streaming a replay answers no ping, and its output may pause for a period.
+const SILENT_PERIODS: u32 = 2;
 
 /// What the hub tells the relay thread (over the channel, each followed by a byte on the
 /// control socket that wakes the loop).
@@ -82,6 +85,8 @@ struct Leg {
     acked: u64,
     /// Bytes were read from it since the last tick.
     heard: bool,
+    /// Since the last tick, the hub stopped reading it with its bytes waiting for its partner.
+    held: bool,
     /// It sent a close frame (it sends nothing after that).
     closed: bool,
     /// Gets nothing more (gone, or not answering), once the relay is ending.
@@ -99,6 +104,7 @@ impl Leg {
             ping: Ping::Idle,
             acked: 0,
             heard: false,
+            held: false,
             closed: false,
             dropped: false,
         }
@@ -605,17 +611,20 @@ impl Drop for Loop {
 /// long at `now`. Bytes read from it since the last tick restart the wait.
 fn silent(leg: &mut Leg, from: &Pipe, now: Instant, period: Duration) -> bool {
     let heard = std::mem::take(&mut leg.heard);
+    // Not read by the hub during the period (its bytes wait for its partner): its answer may
+    // be among them, and its wait starts again.
+    let held = std::mem::take(&mut leg.held) || from.pending();
     let Ping::Written { at, ahead, .. } = &mut leg.ping else { return false };
-    if heard {
+    if heard || held {
         *at = now;
         return false;
     }
-    // Not read by the hub (its bytes wait for its partner): its answer may be among them.
-    if from.pending() {
-        return false;
-    }
     let reading = Duration::from_millis(ahead.saturating_mul(1000) / SLOWEST_READER);
-    now >= *at + period + reading
+    let late = now >= *at + SILENT_PERIODS * period + reading;
+    if late {
+        tracing::debug!(waited = ?now.duration_since(*at), ahead, "a relayed leg left a ping unanswered");
+    }
+    late
 }
 
 /// Writes `pipe`'s rest to `dst` if it takes it; whether something is still owed to it.
@@ -650,6 +659,7 @@ fn pump(
     let mut budget = READ_BUDGET;
     loop {
         write(pipe, dst, to)?;
+        src.held |= pipe.pending();
         if src.closed || !src.readable || !pipe.wants_read() {
             // Bytes that came with the handshake wait for approval here.
             if pipe.unapproved() {

@@ -102,7 +102,7 @@ async fn a_bridge_that_vanishes_closes_the_client_with_1011() {
 
 #[tokio::test]
 async fn the_relay_thread_keeps_no_copy_of_what_the_hub_had_open() {
-    // A connection the hub holds while the relay thread starts (and copies the table).
+    // A connection the hub holds while the relay thread starts.
     let (mut peer, hub_end) = socket_pair().await;
     let relays = Relays::start(Duration::from_secs(30)).unwrap();
     drop(hub_end);
