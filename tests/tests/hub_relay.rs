@@ -1,6 +1,7 @@
 //! The hub's relays: the WebSocket relay to a real bridge (ACP through it, refusals before the
-//! upgrade, pings, a vanished bridge, the message cap, shutdown) and the per-instance HTTP
-//! relays (to a real bridge's `/status`, and byte for byte to a recording fake bridge).
+//! upgrade, pings, a slow reader, a vanished bridge, the message cap, a failing relay thread,
+//! shutdown) and the per-instance HTTP relays (to a real bridge's `/status`, and byte for byte
+//! to a recording fake bridge).
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use zcode_tests::hub::{
     AUTH, Hub, free_port, http, listed, post_json, signal, wait_gone, wait_instances, wait_port_closed,
 };
-use zcode_tests::{Bridge, Home, Peer, TEST_TOKEN, demo_agent, initialize, kill9, new_session, prompt};
+use zcode_tests::{Bridge, Home, Peer, TEST_TOKEN, WAIT, demo_agent, initialize, kill9, new_session, prompt};
 
 /// A hub and a demo-agent bridge registered with it.
 fn hub_and_bridge(home: &Home, hub_env: &[(&str, &str)]) -> (Hub, Bridge) {
@@ -100,7 +101,7 @@ fn a_client_that_stops_answering_pings_is_dropped_and_one_that_answers_stays() {
 }
 
 #[test]
-fn a_killed_bridge_closes_its_relayed_clients_with_1011_within_a_second() {
+fn a_killed_bridge_closes_its_relayed_clients_with_1011_and_leaves_the_listing() {
     let home = Home::new();
     let (hub, b) = hub_and_bridge(&home, &[("ZCODE_ACP_PROBE_GRACE_MS", "300")]);
     let id = b.id();
@@ -109,18 +110,19 @@ fn a_killed_bridge_closes_its_relayed_clients_with_1011_within_a_second() {
         initialize(c, json!({}));
     }
     kill9(b.editor.pid());
-    let killed = Instant::now();
+    // At once (the relay sees the connection end), not after a ping period (30 s here).
     for c in &mut clients {
-        assert_eq!(c.wait_closed(Duration::from_secs(1)), Some(1011));
+        assert_eq!(c.wait_closed(WAIT), Some(1011));
     }
-    assert!(killed.elapsed() < Duration::from_secs(1), "closed after {:?}", killed.elapsed());
-    assert!(wait_gone(b.editor.pid(), Duration::from_secs(5)), "the bridge survived kill -9");
+    assert!(wait_gone(b.editor.pid(), WAIT), "the bridge survived kill -9");
     wait_port_closed(b.port);
-    // Gone after the probe grace.
+    // Gone from a probed listing once the probe grace has passed.
     let probe = || http(hub.port, "GET", "/api/instances?probe=1", &[AUTH], b"").json();
-    assert!(probe().as_array().unwrap().iter().any(|i| i["id"] == id.as_str()));
-    std::thread::sleep(Duration::from_millis(400));
-    assert!(probe().as_array().unwrap().iter().all(|i| i["id"] != id.as_str()));
+    let deadline = Instant::now() + WAIT;
+    while probe().as_array().unwrap().iter().any(|i| i["id"] == id.as_str()) {
+        assert!(Instant::now() < deadline, "a dead bridge is still listed after {WAIT:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     drop(b);
 }
 
@@ -138,17 +140,15 @@ fn a_message_over_32_mib_closes_the_client_with_1009() {
 }
 
 #[test]
-fn sigterm_closes_relays_with_1001_and_exits_within_two_seconds() {
+fn sigterm_closes_relays_with_1001_and_exits() {
     let home = Home::new();
     let (mut hub, b) = hub_and_bridge(&home, &[]);
     let mut c = hub.connect(&b.id()).unwrap();
     initialize(&mut c, json!({}));
     signal(hub.pid(), "TERM");
-    let sent = Instant::now();
-    assert_eq!(c.wait_closed(Duration::from_secs(2)), Some(1001));
-    let status = hub.wait_exit(Duration::from_secs(2)).expect("the hub exited");
+    assert_eq!(c.wait_closed(WAIT), Some(1001));
+    let status = hub.wait_exit(WAIT).expect("the hub exited");
     assert!(status.success(), "{status:?}");
-    assert!(sent.elapsed() < Duration::from_secs(2), "took {:?}", sent.elapsed());
     assert!(!home.path().join("run/hub.port").exists(), "the port file is removed");
 }
 
@@ -273,5 +273,117 @@ fn every_per_instance_route_is_relayed_with_method_body_and_status_kept() {
         assert!(lower.contains("x-custom: kept"), "{}", got.head);
         assert!(!lower.contains(&format!("token={}", TEST_TOKEN.to_ascii_lowercase())), "{}", got.head);
         assert_eq!(got.body, sent, "{method} {route}: the body arrives byte for byte");
+    }
+}
+
+/// A client's connection that reads at most `rate` bytes per second (a phone on a slow link).
+struct SlowLink {
+    tcp: std::net::TcpStream,
+    rate: u64,
+    read: u64,
+    since: Instant,
+}
+
+impl Read for SlowLink {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let due = Duration::from_millis(self.read * 1000 / self.rate);
+        if let Some(wait) = due.checked_sub(self.since.elapsed()) {
+            std::thread::sleep(wait);
+        }
+        let room = buf.len().min(4096);
+        let n = self.tcp.read(&mut buf[..room])?;
+        self.read += n as u64;
+        Ok(n)
+    }
+}
+
+impl Write for SlowLink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.tcp.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.tcp.flush()
+    }
+}
+
+#[test]
+fn a_client_reading_at_50_kib_per_second_gets_20_mb_from_the_bridge_and_stays_connected() {
+    // Pings every 200 ms: the client's pongs come up to 20 s behind the megabyte queued ahead
+    // of them, and the bridge's wait behind data the hub cannot pass on yet. The 20 MB are
+    // `_demo/echo` answers of 1 MB, asked one after the other (a 20 MB `session/load` replay
+    // is refused by the bridge itself: its 8 MiB outbox limit drops a client that slow).
+    // ZCODE_TEST_SLOW_MB picks another size (for a quick run).
+    let home = Home::new();
+    let (hub, b) =
+        hub_and_bridge(&home, &[("ZCODE_ACP_PING_MS", "200"), ("RUST_LOG", "info,zcode_hub=debug")]);
+    let mb: usize = std::env::var("ZCODE_TEST_SLOW_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+
+    let tcp = std::net::TcpStream::connect(("127.0.0.1", hub.port)).expect("connect");
+    tcp.set_read_timeout(Some(WAIT)).expect("timeout");
+    let link = SlowLink { tcp, rate: 50 * 1024, read: 0, since: Instant::now() };
+    use tungstenite::client::IntoClientRequest;
+    let mut req =
+        format!("ws://127.0.0.1:{}/acp?instance={}", hub.port, b.id()).into_client_request().unwrap();
+    req.headers_mut().insert("authorization", format!("Bearer {TEST_TOKEN}").parse().unwrap());
+    let (mut ws, _) = tungstenite::client::client(req, link).expect("the relay accepts");
+    // What went wrong, with the hub's account of it.
+    let fail = |what: String| -> ! { panic!("{what}\nthe hub's log:\n{}", hub.log()) };
+    // The bytes of every message up to the answer to `id`.
+    let answer = |ws: &mut tungstenite::WebSocket<SlowLink>, id: usize| -> usize {
+        let mut bytes = 0;
+        loop {
+            match ws.read() {
+                Ok(tungstenite::Message::Text(t)) => {
+                    bytes += t.len();
+                    let v: Value = serde_json::from_str(&t).expect("JSON");
+                    if v["id"] == id {
+                        return bytes;
+                    }
+                }
+                Ok(tungstenite::Message::Close(f)) => fail(format!("the client was closed: {f:?}")),
+                Ok(_) => {}
+                Err(e) => fail(format!("the client's connection failed: {e}")),
+            }
+        }
+    };
+    let send = |ws: &mut tungstenite::WebSocket<SlowLink>, msg: Value| {
+        if let Err(e) = ws.send(tungstenite::Message::text(msg.to_string())) {
+            fail(format!("sending {msg} failed: {e}"));
+        }
+    };
+    send(
+        &mut ws,
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}),
+    );
+    answer(&mut ws, 0);
+    let pad = "x".repeat(1 << 20);
+    let mut received = 0;
+    for id in 1..=mb {
+        send(&mut ws, json!({"jsonrpc": "2.0", "id": id, "method": "_demo/echo", "params": {"p": pad}}));
+        received += answer(&mut ws, id);
+    }
+    assert!(received >= mb << 20, "{received} bytes");
+    // Still relayed, both ways.
+    let id = mb + 1;
+    send(&mut ws, json!({"jsonrpc": "2.0", "id": id, "method": "_demo/echo", "params": {"still": "here"}}));
+    answer(&mut ws, id);
+}
+
+#[test]
+fn a_relay_thread_that_fails_closes_its_relays_with_1011_logs_it_and_relays_again() {
+    for fault in ["panic", "poll"] {
+        let home = Home::new();
+        let (hub, b) = hub_and_bridge(&home, &[("ZCODE_ACP_TEST_RELAY_FAULT", fault)]);
+        // The fault strikes when the first relay opens.
+        let mut first = hub.connect(&b.id()).expect("the relay accepts");
+        assert_eq!(first.wait_closed(WAIT), Some(1011), "{fault}");
+        let log = hub.log();
+        assert!(log.contains("the relay thread failed"), "{fault}: {log}");
+        assert!(log.contains(&format!("ZCODE_ACP_TEST_RELAY_FAULT={fault}")), "{fault}: {log}");
+        // The next client is relayed.
+        let mut next = hub.connect(&b.id()).expect("the relay accepts");
+        initialize(&mut next, json!({}));
+        let (r, _) = next.call("_demo/echo", json!({"after": fault}));
+        assert!(r["result"].is_object(), "{fault}: {r}");
     }
 }

@@ -6,9 +6,17 @@
 //! event: both directions run as far as they can, and a direction whose flags are down costs
 //! nothing. Timers are few: one ping tick for all relays, and a deadline per relay only while
 //! it is closing, kept in a heap.
+//!
+//! Liveness (judged at each tick): a leg's ping counts from the moment it has been written, and
+//! any bytes read from the leg since then answer it as well as its pong. The answer may take
+//! two periods plus the time to read, at [`SLOWEST_READER`], what we wrote to the leg ahead of
+//! the ping since its last pong (a phone on a slow link reads a multi-MB replay before it
+//! reaches the ping). A leg the hub is not reading from (backpressure: its bytes wait for its
+//! partner) is never judged, and a ping that cannot be written (the leg takes nothing) is not
+//! counted: such a leg is left to TCP, whose user timeout (set on both legs) ends a connection
+//! whose written bytes stay unacknowledged, or whose window stays shut, for too long.
 
 use super::frame::{self, Op};
-use super::handoff::{self, Received};
 use super::pipe::{self, Fault, Pipe, Read};
 use super::{CLOSE_GRACE, End, OnEnd, Side, closes, dropped, other};
 use mio::net::{TcpStream, UnixStream};
@@ -17,7 +25,6 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::{self, ErrorKind};
 use std::net::Shutdown;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -26,15 +33,24 @@ use std::time::{Duration, Instant};
 const CONTROL: Token = Token(usize::MAX);
 /// Reads per direction and drive before other relays get their turn.
 const READ_BUDGET: usize = 16;
+/// The slowest reader a ping's answer waits for, in bytes per second (see the module docs).
+pub const SLOWEST_READER: u64 = 8 * 1024;
+/// Ping periods a leg may stay quiet (no pong, no byte) after its ping went out: a bridge busy
+/// streaming a replay answers no ping, and its output may pause for a period.
+const SILENT_PERIODS: u32 = 2;
 
-/// Control tag: a relay's two sockets (client, bridge) are attached; its [`Rest`] follows on
-/// the channel.
-pub const OPEN: u8 = b'O';
-/// Control tag: close every relay, and end the thread when the last is closed.
-pub const SHUTDOWN: u8 = b'S';
+/// What the hub tells the relay thread (over the channel, each followed by a byte on the
+/// control socket that wakes the loop).
+pub enum Command {
+    /// Start relaying.
+    Open(super::Open),
+    /// Close every relay, and end the thread when the last is closed.
+    Shutdown,
+}
 
-/// How the relay thread reports ended relays: the call goes on the list (shared memory, no
-/// descriptor), and one byte on the thread's own end of a socket pair rings the hub's side.
+/// How the relay thread reports ended relays: the call goes on the list, and one byte on a
+/// socket pair rings the hub's side, which makes the calls on its runtime (never on the relay
+/// thread: a callback may take a lock or wake a task).
 pub struct Bell {
     pub ended: super::Ended,
     pub socket: std::os::unix::net::UnixStream,
@@ -53,13 +69,6 @@ impl Bell {
     }
 }
 
-/// What comes with a relay's sockets, over the channel.
-pub struct Rest {
-    pub client_early: Vec<u8>,
-    pub bridge_early: Vec<u8>,
-    pub on_end: OnEnd,
-}
-
 struct Leg {
     io: TcpStream,
     /// A read may return bytes (or the end).
@@ -68,8 +77,16 @@ struct Leg {
     writable: bool,
     /// The peer closed its side or the connection failed: reads go on until one says so.
     hup: bool,
-    /// A ping is out and no pong has come back since.
-    awaiting_pong: bool,
+    /// Bytes it has taken from us (written to it), in all.
+    out: u64,
+    /// Our ping to it.
+    ping: Ping,
+    /// What it is known to have read (`out` up to the last ping it answered).
+    acked: u64,
+    /// Bytes were read from it since the last tick.
+    heard: bool,
+    /// Since the last tick, the hub stopped reading it with its bytes waiting for its partner.
+    held: bool,
     /// It sent a close frame (it sends nothing after that).
     closed: bool,
     /// Gets nothing more (gone, or not answering), once the relay is ending.
@@ -83,11 +100,60 @@ impl Leg {
             readable: true,
             writable: true,
             hup: false,
-            awaiting_pong: false,
+            out: 0,
+            ping: Ping::Idle,
+            acked: 0,
+            heard: false,
+            held: false,
             closed: false,
             dropped: false,
         }
     }
+}
+
+/// Where a leg's ping is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ping {
+    /// None is out (the last one was answered).
+    Idle,
+    /// Waiting in the pipe to the leg (for a frame boundary, or for the leg to take bytes);
+    /// the frame's length.
+    Queued(usize),
+    /// Written at `at` (or bytes came from the leg since then, at the tick `at`), with `ahead`
+    /// bytes of ours written to the leg before it since its last answered ping, and `through`
+    /// (`out` once it was written).
+    Written { at: Instant, ahead: u64, through: u64 },
+}
+
+/// A destination that counts what it takes.
+struct Counted<'a> {
+    io: &'a mut TcpStream,
+    n: &'a mut u64,
+}
+
+impl io::Write for Counted<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = io::Write::write(self.io, buf)?;
+        *self.n += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Writes `pipe`'s approved bytes (and injected frames) to `dst`; whether it would block. Notes
+/// when a queued ping has gone out.
+fn write_to(pipe: &mut Pipe, dst: &mut Leg) -> io::Result<bool> {
+    let blocked = pipe.write(&mut Counted { io: &mut dst.io, n: &mut dst.out })?;
+    if let Ping::Queued(len) = dst.ping {
+        if !pipe.injecting() {
+            let ahead = (dst.out - len as u64).saturating_sub(dst.acked);
+            dst.ping = Ping::Written { at: Instant::now(), ahead, through: dst.out };
+        }
+    }
+    Ok(blocked)
 }
 
 /// Everything an open relay holds.
@@ -110,10 +176,10 @@ struct Relay {
 /// The relay thread's state.
 pub struct Loop {
     poll: Poll,
-    /// Where relays' sockets arrive (and the shutdown): see [`handoff`].
+    /// Rings when a command is on the channel (its end at the hub closes: shut down).
     control: UnixStream,
-    /// Where the rest of each relay arrives, in the same order.
-    rest: mpsc::Receiver<Rest>,
+    /// The hub's commands.
+    commands: mpsc::Receiver<Command>,
     /// Where ended relays are reported.
     bell: Bell,
     slots: Vec<Option<Relay>>,
@@ -126,13 +192,40 @@ pub struct Loop {
     ping: Duration,
     next_ping: Instant,
     stopping: bool,
+    /// The test-only fault still to come (see [`TestFault`]).
+    fault: Option<TestFault>,
+    /// The next `poll` fails (the `poll` test fault).
+    poll_fault: bool,
+}
+
+/// A fault the relay thread injects once, when its first relay opens, for the tests of its
+/// supervision: `ZCODE_ACP_TEST_RELAY_FAULT=panic` (the thread panics) or `=poll` (its next
+/// `poll` fails). Test-only: honoured in debug builds only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TestFault {
+    Panic,
+    Poll,
+}
+
+impl TestFault {
+    fn from_env() -> Option<TestFault> {
+        if !cfg!(debug_assertions) {
+            return None;
+        }
+        match std::env::var("ZCODE_ACP_TEST_RELAY_FAULT").as_deref() {
+            Ok("panic") => Some(TestFault::Panic),
+            Ok("poll") => Some(TestFault::Poll),
+            _ => None,
+        }
+    }
 }
 
 impl Loop {
-    /// The loop (not yet running), told of new relays on `control` (non-blocking) and `rest`.
+    /// The loop (not yet running), told of new relays on `commands`, woken by `control`
+    /// (non-blocking).
     pub fn new(
         control: std::os::unix::net::UnixStream,
-        rest: mpsc::Receiver<Rest>,
+        commands: mpsc::Receiver<Command>,
         bell: Bell,
         ping: Duration,
     ) -> io::Result<Loop> {
@@ -143,7 +236,7 @@ impl Loop {
         Ok(Loop {
             poll,
             control,
-            rest,
+            commands,
             bell,
             slots: Vec::new(),
             free: Vec::new(),
@@ -152,11 +245,14 @@ impl Loop {
             ping,
             next_ping: Instant::now() + ping,
             stopping: false,
+            fault: TestFault::from_env(),
+            poll_fault: false,
         })
     }
 
-    /// Runs until a shutdown (or the hub's handle is gone) and the last relay has closed.
-    pub fn run(mut self) {
+    /// Runs until a shutdown (or the hub's handle is gone) and the last relay has closed, or
+    /// until `poll` fails (then its relays are still open: see [`Loop::fail`]).
+    pub fn run(&mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         // One clock reading per turn (after the wait): the timeout computed from the previous
         // turn's reading is late by that turn's work, microseconds.
@@ -166,10 +262,13 @@ impl Loop {
                 true => self.next_deadline().saturating_duration_since(now),
                 false => Duration::ZERO,
             };
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+            let polled = match std::mem::take(&mut self.poll_fault) {
+                true => Err(io::Error::other("test fault (ZCODE_ACP_TEST_RELAY_FAULT=poll)")),
+                false => self.poll.poll(&mut events, Some(timeout)),
+            };
+            if let Err(e) = polled {
                 if e.kind() != ErrorKind::Interrupted {
-                    tracing::error!("the relay loop failed: {e}");
-                    break;
+                    return Err(e);
                 }
             }
             let mut woken = false;
@@ -198,9 +297,34 @@ impl Loop {
                 self.expire(now);
             }
             if self.stopping && self.slots.len() == self.free.len() {
-                break;
+                return Ok(());
             }
         }
+    }
+
+    /// After the loop failed (or panicked): ends every relay with 1011 (best effort: a close
+    /// frame where a stream is at a frame boundary, one write), reports each, and starts over
+    /// with a new `Poll` watching the control socket (the relays queued there are taken
+    /// next). Errs when even that fails.
+    pub fn fail(&mut self) -> io::Result<()> {
+        for slot in 0..self.slots.len() {
+            let Some(Some(r)) = self.slots.get_mut(slot) else { continue };
+            if r.ending.is_none() {
+                r.begin_end(End::Failed);
+            }
+            r.c.writable = true;
+            r.b.writable = true;
+            let _ = r.flush();
+            self.remove(slot);
+        }
+        self.timers.clear();
+        self.again.clear();
+        let _ = self.poll.registry().deregister(&mut self.control);
+        self.poll = Poll::new()?;
+        self.poll.registry().register(&mut self.control, CONTROL, Interest::READABLE)?;
+        // Whatever woke the old `Poll` may not wake the new one (edge-triggered).
+        self.commands();
+        Ok(())
     }
 
     fn next_deadline(&self) -> Instant {
@@ -210,17 +334,29 @@ impl Loop {
 
     /// Takes what the hub sent: new relays, the shutdown.
     fn commands(&mut self) {
-        loop {
-            match handoff::recv(self.control.as_raw_fd()) {
-                Ok(Received::Message(OPEN, fds)) => self.open(fds),
-                Ok(Received::Message(_, _)) => self.stop(), // SHUTDOWN
-                Ok(Received::Empty) => return,
-                Ok(Received::Closed) => return self.stop(),
+        let mut rings = [0u8; 64];
+        let gone = loop {
+            match io::Read::read(&mut self.control, &mut rings) {
+                Ok(0) => break true,
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
                     tracing::error!("the relay thread's control socket failed: {e}");
-                    return self.stop();
+                    break true;
                 }
             }
+        };
+        loop {
+            match self.commands.try_recv() {
+                Ok(Command::Open(o)) => self.open(o),
+                Ok(Command::Shutdown) => self.stop(),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => return self.stop(),
+            }
+        }
+        if gone {
+            self.stop();
         }
     }
 
@@ -234,24 +370,23 @@ impl Loop {
         }
     }
 
-    /// Starts the relay whose sockets are `fds` (client, bridge).
-    fn open(&mut self, fds: Vec<OwnedFd>) {
-        // Sent right after the sockets, under the same lock: here at once.
-        let Ok(o) = self.rest.recv_timeout(Duration::from_secs(1)) else {
-            tracing::error!("a relay's sockets came without the rest of it");
-            return;
-        };
-        let Ok::<[OwnedFd; 2], _>([client, bridge]) = fds.try_into() else {
-            // Out of descriptors: the message came truncated.
-            tracing::warn!("a relay's sockets did not arrive (out of file descriptors?)");
-            return self.bell.ring(o.on_end, End::Gone(Side::Client));
-        };
+    /// Starts relaying between `o`'s client and bridge.
+    fn open(&mut self, o: super::Open) {
+        let super::Open { client, client_early, bridge, bridge_early, on_end } = o;
         let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
             self.slots.len() - 1
         });
-        let mut c = TcpStream::from_std(std::net::TcpStream::from(client));
-        let mut b = TcpStream::from_std(std::net::TcpStream::from(bridge));
+        // A leg that takes none of our bytes is never judged by its pongs (its ping may not
+        // even go out): TCP ends it when what it was sent stays unacknowledged, or its window
+        // shut, this long.
+        let unacked =
+            u32::try_from(self.ping.max(Duration::from_secs(5)).as_millis() * 2).unwrap_or(u32::MAX);
+        for s in [&client, &bridge] {
+            let _ = nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::TcpUserTimeout, &unacked);
+        }
+        let mut c = TcpStream::from_std(client);
+        let mut b = TcpStream::from_std(bridge);
         let both = Interest::READABLE | Interest::WRITABLE;
         let registry = self.poll.registry();
         let registered = registry
@@ -260,23 +395,28 @@ impl Loop {
         if let Err(e) = registered {
             tracing::warn!("cannot watch a relay's sockets: {e}");
             self.free.push(slot);
-            self.bell.ring(o.on_end, End::Gone(Side::Bridge));
+            self.bell.ring(on_end, End::Gone(Side::Bridge));
             return;
         }
         self.slots[slot] = Some(Relay {
             c: Leg::new(c),
             b: Leg::new(b),
-            up: Pipe::new(true, o.client_early),
-            down: Pipe::new(false, o.bridge_early),
+            up: Pipe::new(true, client_early),
+            down: Pipe::new(false, bridge_early),
             closing: None,
             ending: None,
             deadline: None,
-            on_end: Some(o.on_end),
+            on_end: Some(on_end),
         });
         if self.stopping {
             self.end(slot, End::Shutdown);
         } else {
             self.drive(slot);
+        }
+        match self.fault.take() {
+            Some(TestFault::Panic) => panic!("test fault (ZCODE_ACP_TEST_RELAY_FAULT=panic)"),
+            Some(TestFault::Poll) => self.poll_fault = true,
+            None => {}
         }
     }
 
@@ -341,7 +481,7 @@ impl Loop {
         if now >= self.next_ping {
             self.next_ping = now + self.ping;
             for slot in 0..self.slots.len() {
-                self.tick(slot);
+                self.tick(slot, now);
             }
         }
         while let Some(Reverse((at, slot))) = self.timers.peek().copied() {
@@ -362,21 +502,30 @@ impl Loop {
         }
     }
 
-    /// The ping period for relay `slot`: a leg still owing the last pong is silent; otherwise
-    /// both legs get a ping.
-    fn tick(&mut self, slot: usize) {
+    /// The ping period for relay `slot`: a leg that has not answered its ping in time is
+    /// silent (see the module docs); a leg with no ping out gets one.
+    fn tick(&mut self, slot: usize, now: Instant) {
+        let ping = self.ping;
         let Some(Some(r)) = self.slots.get_mut(slot) else { return };
         if r.ending.is_some() {
             return;
         }
-        if r.c.awaiting_pong {
+        if silent(&mut r.c, &r.up, now, ping) {
             return self.end(slot, End::Silent(Side::Client));
         }
-        if r.b.awaiting_pong {
+        if silent(&mut r.b, &r.down, now, ping) {
             return self.end(slot, End::Silent(Side::Bridge));
         }
         r.ping();
         self.drive(slot);
+        // A ping written right away counts from this tick (the next one is a period later).
+        if let Some(Some(r)) = self.slots.get_mut(slot) {
+            for leg in [&mut r.c, &mut r.b] {
+                if let Ping::Written { at, .. } = &mut leg.ping {
+                    *at = (*at).min(now);
+                }
+            }
+        }
     }
 }
 
@@ -408,16 +557,18 @@ impl Relay {
         }
     }
 
+    /// Queues a ping to each leg that has none out (not stacked: one at a time per leg).
     fn ping(&mut self) {
-        // Not stacked: a ping still waiting from last time means the next tick finds it silent.
-        if !self.down.injecting() {
-            self.down.queue(&frame::control(Op::Ping, pipe::PING_PAYLOAD, None));
+        if self.c.ping == Ping::Idle {
+            let f = frame::control(Op::Ping, pipe::PING_PAYLOAD, None);
+            self.down.queue(&f);
+            self.c.ping = Ping::Queued(f.len());
         }
-        if !self.up.injecting() {
-            self.up.queue(&frame::control(Op::Ping, pipe::PING_PAYLOAD, Some(frame::mask_key())));
+        if self.b.ping == Ping::Idle {
+            let f = frame::control(Op::Ping, pipe::PING_PAYLOAD, Some(frame::mask_key()));
+            self.up.queue(&f);
+            self.b.ping = Ping::Queued(f.len());
         }
-        self.c.awaiting_pong = true;
-        self.b.awaiting_pong = true;
     }
 
     /// Queues each remaining leg its close frame (when its stream is at a frame boundary and its
@@ -444,16 +595,36 @@ impl Relay {
 }
 
 impl Drop for Loop {
-    /// Only when the thread ends with relays open (its loop failed, or panicked): they are
-    /// closed without their close frames, and still reported.
+    /// Only when the thread ends with relays open (the hub is exiting after failures): they
+    /// are closed without their close frames, and still reported.
     fn drop(&mut self) {
         for r in self.slots.iter_mut().filter_map(Option::take) {
             let mut r = r;
             if let Some(f) = r.on_end.take() {
-                self.bell.ring(f, r.ending.unwrap_or(End::Shutdown));
+                self.bell.ring(f, r.ending.unwrap_or(End::Failed));
             }
         }
     }
+}
+
+/// Whether `leg` (read through `from`, its bytes' pipe) has let its ping go unanswered too
+/// long at `now`. Bytes read from it since the last tick restart the wait.
+fn silent(leg: &mut Leg, from: &Pipe, now: Instant, period: Duration) -> bool {
+    let heard = std::mem::take(&mut leg.heard);
+    // Not read by the hub during the period (its bytes wait for its partner): its answer may
+    // be among them, and its wait starts again.
+    let held = std::mem::take(&mut leg.held) || from.pending();
+    let Ping::Written { at, ahead, .. } = &mut leg.ping else { return false };
+    if heard || held {
+        *at = now;
+        return false;
+    }
+    let reading = Duration::from_millis(ahead.saturating_mul(1000) / SLOWEST_READER);
+    let late = now >= *at + SILENT_PERIODS * period + reading;
+    if late {
+        tracing::debug!(waited = ?now.duration_since(*at), ahead, "a relayed leg left a ping unanswered");
+    }
+    late
 }
 
 /// Writes `pipe`'s rest to `dst` if it takes it; whether something is still owed to it.
@@ -462,7 +633,7 @@ fn flush_leg(pipe: &mut Pipe, dst: &mut Leg) -> bool {
         return false;
     }
     if dst.writable {
-        match pipe.write(&mut dst.io) {
+        match write_to(pipe, dst) {
             Ok(blocked) => dst.writable = !blocked,
             Err(_) => {
                 dst.dropped = true;
@@ -488,6 +659,7 @@ fn pump(
     let mut budget = READ_BUDGET;
     loop {
         write(pipe, dst, to)?;
+        src.held |= pipe.pending();
         if src.closed || !src.readable || !pipe.wants_read() {
             // Bytes that came with the handshake wait for approval here.
             if pipe.unapproved() {
@@ -506,7 +678,11 @@ fn pump(
         };
         match read {
             Read::Pending => src.readable = false,
-            Read::Drained if !src.hup => src.readable = false,
+            Read::Drained if !src.hup => {
+                src.readable = false;
+                src.heard = true;
+            }
+            Read::Data | Read::Drained => src.heard = true,
             _ => {}
         }
         if pipe.unapproved() {
@@ -521,7 +697,7 @@ fn pump(
 
 fn write(pipe: &mut Pipe, dst: &mut Leg, to: Side) -> Result<(), End> {
     if dst.writable && pipe.pending() {
-        let blocked = pipe.write(&mut dst.io).map_err(|_| End::Gone(to))?;
+        let blocked = write_to(pipe, dst).map_err(|_| End::Gone(to))?;
         dst.writable = !blocked;
     }
     Ok(())
@@ -532,8 +708,9 @@ fn approve(pipe: &mut Pipe, src: &mut Leg, from: Side, close: &mut Option<Option
         Fault::TooBig => End::TooBig(from),
         Fault::Protocol => End::Protocol(from),
     })?;
-    if found.pong {
-        src.awaiting_pong = false;
+    if let (true, Ping::Written { through, .. }) = (found.pong, src.ping) {
+        src.acked = through;
+        src.ping = Ping::Idle;
     }
     if let Some(code) = found.close {
         src.closed = true;

@@ -28,12 +28,10 @@ mod event_loop;
 mod frame;
 #[cfg(test)]
 mod fuzz;
-mod handoff;
 mod pipe;
 
 use std::io;
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
@@ -67,6 +65,8 @@ pub enum End {
     Silent(Side),
     /// The hub is shutting down.
     Shutdown,
+    /// The relay thread failed (its `poll` erred, or it panicked) and started over.
+    Failed,
 }
 
 /// Called once when a relay has ended and both its sockets are closed (on the hub's tokio
@@ -90,23 +90,21 @@ pub struct Open {
 
 /// The relay thread's handle. Dropping it shuts every relay down.
 pub struct Relays {
-    /// The sending ends, locked together so each relay's sockets and the rest of it arrive in
-    /// the same order.
-    to_loop: Mutex<(UnixStream, mpsc::Sender<event_loop::Rest>)>,
+    /// The commands' channel and the socket that wakes the loop for them.
+    to_loop: Mutex<(UnixStream, mpsc::Sender<event_loop::Command>)>,
 }
 
 /// Relays that have ended, with what to call for each. The relay thread fills it and rings
-/// (one byte on a socket pair); a task on the hub's runtime empties it and makes the calls,
-/// because they may touch the hub's descriptors (waking a tokio task writes to one), which
-/// the relay thread must not (see [`handoff`]).
+/// (one byte on a socket pair); a task on the hub's runtime empties it and makes the calls, so
+/// that no callback (a lock, a task to wake) ever runs on the relay thread.
 type Ended = Arc<Mutex<Vec<(OnEnd, End)>>>;
 
 impl Relays {
-    /// Starts the relay thread (with a descriptor table of its own, see [`handoff`]) and the
-    /// task that reports relays' ends (on the current tokio runtime); relays ping both legs
-    /// every `ping`.
+    /// Starts the relay thread and the task that reports relays' ends (on the current tokio
+    /// runtime); relays ping both legs every `ping`.
     pub fn start(ping: Duration) -> io::Result<Relays> {
         let (ours, theirs) = UnixStream::pair()?;
+        ours.set_nonblocking(true)?;
         theirs.set_nonblocking(true)?;
         let (bell_in, bell_out) = UnixStream::pair()?;
         bell_in.set_nonblocking(true)?;
@@ -114,56 +112,88 @@ impl Relays {
         let (tx, rx) = mpsc::channel();
         let ended: Ended = Arc::default();
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
-        let copies = [theirs.as_raw_fd(), bell_out.as_raw_fd()];
         let bell = event_loop::Bell { ended: ended.clone(), socket: bell_out };
-        std::thread::Builder::new().name("zcode-relay".into()).spawn(move || {
-            let private = handoff::private_table(&copies);
-            match event_loop::Loop::new(theirs, rx, bell, ping) {
-                Ok(lp) => {
-                    let _ = ready_tx.send(Ok(private));
-                    lp.run();
-                }
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e));
-                }
+        std::thread::Builder::new().name("zcode-relay".into()).spawn(move || match event_loop::Loop::new(
+            theirs, rx, bell, ping,
+        ) {
+            Ok(mut lp) => {
+                let _ = ready_tx.send(Ok(()));
+                supervise(&mut lp);
+            }
+            Err(e) => {
+                let _ = ready_tx.send(Err(e));
             }
         })?;
-        let private =
-            ready_rx.recv().map_err(|_| io::Error::other("the relay thread ended at its start"))??;
-        if private {
-            // The thread's ends now live in its own table; the copies left in ours have no
-            // owner, and would keep the sockets open after the thread ends.
-            for fd in copies {
-                let _ = nix::unistd::close(fd);
-            }
-        }
+        ready_rx.recv().map_err(|_| io::Error::other("the relay thread ended at its start"))??;
         tokio::spawn(report_ends(tokio::net::UnixStream::from_std(bell_in)?, ended));
         Ok(Relays { to_loop: Mutex::new((ours, tx)) })
     }
 
     /// Starts relaying between `open`'s client and bridge.
     pub fn open(&self, open: Open) {
-        let to_loop = self.to_loop.lock().unwrap_or_else(|p| p.into_inner());
-        let fds = [open.client.as_raw_fd(), open.bridge.as_raw_fd()];
-        if handoff::send(&to_loop.0, event_loop::OPEN, &fds).is_err() {
+        if let Err(event_loop::Command::Open(open)) = self.tell(event_loop::Command::Open(open)) {
             // The relay thread is gone (it only ends after a shutdown): closed at once, as
             // the loop closes relays opened while it shuts down.
-            drop(to_loop);
-            return refuse(open);
+            refuse(open);
         }
-        let Open { client, client_early, bridge, bridge_early, on_end } = open;
-        drop((client, bridge)); // the relay thread holds its own copies now
-        let rest = event_loop::Rest { client_early, bridge_early, on_end };
-        if let Err(mpsc::SendError(rest)) = to_loop.1.send(rest) {
-            (rest.on_end)(End::Shutdown);
-        }
+    }
+
+    /// Sends `cmd` to the relay thread and wakes it; gives it back if the thread is gone.
+    fn tell(&self, cmd: event_loop::Command) -> Result<(), event_loop::Command> {
+        let to_loop = self.to_loop.lock().unwrap_or_else(|p| p.into_inner());
+        to_loop.1.send(cmd).map_err(|mpsc::SendError(cmd)| cmd)?;
+        // A full socket has rings waiting already: the loop wakes anyway.
+        let _ = std::io::Write::write(&mut &to_loop.0, &[1]);
+        Ok(())
     }
 
     /// Closes every relay with 1001 (each bounded by 500 ms); relays opened afterwards are
     /// closed at once. The thread ends when the last one has.
     pub fn shutdown(&self) {
-        let to_loop = self.to_loop.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = handoff::send(&to_loop.0, event_loop::SHUTDOWN, &[]);
+        let _ = self.tell(event_loop::Command::Shutdown);
+    }
+}
+
+/// Failures of the relay thread tolerated within [`FAILURE_WINDOW`] before the hub gives up.
+const MAX_FAILURES: usize = 5;
+const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+/// The hub's exit status when its relay thread cannot go on (EX_SOFTWARE).
+const EXIT_RELAY_FAILED: i32 = 70;
+
+/// Runs the relay loop on this thread until it ends normally. When it fails (`poll` errs) or
+/// panics, the failure is logged, its relays are closed with 1011 and it runs again. More than
+/// [`MAX_FAILURES`] failures within [`FAILURE_WINDOW`], or a loop that cannot start over, and
+/// the hub exits with status 70 (the next bridge heartbeat starts a new hub): a hub whose relay
+/// thread is gone would answer HTTP and refuse every WebSocket forever.
+fn supervise(lp: &mut event_loop::Loop) {
+    let mut failures: Vec<std::time::Instant> = Vec::new();
+    loop {
+        let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lp.run())) {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => format!("its poll failed: {e}"),
+            Err(panic) => {
+                let msg = panic.downcast_ref::<&str>().map(|s| s.to_string());
+                let msg = msg.or_else(|| panic.downcast_ref::<String>().cloned());
+                format!("it panicked: {}", msg.as_deref().unwrap_or("(no message)"))
+            }
+        };
+        let now = std::time::Instant::now();
+        failures.retain(|t| now.duration_since(*t) < FAILURE_WINDOW);
+        failures.push(now);
+        if failures.len() > MAX_FAILURES {
+            tracing::error!(
+                "the relay thread failed ({why}), {} times within {FAILURE_WINDOW:?}: the hub exits",
+                failures.len()
+            );
+            std::process::exit(EXIT_RELAY_FAILED);
+        }
+        tracing::error!(
+            "the relay thread failed ({why}): its relays are closed with 1011 and it starts again"
+        );
+        if let Err(e) = lp.fail() {
+            tracing::error!("the relay thread cannot start again ({e}): the hub exits");
+            std::process::exit(EXIT_RELAY_FAILED);
+        }
     }
 }
 
@@ -229,6 +259,7 @@ fn closes(end: End) -> (Close, Close) {
             (Some((1011, "bridge broke the protocol")), Some((1002, "protocol error")))
         }
         End::Shutdown => (Some((1001, "hub shutting down")), Some((1001, "hub shutting down"))),
+        End::Failed => (Some((1011, "hub relay failed")), Some((1011, "hub relay failed"))),
     }
 }
 

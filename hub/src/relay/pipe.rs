@@ -59,7 +59,8 @@ impl From<Malformed> for Fault {
 /// What the approved frames carried that the relay reacts to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Found {
-    /// A pong (the source is alive).
+    /// A pong answering the hub's ping (the source has read up to that ping). Other pongs are
+    /// relayed and count as any bytes read do.
     pub pong: bool,
     /// A close frame, with its code if it had one.
     pub close: Option<Option<u16>>,
@@ -275,13 +276,11 @@ impl Pipe {
                     frame::apply_mask(&mut payload, m);
                 }
                 match h.op {
-                    Op::Pong => {
+                    Op::Pong if payload == PING_PAYLOAD => {
                         found.pong = true;
-                        if payload == PING_PAYLOAD {
-                            buf.copy_within(self.fwd + total..self.end, self.fwd);
-                            self.end -= total;
-                            continue;
-                        }
+                        buf.copy_within(self.fwd + total..self.end, self.fwd);
+                        self.end -= total;
+                        continue;
                     }
                     Op::Close => found.close = Some(frame::close_code(&payload)),
                     _ => {}

@@ -102,7 +102,7 @@ async fn a_bridge_that_vanishes_closes_the_client_with_1011() {
 
 #[tokio::test]
 async fn the_relay_thread_keeps_no_copy_of_what_the_hub_had_open() {
-    // A connection the hub holds while the relay thread starts (and copies the table).
+    // A connection the hub holds while the relay thread starts.
     let (mut peer, hub_end) = socket_pair().await;
     let relays = Relays::start(Duration::from_secs(30)).unwrap();
     drop(hub_end);
@@ -238,4 +238,45 @@ async fn a_close_the_other_side_never_answers_ends_the_relay_after_the_grace() {
     assert_eq!(relay.await.unwrap(), End::Closed(Side::Client, Some(1000)));
     assert!(matches!(raw.read(&mut buf).await, Ok(0) | Err(_)), "the bridge leg stayed open");
     assert!(client.next().await.is_none_or(|r| r.is_err()), "the client leg stayed open");
+}
+
+#[tokio::test]
+async fn a_slow_reader_and_the_bridge_held_back_by_it_stay_relayed() {
+    // Pings every 20 ms; the client reads 8 MiB at about 6 MB/s, so its pongs come seconds
+    // behind the data queued ahead of them, and the bridge's wait behind data the hub is not
+    // reading (backpressure). Neither is silent.
+    let (mut client, mut bridge, _relays, mut relay) = setup(Duration::from_millis(20)).await;
+    const N: usize = 128;
+    const SIZE: usize = 64 * 1024;
+    let bridge_side = tokio::spawn(async move {
+        for i in 0..N {
+            bridge.send(Message::binary(vec![i as u8; SIZE])).await.unwrap();
+        }
+        // Reads (and answers pings) until the client's word comes.
+        loop {
+            match bridge.next().await {
+                Some(Ok(Message::Text(t))) => return (bridge, t.to_string()),
+                Some(Ok(_)) => {}
+                other => panic!("the bridge leg ended: {other:?}"),
+            }
+        }
+    });
+    let mut got = 0;
+    while got < N {
+        match client.next().await {
+            Some(Ok(Message::Binary(b))) => {
+                assert_eq!((b.len(), b[0]), (SIZE, got as u8));
+                got += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Some(Ok(_)) => {}
+            other => panic!("the client was dropped after {got} of {N} messages: {other:?}"),
+        }
+    }
+    assert!(relay.try_recv().is_err(), "the relay ended: {:?}", relay.try_recv());
+    client.send(Message::text("all here")).await.unwrap();
+    let (mut bridge, word) = bridge_side.await.unwrap();
+    assert_eq!(word, "all here");
+    bridge.close(None).await.unwrap();
+    assert_eq!(close_code(&mut client).await, None, "a close without a code");
 }

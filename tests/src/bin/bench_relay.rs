@@ -1,6 +1,5 @@
 //! `scripts/bench-relay`: the hub's WebSocket relay side by side, in one run, with a direct
-//! connection to the bridge and with nginx (Debian's package) as a WebSocket reverse proxy in
-//! front of the same bridge. Everything runs on 127.0.0.1; the script pins this process and
+//! connection to the bridge and with nginx (Debian's package) as a WebSocket reverse proxy in front of the same bridge. Everything runs on 127.0.0.1; the script pins this process and
 //! every child (hub, bridge, demo agent, nginx) to one CPU with `taskset`.
 //!
 //! A round trip is one `_demo/echo` request through the bridge to the demo agent and back (so
@@ -60,7 +59,9 @@ fn main() {
     let bridge = Bridge::start_env(&home, &demo_agent(0), &[]);
     let id = bridge.id();
     wait_instances(hub.port, "the bridge", |l| listed(l, &id));
-    let nginx = Nginx::start(&home, bridge.port);
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let nginx =
+        (only.is_empty() || "nginx".contains(only.as_str())).then(|| Nginx::start(&home, bridge.port));
     let targets = [
         Target { name: "direct to the bridge", port: bridge.port, path: "/acp".into(), pid: None },
         Target {
@@ -69,16 +70,22 @@ fn main() {
             path: format!("/acp?instance={id}"),
             pid: Some(hub.pid()),
         },
-        Target { name: "nginx 1.22 (Debian)", port: nginx.port, path: "/acp".into(), pid: Some(nginx.pid()) },
+        Target {
+            name: "nginx 1.22 (Debian)",
+            port: nginx.as_ref().map_or(0, |n| n.port),
+            path: "/acp".into(),
+            pid: nginx.as_ref().map(Nginx::pid),
+        },
     ];
-    // BENCH_ONLY=hub (or direct, nginx) measures one target, for quick experiments.
-    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    // BENCH_ONLY=hub (or direct, nginx) measures those targets only, for quick experiments.
     let mut targets: Vec<Target> =
         targets.into_iter().filter(|t| only.is_empty() || t.name.contains(only.as_str())).collect();
     // BENCH_REVERSE=1 measures the relays in the other order (nginx before the hub).
     if std::env::var_os("BENCH_REVERSE").is_some() && targets.len() == 3 {
         targets.swap(1, 2);
     }
+    // BENCH_IDLE=0 skips the idle-connections measurement.
+    let idle_too = std::env::var("BENCH_IDLE").map_or(true, |v| v != "0");
     // Every measurement but the idle one runs in rounds, the targets taking turns, and the
     // medians are reported: a slow spell of the shared machine then hits every target alike.
     let rounds = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
@@ -93,7 +100,7 @@ fn main() {
         }
     }
     for ((t, row), ws) in targets.iter().zip(&mut rows).zip(&mut conns) {
-        if let Some(pid) = t.pid {
+        if let Some(pid) = t.pid.filter(|_| idle_too) {
             eprintln!("bench-relay: {IDLE} idle connections: {} …", t.name);
             let (kib, held) = idle(t, pid, ws);
             (row.idle_kib, row.held) = (Some(kib), Some(held));
