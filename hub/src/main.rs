@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 use zcode_shared::config::{Config, ProcessEnv};
 
+mod tunnel;
+
 #[derive(Parser)]
 #[command(name = "zcode-acp", version, about = "Remote access to the ACP coding agents on this machine")]
 #[command(propagate_version = true)]
@@ -28,6 +30,9 @@ enum Command {
         /// The project directory
         #[arg(long)]
         cwd: Option<PathBuf>,
+        /// A named agent from config.json's `agents` (instead of a command after `--`)
+        #[arg(long = "agent", value_name = "NAME", conflicts_with = "agent")]
+        agent_name: Option<String>,
         /// The upstream agent command (default: the configured agent, else the demo agent)
         #[arg(last = true)]
         agent: Vec<String>,
@@ -55,10 +60,22 @@ enum Command {
     },
     /// One-command start: the hub plus a bridge here; prints the URL, token and a QR code
     Up {
-        /// The address phones use (the tunnel's), for the pairing URL
-        #[arg(long)]
+        /// The address phones use (your own tunnel's), for the pairing URL
+        #[arg(long, conflicts_with = "tunnel")]
         public_url: Option<String>,
+        /// Start a tunnel for phones too, for as long as `up` runs (needs the tool installed)
+        #[arg(long, value_enum)]
+        tunnel: Option<tunnel::Kind>,
+        /// A named agent from config.json's `agents` (instead of a command after `--`)
+        #[arg(long = "agent", value_name = "NAME", conflicts_with = "agent")]
+        agent_name: Option<String>,
+        /// The upstream agent command (default: the configured agent, else the demo agent)
+        #[arg(last = true)]
+        agent: Vec<String>,
     },
+    /// Stop this home's hub (exit status 0 when it stopped or none was running, 1 when it
+    /// could not be stopped)
+    Stop,
     /// Print the remote token (or replace it with --rotate)
     Token {
         /// Replace the token with a new random one
@@ -86,10 +103,11 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::DemoAgent { delay_ms, resume_only } => demo_agent(delay_ms, resume_only),
         Command::Token { rotate, public_url } => token(rotate, public_url),
         Command::Bridge { agent } => bridge(agent),
-        Command::Serve { cwd, agent } => serve(cwd, agent),
+        Command::Serve { cwd, agent_name, agent } => serve(cwd, agent_name, agent),
         Command::Hub { background, detached } => hub(background, detached),
         Command::Chat { cwd, resume, agent } => chat(cwd, resume, agent),
-        Command::Up { public_url } => up(public_url),
+        Command::Up { public_url, tunnel, agent_name, agent } => up(public_url, tunnel, agent_name, agent),
+        Command::Stop => stop(),
     }
 }
 
@@ -108,12 +126,12 @@ fn demo_agent(delay_ms: u64, resume_only: bool) -> anyhow::Result<ExitCode> {
 }
 
 fn bridge(agent: Vec<String>) -> anyhow::Result<ExitCode> {
-    run_bridge(agent, zcode_bridge::BridgeOptions::from_env())
+    run_bridge(AgentChoice::Command(agent), zcode_bridge::BridgeOptions::from_env())
 }
 
 /// A headless bridge in a project, for remote use: it registers with origin `serve` and exits
 /// after `ZCODE_ACP_SERVE_IDLE_MS` with no client and no turn.
-fn serve(cwd: Option<PathBuf>, agent: Vec<String>) -> anyhow::Result<ExitCode> {
+fn serve(cwd: Option<PathBuf>, agent_name: Option<String>, agent: Vec<String>) -> anyhow::Result<ExitCode> {
     let dir = match cwd {
         Some(d) => d,
         None => std::env::current_dir()?,
@@ -121,7 +139,7 @@ fn serve(cwd: Option<PathBuf>, agent: Vec<String>) -> anyhow::Result<ExitCode> {
     let dir = std::fs::canonicalize(&dir).with_context(|| format!("project directory {}", dir.display()))?;
     std::env::set_current_dir(&dir).with_context(|| format!("cannot enter {}", dir.display()))?;
     let cfg = Config::load()?;
-    run_bridge(agent, zcode_bridge::BridgeOptions::serve(&cfg, dir))
+    run_bridge(AgentChoice::new(agent_name, agent), zcode_bridge::BridgeOptions::serve(&cfg, dir))
 }
 
 /// The terminal client: its own bridge (origin serve, cwd pinned) and a chat on top.
@@ -146,14 +164,41 @@ fn chat(cwd: Option<PathBuf>, resume: Option<String>, agent: Vec<String>) -> any
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
 }
 
-fn run_bridge(agent: Vec<String>, opts: zcode_bridge::BridgeOptions) -> anyhow::Result<ExitCode> {
+/// Which agent a bridge runs: a command line (empty: the default) or a name from config.json.
+enum AgentChoice {
+    Command(Vec<String>),
+    Named(String),
+}
+
+impl AgentChoice {
+    fn new(name: Option<String>, command: Vec<String>) -> AgentChoice {
+        name.map_or(AgentChoice::Command(command), AgentChoice::Named)
+    }
+}
+
+fn run_bridge(agent: AgentChoice, opts: zcode_bridge::BridgeOptions) -> anyhow::Result<ExitCode> {
+    run_bridge_until(agent, opts, None)
+}
+
+/// [`run_bridge`] until `stop` fires (default: SIGINT or SIGTERM).
+fn run_bridge_until(
+    agent: AgentChoice,
+    opts: zcode_bridge::BridgeOptions,
+    stop: Option<tokio_util::sync::CancellationToken>,
+) -> anyhow::Result<ExitCode> {
     let cfg = Config::load()?;
     zcode_shared::logging::init(cfg.debug);
     let spec = agent_spec(&cfg, agent)?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let result = rt.block_on(async {
-        let stop = tokio_util::sync::CancellationToken::new();
-        tokio::spawn(stop_on_signals(stop.clone()));
+        let stop = match stop {
+            Some(stop) => stop,
+            None => {
+                let stop = tokio_util::sync::CancellationToken::new();
+                tokio::spawn(stop_on_signals(stop.clone()));
+                stop
+            }
+        };
         zcode_bridge::run(&cfg, spec, opts, stop).await
     });
     // The stdin reader may still be blocked in a read: do not wait for it.
@@ -164,7 +209,21 @@ fn run_bridge(agent: Vec<String>, opts: zcode_bridge::BridgeOptions) -> anyhow::
 
 /// The upstream agent: the arguments after `--`, else the configured default, else the
 /// built-in demo agent (said on stderr, so nobody mistakes it for a real one).
-fn agent_spec(cfg: &Config, args: Vec<String>) -> anyhow::Result<zcode_bridge::AgentSpec> {
+fn agent_spec(cfg: &Config, choice: AgentChoice) -> anyhow::Result<zcode_bridge::AgentSpec> {
+    let args = match choice {
+        AgentChoice::Command(args) => args,
+        AgentChoice::Named(name) => {
+            let Some(a) = cfg.agents.named.get(&name) else {
+                let known = cfg.agents.named.keys().map(String::as_str).collect::<Vec<_>>();
+                anyhow::bail!(
+                    "no agent named {name:?} in {} (its `agents` names: {})",
+                    cfg.paths.config_file.display(),
+                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                );
+            };
+            return Ok(spec_of(a));
+        }
+    };
     if let Some((command, rest)) = args.split_first() {
         return Ok(zcode_bridge::AgentSpec {
             display: args.join(" "),
@@ -174,14 +233,7 @@ fn agent_spec(cfg: &Config, args: Vec<String>) -> anyhow::Result<zcode_bridge::A
         });
     }
     if let Some(a) = cfg.agents.default_agent() {
-        let display =
-            std::iter::once(a.command.clone()).chain(a.args.iter().cloned()).collect::<Vec<_>>().join(" ");
-        return Ok(zcode_bridge::AgentSpec {
-            command: a.command.clone(),
-            args: a.args.clone(),
-            env: a.env.clone(),
-            display,
-        });
+        return Ok(spec_of(a));
     }
     let exe = std::env::current_exe().context("cannot find this executable to run the demo agent")?;
     eprintln!(
@@ -194,6 +246,35 @@ fn agent_spec(cfg: &Config, args: Vec<String>) -> anyhow::Result<zcode_bridge::A
         args: vec!["demo-agent".into()],
         env: Default::default(),
     })
+}
+
+fn spec_of(a: &zcode_shared::config::AgentCommand) -> zcode_bridge::AgentSpec {
+    let display =
+        std::iter::once(a.command.clone()).chain(a.args.iter().cloned()).collect::<Vec<_>>().join(" ");
+    zcode_bridge::AgentSpec { command: a.command.clone(), args: a.args.clone(), env: a.env.clone(), display }
+}
+
+/// A token cancelled by the first SIGINT or SIGTERM, with the handlers installed before it
+/// returns: from then on Ctrl-C is ours to handle (`up` must end its tunnel, whenever it comes).
+fn signals_now() -> anyhow::Result<tokio_util::sync::CancellationToken> {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (term, int) = rt.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    });
+    let (mut term, mut int) = (term?, int?);
+    let fired = stop.clone();
+    std::thread::spawn(move || {
+        rt.block_on(async {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        });
+        fired.cancel();
+    });
+    Ok(stop)
 }
 
 async fn stop_on_signals(stop: tokio_util::sync::CancellationToken) {
@@ -294,60 +375,115 @@ fn hub_background(cfg: &Config) -> anyhow::Result<ExitCode> {
 }
 
 /// `up`: the hub (started in the background unless one answers), then a serve bridge over the
-/// configured agent (else the demo agent) in the current directory, in the foreground until
-/// Ctrl-C. Prints the pairing URL and the token.
-fn up(public_url: Option<String>) -> anyhow::Result<ExitCode> {
+/// chosen agent in the current directory, in the foreground until Ctrl-C; with `--tunnel`, the
+/// tunnel too, for as long as `up` runs. Prints the pairing URL, a QR code of it and the token.
+fn up(
+    public_url: Option<String>,
+    tunnel: Option<tunnel::Kind>,
+    agent_name: Option<String>,
+    agent: Vec<String>,
+) -> anyhow::Result<ExitCode> {
     let cfg = Config::load()?;
+    if let Some(Err(e)) = tunnel.map(tunnel::Kind::check_installed) {
+        // One line, no backtrace: this is advice, not a crash.
+        eprintln!("zcode-acp up: {e}");
+        return Ok(ExitCode::FAILURE);
+    }
     let (token, _) = zcode_shared::token::resolve(&cfg)?;
     let host = cfg.remote.hub_host.clone();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let hub_port = |cfg: &Config| match cfg.remote.hub_port {
-        0 => {
-            std::fs::read_to_string(cfg.paths.hub_port_file()).ok().and_then(|p| p.trim().parse::<u16>().ok())
+    let stop = signals_now()?;
+    let port = match running_hub_port(&cfg) {
+        Some(p) => p,
+        None => {
+            hub_background(&cfg)?;
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Some(p) = running_hub_port(&cfg) {
+                    break p;
+                }
+                if stop.is_cancelled() {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                anyhow::ensure!(
+                    std::time::Instant::now() < deadline,
+                    "the hub did not start: see {}",
+                    cfg.paths.log_dir.join("hub.log").display()
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
         }
-        p => Some(p),
     };
-    let answers =
-        |port: Option<u16>| port.is_some_and(|p| rt.block_on(zcode_hub::daemon::hub_answers(&host, p)));
-    if !answers(hub_port(&cfg)) {
-        hub_background(&cfg)?;
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !answers(hub_port(&cfg)) {
-            anyhow::ensure!(
-                std::time::Instant::now() < deadline,
-                "the hub did not start: see {}",
-                cfg.paths.log_dir.join("hub.log").display()
-            );
-            std::thread::sleep(Duration::from_millis(100));
+    // Dropped when `up` returns (Ctrl-C included): the tunnel lives exactly as long as `up`.
+    let tunnel = match tunnel {
+        Some(kind) => {
+            eprintln!("zcode-acp: starting the {kind:?} tunnel…");
+            match tunnel::Tunnel::start(kind, port, &stop)? {
+                Some(t) => Some(t),
+                None => return Ok(ExitCode::SUCCESS),
+            }
         }
-    }
-    drop(rt);
-    let port = hub_port(&cfg).context("the hub's port")?;
-    let url = pairing_url(&cfg, &token, public_url);
+        None => None,
+    };
+    let public_url = tunnel.as_ref().map(|t| t.url.clone()).or(public_url);
+    let url = pairing_url(&host, port, &token, public_url);
     println!("zcode-acp is up.");
     println!("  open:   {url}");
     print!("{}", qr(&url));
+    if let Some(note) = loopback_note(&url) {
+        println!("{note}");
+    }
     println!("  token:  {token}");
-    println!("  hub:    http://{host}:{port} (expose it through a tunnel for phones; see the README)");
-    println!("Ctrl-C stops this bridge; the hub exits by itself when idle.");
+    println!("  hub:    http://{host}:{port}");
+    if let Some(t) = &tunnel {
+        println!("  tunnel: {} (pid {}), stopped with this command", t.url, t.pid());
+    }
+    println!("Ctrl-C stops this bridge; the hub exits by itself when idle (or: zcode-acp stop).");
     let dir = std::fs::canonicalize(std::env::current_dir()?)?;
     let mut opts = zcode_bridge::BridgeOptions::serve(&cfg, dir);
     opts.idle_exit = None;
-    run_bridge(Vec::new(), opts)
+    let result = run_bridge_until(AgentChoice::new(agent_name, agent), opts, Some(stop));
+    drop(tunnel);
+    result
+}
+
+/// The port of this home's running hub: the port file's (a hub on an OS-picked port), else the
+/// configured one, whichever answers as a hub; `None` when none does.
+fn running_hub_port(cfg: &Config) -> Option<u16> {
+    let from_file = std::fs::read_to_string(cfg.paths.hub_port_file())
+        .ok()
+        .and_then(|p| p.trim().parse::<u16>().ok())
+        .filter(|p| *p != 0);
+    let configured = Some(cfg.remote.hub_port).filter(|p| *p != 0);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+    [from_file, configured]
+        .into_iter()
+        .flatten()
+        .find(|p| rt.block_on(zcode_hub::daemon::hub_answers(&cfg.remote.hub_host, *p)))
 }
 
 /// The pairing URL: the hub's (or the tunnel's) address with the token in the fragment, so it
 /// never reaches a server log.
-fn pairing_url(cfg: &Config, token: &str, public_url: Option<String>) -> String {
-    let port = match cfg.remote.hub_port {
-        0 => std::fs::read_to_string(cfg.paths.hub_port_file())
-            .ok()
-            .and_then(|p| p.trim().parse().ok())
-            .unwrap_or(0),
-        p => p,
-    };
-    let base = public_url.unwrap_or_else(|| format!("http://{}:{port}", cfg.remote.hub_host));
+fn pairing_url(host: &str, port: u16, token: &str, public_url: Option<String>) -> String {
+    let base = public_url.unwrap_or_else(|| format!("http://{host}:{port}"));
     format!("{}/#token={token}", base.trim_end_matches('/'))
+}
+
+/// What to say under a pairing URL only this machine can open (a phone cannot reach loopback).
+fn loopback_note(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '#', '?']).next().unwrap_or("");
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    let local = host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified());
+    local.then(|| {
+        "  note:   this URL opens only on this machine; for a phone, start a tunnel: \
+         `zcode-acp up --tunnel cloudflare` (or `--tunnel tailscale`), or run your own and pass \
+         `--public-url https://…` (see the README)"
+            .to_owned()
+    })
 }
 
 /// A QR code of `text` for the terminal (two modules per character cell).
@@ -373,7 +509,101 @@ fn token(rotate: bool, public_url: Option<String>) -> anyhow::Result<ExitCode> {
         eprintln!("token from {source}");
     }
     // Pairing goes to stderr: stdout stays the bare token, for scripts.
-    let url = pairing_url(&cfg, &token, public_url);
+    let port = match (&public_url, running_hub_port(&cfg)) {
+        (Some(_), _) => 0,
+        (None, Some(p)) => p,
+        (None, None) if cfg.remote.hub_port != 0 => cfg.remote.hub_port,
+        (None, None) => {
+            eprintln!(
+                "no hub is running (its port is picked when it starts): `zcode-acp up` prints the pairing URL"
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let url = pairing_url(&cfg.remote.hub_host, port, &token, public_url);
     eprintln!("pair a phone: {url}\n{}", qr(&url));
+    if let Some(note) = loopback_note(&url) {
+        eprintln!("{note}");
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long `stop` waits for the hub to exit after SIGTERM (it closes its relays within 1.5 s).
+const STOP_WAIT: Duration = Duration::from_secs(10);
+
+/// `stop`: SIGTERM to the hub holding this home's lock (once it is known to be a `zcode-acp hub`
+/// of this user), then waits for it to exit. Exit status 0 when it stopped or none was running,
+/// 1 when it could not be stopped.
+fn stop() -> anyhow::Result<ExitCode> {
+    let cfg = Config::load()?;
+    let home = cfg.paths.data_dir.display().to_string();
+    let pid = match zcode_hub::daemon::lock(&cfg.paths).context("the hub lock")? {
+        // Nobody held it: no hub (ours is released at once, leaving the file empty).
+        zcode_hub::daemon::Lock::Held(_) => {
+            println!("no hub is running for {home}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        zcode_hub::daemon::Lock::Running(None) => {
+            eprintln!("zcode-acp stop: a hub holds {home}/run/hub.pid but its pid is not readable there");
+            return Ok(ExitCode::FAILURE);
+        }
+        zcode_hub::daemon::Lock::Running(Some(pid)) => pid,
+    };
+    if let Err(why) = our_hub(pid) {
+        eprintln!("zcode-acp stop: not stopping pid {pid} from {home}/run/hub.pid: {why}");
+        return Ok(ExitCode::FAILURE);
+    }
+    let port = running_hub_port(&cfg);
+    let raw = nix::unistd::Pid::from_raw(i32::try_from(pid).context("pid")?);
+    if let Err(e) = nix::sys::signal::kill(raw, nix::sys::signal::Signal::SIGTERM) {
+        eprintln!("zcode-acp stop: cannot signal the hub (pid {pid}): {e}");
+        return Ok(ExitCode::FAILURE);
+    }
+    let deadline = std::time::Instant::now() + STOP_WAIT;
+    while !gone(pid) {
+        if std::time::Instant::now() > deadline {
+            eprintln!(
+                "zcode-acp stop: the hub (pid {pid}) did not exit within {} s of SIGTERM; `kill -9 {pid}` ends it",
+                STOP_WAIT.as_secs()
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let at = port.map_or_else(String::new, |p| format!(" on {}:{p}", cfg.remote.hub_host));
+    println!("stopped the hub (pid {pid}){at} for {home}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Checks in `/proc` that `pid` is a `zcode-acp hub` run by this user; else says why not.
+fn our_hub(pid: u32) -> Result<(), String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("no such process ({e})"))?;
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|u| u.parse::<u32>().ok())
+        .ok_or("its owner is unreadable")?;
+    let me = nix::unistd::getuid().as_raw();
+    if uid != me {
+        return Err(format!("it belongs to uid {uid}, not to you (uid {me})"));
+    }
+    let cmdline =
+        std::fs::read(format!("/proc/{pid}/cmdline")).map_err(|e| format!("its command line: {e}"))?;
+    let argv: Vec<String> =
+        cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    let exe = argv.first().and_then(|a| a.rsplit('/').next()).unwrap_or("");
+    if !exe.starts_with("zcode-acp") || argv.get(1).map(String::as_str) != Some("hub") {
+        return Err(format!("it runs `{}`, not `zcode-acp hub`", argv.join(" ").trim()));
+    }
+    Ok(())
+}
+
+/// Whether `pid` has exited (a zombie its parent has not reaped yet counts as exited).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit(')').next().and_then(|r| r.split_whitespace().next()) == Some("Z"),
+        Err(_) => true,
+    }
 }
