@@ -2,6 +2,8 @@
 //! `--tunnel` with stand-ins for `cloudflared` and `tailscale` that print what the real tools
 //! print, a missing tunnel tool, and a quiet Ctrl-C.
 
+#![allow(clippy::unwrap_used)] // Setup helpers outside #[test] fns: a failed unwrap is a failed test.
+
 use serde_json::json;
 use std::io::BufRead;
 use std::os::unix::fs::PermissionsExt;
