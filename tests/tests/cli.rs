@@ -266,3 +266,16 @@ fn stop_signals_only_a_zcode_acp_hub_of_this_user() {
     let _ = Command::new("kill").arg(other.id().to_string()).status();
     let _ = other.wait();
 }
+
+#[test]
+fn serve_takes_a_named_agent_and_names_the_ones_there_are_for_an_unknown_name() {
+    let home = Home::new();
+    let config =
+        serde_json::json!({"agents": {"demo": {"command": zcode_tests::bin(), "args": ["demo-agent"]}}});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let (code, _, err) = run(&home, &["serve", "--cwd", "/tmp", "--agent", "nope"], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no agent named \"nope\"") && err.contains("demo"), "{err}");
+    let (code, _, err) = run(&home, &["serve", "--agent", "demo", "--", "sh"], &[]);
+    assert_eq!(code, 2, "--agent and a command after -- are one or the other: {err}");
+}
