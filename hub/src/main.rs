@@ -420,7 +420,7 @@ fn up(
     // Dropped when `up` returns (Ctrl-C included): the tunnel lives exactly as long as `up`.
     let tunnel = match tunnel {
         Some(kind) => {
-            eprintln!("zcode-acp: starting the {kind:?} tunnel…");
+            eprintln!("zcode-acp: starting `{}`…", kind.command_line(port));
             match tunnel::Tunnel::start(kind, port, &stop)? {
                 Some(t) => Some(t),
                 None => return Ok(ExitCode::SUCCESS),

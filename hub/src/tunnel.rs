@@ -49,6 +49,11 @@ impl Kind {
         }
     }
 
+    /// The command it runs, for messages.
+    pub fn command_line(self, port: u16) -> String {
+        std::iter::once(self.program().to_owned()).chain(self.args(port)).collect::<Vec<_>>().join(" ")
+    }
+
     fn install_hint(self) -> &'static str {
         match self {
             Kind::Cloudflare => {
