@@ -7,6 +7,8 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use std::collections::BTreeMap;
 use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
@@ -51,6 +53,8 @@ const KILL_GRACE: Duration = Duration::from_millis(500);
 pub struct AgentProcess {
     pid: u32,
     stdin: mpsc::UnboundedSender<Bytes>,
+    /// Set when the bridge ends it itself: that death is expected, not worth a warning.
+    ending: Arc<AtomicBool>,
 }
 
 impl AgentProcess {
@@ -109,6 +113,8 @@ impl AgentProcess {
                 tracing::info!(target: "agent", pid, "{line}");
             }
         });
+        let ending = Arc::new(AtomicBool::new(false));
+        let expected = ending.clone();
         tokio::spawn(async move {
             let reason = match child.wait().await {
                 Ok(status) => describe(status),
@@ -117,10 +123,14 @@ impl AgentProcess {
             // Its last lines come before the news of its death (a grandchild holding stdout
             // open must not stall us forever).
             let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
-            tracing::warn!(pid, generation, "agent {reason}");
+            if expected.load(Ordering::Relaxed) {
+                tracing::info!(pid, generation, "agent stopped ({reason})");
+            } else {
+                tracing::warn!(pid, generation, "agent {reason}");
+            }
             let _ = events.send(UpstreamEvent::Exited { generation, reason }.into()).await;
         });
-        Ok(AgentProcess { pid, stdin: tx })
+        Ok(AgentProcess { pid, stdin: tx, ending })
     }
 
     /// Its process id.
@@ -137,6 +147,7 @@ impl AgentProcess {
     /// (shutdown: the bridge must not exit before its agent's group is gone).
     pub async fn terminate(self) {
         let Some(pgid) = self.group() else { return };
+        self.ending.store(true, Ordering::Relaxed);
         let _ = killpg(pgid, Signal::SIGTERM);
         tokio::time::sleep(KILL_GRACE).await;
         let _ = killpg(pgid, Signal::SIGKILL);
@@ -153,6 +164,7 @@ impl AgentProcess {
             return;
         }
         let pgid = Pid::from_raw(raw);
+        self.ending.store(true, Ordering::Relaxed);
         let _ = killpg(pgid, Signal::SIGTERM);
         std::thread::spawn(move || {
             std::thread::sleep(KILL_GRACE);

@@ -7,6 +7,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 use zcode_shared::config::{Config, ProcessEnv};
 
+mod pairing;
+mod stop;
+mod tunnel;
+
+use pairing::{loopback_note, pairing_url, qr, running_hub_port};
+
 #[derive(Parser)]
 #[command(name = "zcode-acp", version, about = "Remote access to the ACP coding agents on this machine")]
 #[command(propagate_version = true)]
@@ -28,6 +34,9 @@ enum Command {
         /// The project directory
         #[arg(long)]
         cwd: Option<PathBuf>,
+        /// A named agent from config.json's `agents` (instead of a command after `--`)
+        #[arg(long = "agent", value_name = "NAME", conflicts_with = "agent")]
+        agent_name: Option<String>,
         /// The upstream agent command (default: the configured agent, else the demo agent)
         #[arg(last = true)]
         agent: Vec<String>,
@@ -55,10 +64,22 @@ enum Command {
     },
     /// One-command start: the hub plus a bridge here; prints the URL, token and a QR code
     Up {
-        /// The address phones use (the tunnel's), for the pairing URL
-        #[arg(long)]
+        /// The address phones use (your own tunnel's), for the pairing URL
+        #[arg(long, conflicts_with = "tunnel")]
         public_url: Option<String>,
+        /// Start a tunnel for phones too, for as long as `up` runs (needs the tool installed)
+        #[arg(long, value_enum)]
+        tunnel: Option<tunnel::Kind>,
+        /// A named agent from config.json's `agents` (instead of a command after `--`)
+        #[arg(long = "agent", value_name = "NAME", conflicts_with = "agent")]
+        agent_name: Option<String>,
+        /// The upstream agent command (default: the configured agent, else the demo agent)
+        #[arg(last = true)]
+        agent: Vec<String>,
     },
+    /// Stop this home's hub (exit status 0 when it stopped or none was running, 1 when it
+    /// could not be stopped)
+    Stop,
     /// Print the remote token (or replace it with --rotate)
     Token {
         /// Replace the token with a new random one
@@ -86,10 +107,11 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::DemoAgent { delay_ms, resume_only } => demo_agent(delay_ms, resume_only),
         Command::Token { rotate, public_url } => token(rotate, public_url),
         Command::Bridge { agent } => bridge(agent),
-        Command::Serve { cwd, agent } => serve(cwd, agent),
+        Command::Serve { cwd, agent_name, agent } => serve(cwd, agent_name, agent),
         Command::Hub { background, detached } => hub(background, detached),
         Command::Chat { cwd, resume, agent } => chat(cwd, resume, agent),
-        Command::Up { public_url } => up(public_url),
+        Command::Up { public_url, tunnel, agent_name, agent } => up(public_url, tunnel, agent_name, agent),
+        Command::Stop => stop::stop(),
     }
 }
 
@@ -108,12 +130,12 @@ fn demo_agent(delay_ms: u64, resume_only: bool) -> anyhow::Result<ExitCode> {
 }
 
 fn bridge(agent: Vec<String>) -> anyhow::Result<ExitCode> {
-    run_bridge(agent, zcode_bridge::BridgeOptions::from_env())
+    run_bridge(AgentChoice::Command(agent), zcode_bridge::BridgeOptions::from_env())
 }
 
 /// A headless bridge in a project, for remote use: it registers with origin `serve` and exits
 /// after `ZCODE_ACP_SERVE_IDLE_MS` with no client and no turn.
-fn serve(cwd: Option<PathBuf>, agent: Vec<String>) -> anyhow::Result<ExitCode> {
+fn serve(cwd: Option<PathBuf>, agent_name: Option<String>, agent: Vec<String>) -> anyhow::Result<ExitCode> {
     let dir = match cwd {
         Some(d) => d,
         None => std::env::current_dir()?,
@@ -121,7 +143,7 @@ fn serve(cwd: Option<PathBuf>, agent: Vec<String>) -> anyhow::Result<ExitCode> {
     let dir = std::fs::canonicalize(&dir).with_context(|| format!("project directory {}", dir.display()))?;
     std::env::set_current_dir(&dir).with_context(|| format!("cannot enter {}", dir.display()))?;
     let cfg = Config::load()?;
-    run_bridge(agent, zcode_bridge::BridgeOptions::serve(&cfg, dir))
+    run_bridge(AgentChoice::new(agent_name, agent), zcode_bridge::BridgeOptions::serve(&cfg, dir))
 }
 
 /// The terminal client: its own bridge (origin serve, cwd pinned) and a chat on top.
@@ -146,14 +168,41 @@ fn chat(cwd: Option<PathBuf>, resume: Option<String>, agent: Vec<String>) -> any
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
 }
 
-fn run_bridge(agent: Vec<String>, opts: zcode_bridge::BridgeOptions) -> anyhow::Result<ExitCode> {
+/// Which agent a bridge runs: a command line (empty: the default) or a name from config.json.
+enum AgentChoice {
+    Command(Vec<String>),
+    Named(String),
+}
+
+impl AgentChoice {
+    fn new(name: Option<String>, command: Vec<String>) -> AgentChoice {
+        name.map_or(AgentChoice::Command(command), AgentChoice::Named)
+    }
+}
+
+fn run_bridge(agent: AgentChoice, opts: zcode_bridge::BridgeOptions) -> anyhow::Result<ExitCode> {
+    run_bridge_until(agent, opts, None)
+}
+
+/// [`run_bridge`] until `stop` fires (default: SIGINT or SIGTERM).
+fn run_bridge_until(
+    agent: AgentChoice,
+    opts: zcode_bridge::BridgeOptions,
+    stop: Option<tokio_util::sync::CancellationToken>,
+) -> anyhow::Result<ExitCode> {
     let cfg = Config::load()?;
     zcode_shared::logging::init(cfg.debug);
     let spec = agent_spec(&cfg, agent)?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let result = rt.block_on(async {
-        let stop = tokio_util::sync::CancellationToken::new();
-        tokio::spawn(stop_on_signals(stop.clone()));
+        let stop = match stop {
+            Some(stop) => stop,
+            None => {
+                let stop = tokio_util::sync::CancellationToken::new();
+                tokio::spawn(stop_on_signals(stop.clone()));
+                stop
+            }
+        };
         zcode_bridge::run(&cfg, spec, opts, stop).await
     });
     // The stdin reader may still be blocked in a read: do not wait for it.
@@ -164,7 +213,21 @@ fn run_bridge(agent: Vec<String>, opts: zcode_bridge::BridgeOptions) -> anyhow::
 
 /// The upstream agent: the arguments after `--`, else the configured default, else the
 /// built-in demo agent (said on stderr, so nobody mistakes it for a real one).
-fn agent_spec(cfg: &Config, args: Vec<String>) -> anyhow::Result<zcode_bridge::AgentSpec> {
+fn agent_spec(cfg: &Config, choice: AgentChoice) -> anyhow::Result<zcode_bridge::AgentSpec> {
+    let args = match choice {
+        AgentChoice::Command(args) => args,
+        AgentChoice::Named(name) => {
+            let Some(a) = cfg.agents.named.get(&name) else {
+                let known = cfg.agents.named.keys().map(String::as_str).collect::<Vec<_>>();
+                anyhow::bail!(
+                    "no agent named {name:?} in {} (its `agents` names: {})",
+                    cfg.paths.config_file.display(),
+                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                );
+            };
+            return Ok(spec_of(a));
+        }
+    };
     if let Some((command, rest)) = args.split_first() {
         return Ok(zcode_bridge::AgentSpec {
             display: args.join(" "),
@@ -174,14 +237,7 @@ fn agent_spec(cfg: &Config, args: Vec<String>) -> anyhow::Result<zcode_bridge::A
         });
     }
     if let Some(a) = cfg.agents.default_agent() {
-        let display =
-            std::iter::once(a.command.clone()).chain(a.args.iter().cloned()).collect::<Vec<_>>().join(" ");
-        return Ok(zcode_bridge::AgentSpec {
-            command: a.command.clone(),
-            args: a.args.clone(),
-            env: a.env.clone(),
-            display,
-        });
+        return Ok(spec_of(a));
     }
     let exe = std::env::current_exe().context("cannot find this executable to run the demo agent")?;
     eprintln!(
@@ -194,6 +250,35 @@ fn agent_spec(cfg: &Config, args: Vec<String>) -> anyhow::Result<zcode_bridge::A
         args: vec!["demo-agent".into()],
         env: Default::default(),
     })
+}
+
+fn spec_of(a: &zcode_shared::config::AgentCommand) -> zcode_bridge::AgentSpec {
+    let display =
+        std::iter::once(a.command.clone()).chain(a.args.iter().cloned()).collect::<Vec<_>>().join(" ");
+    zcode_bridge::AgentSpec { command: a.command.clone(), args: a.args.clone(), env: a.env.clone(), display }
+}
+
+/// A token cancelled by the first SIGINT or SIGTERM, with the handlers installed before it
+/// returns: from then on Ctrl-C is ours to handle (`up` must end its tunnel, whenever it comes).
+fn signals_now() -> anyhow::Result<tokio_util::sync::CancellationToken> {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (term, int) = rt.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    });
+    let (mut term, mut int) = (term?, int?);
+    let fired = stop.clone();
+    std::thread::spawn(move || {
+        rt.block_on(async {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        });
+        fired.cancel();
+    });
+    Ok(stop)
 }
 
 async fn stop_on_signals(stop: tokio_util::sync::CancellationToken) {
@@ -294,57 +379,75 @@ fn hub_background(cfg: &Config) -> anyhow::Result<ExitCode> {
 }
 
 /// `up`: the hub (started in the background unless one answers), then a serve bridge over the
-/// configured agent (else the demo agent) in the current directory, in the foreground until
-/// Ctrl-C. Prints the pairing URL and the token.
-fn up(public_url: Option<String>) -> anyhow::Result<ExitCode> {
+/// chosen agent in the current directory, in the foreground until Ctrl-C; with `--tunnel`, the
+/// tunnel too, for as long as `up` runs. Prints the pairing URL, a QR code of it and the token.
+fn up(
+    public_url: Option<String>,
+    tunnel: Option<tunnel::Kind>,
+    agent_name: Option<String>,
+    agent: Vec<String>,
+) -> anyhow::Result<ExitCode> {
     let cfg = Config::load()?;
+    if let Some(Err(e)) = tunnel.map(tunnel::Kind::check_installed) {
+        // One line, no backtrace: this is advice, not a crash.
+        eprintln!("zcode-acp up: {e}");
+        return Ok(ExitCode::FAILURE);
+    }
     let (token, _) = zcode_shared::token::resolve(&cfg)?;
     let host = cfg.remote.hub_host.clone();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let hub_port = Config::hub_port_now;
-    let answers =
-        |port: Option<u16>| port.is_some_and(|p| rt.block_on(zcode_hub::daemon::hub_answers(&host, p)));
-    if !answers(hub_port(&cfg)) {
-        hub_background(&cfg)?;
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !answers(hub_port(&cfg)) {
-            anyhow::ensure!(
-                std::time::Instant::now() < deadline,
-                "the hub did not start: see {}",
-                cfg.paths.log_dir.join("hub.log").display()
-            );
-            std::thread::sleep(Duration::from_millis(100));
+    let stop = signals_now()?;
+    let port = match running_hub_port(&cfg) {
+        Some(p) => p,
+        None => {
+            hub_background(&cfg)?;
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Some(p) = running_hub_port(&cfg) {
+                    break p;
+                }
+                if stop.is_cancelled() {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                anyhow::ensure!(
+                    std::time::Instant::now() < deadline,
+                    "the hub did not start: see {}",
+                    cfg.paths.log_dir.join("hub.log").display()
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
         }
-    }
-    drop(rt);
-    let port = hub_port(&cfg).context("the hub's port")?;
-    let url = pairing_url(&cfg, &token, public_url);
+    };
+    // Dropped when `up` returns (Ctrl-C included): the tunnel lives exactly as long as `up`.
+    let tunnel = match tunnel {
+        Some(kind) => {
+            eprintln!("zcode-acp: starting `{}`…", kind.command_line(port));
+            match tunnel::Tunnel::start(kind, port, &stop)? {
+                Some(t) => Some(t),
+                None => return Ok(ExitCode::SUCCESS),
+            }
+        }
+        None => None,
+    };
+    let public_url = tunnel.as_ref().map(|t| t.url.clone()).or(public_url);
+    let url = pairing_url(&host, port, &token, public_url);
     println!("zcode-acp is up.");
     println!("  open:   {url}");
     print!("{}", qr(&url));
+    if let Some(note) = loopback_note(&url) {
+        println!("{note}");
+    }
     println!("  token:  {token}");
-    println!("  hub:    http://{host}:{port} (expose it through a tunnel for phones; see the README)");
-    println!("Ctrl-C stops this bridge; the hub exits by itself when idle.");
+    println!("  hub:    http://{host}:{port}");
+    if let Some(t) = &tunnel {
+        println!("  tunnel: {} (pid {}), stopped with this command", t.url, t.pid());
+    }
+    println!("Ctrl-C stops this bridge; the hub exits by itself when idle (or: zcode-acp stop).");
     let dir = std::fs::canonicalize(std::env::current_dir()?)?;
     let mut opts = zcode_bridge::BridgeOptions::serve(&cfg, dir);
     opts.idle_exit = None;
-    run_bridge(Vec::new(), opts)
-}
-
-/// The pairing URL: the hub's (or the tunnel's) address with the token in the fragment, so it
-/// never reaches a server log.
-fn pairing_url(cfg: &Config, token: &str, public_url: Option<String>) -> String {
-    let port = cfg.hub_port_now().unwrap_or(0);
-    let base = public_url.unwrap_or_else(|| format!("http://{}:{port}", cfg.remote.hub_host));
-    format!("{}/#token={token}", base.trim_end_matches('/'))
-}
-
-/// A QR code of `text` for the terminal (two modules per character cell).
-fn qr(text: &str) -> String {
-    match qrcode::QrCode::new(text.as_bytes()) {
-        Ok(code) => code.render::<qrcode::render::unicode::Dense1x2>().quiet_zone(true).build() + "\n",
-        Err(_) => String::new(),
-    }
+    let result = run_bridge_until(AgentChoice::new(agent_name, agent), opts, Some(stop));
+    drop(tunnel);
+    result
 }
 
 fn token(rotate: bool, public_url: Option<String>) -> anyhow::Result<ExitCode> {
@@ -362,7 +465,21 @@ fn token(rotate: bool, public_url: Option<String>) -> anyhow::Result<ExitCode> {
         eprintln!("token from {source}");
     }
     // Pairing goes to stderr: stdout stays the bare token, for scripts.
-    let url = pairing_url(&cfg, &token, public_url);
+    let port = match (&public_url, running_hub_port(&cfg)) {
+        (Some(_), _) => 0,
+        (None, Some(p)) => p,
+        (None, None) if cfg.remote.hub_port != 0 => cfg.remote.hub_port,
+        (None, None) => {
+            eprintln!(
+                "no hub is running (its port is picked when it starts): `zcode-acp up` prints the pairing URL"
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let url = pairing_url(&cfg.remote.hub_host, port, &token, public_url);
     eprintln!("pair a phone: {url}\n{}", qr(&url));
+    if let Some(note) = loopback_note(&url) {
+        eprintln!("{note}");
+    }
     Ok(ExitCode::SUCCESS)
 }

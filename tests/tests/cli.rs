@@ -1,5 +1,5 @@
-//! The `zcode-acp` command line: its help, the token command, config errors, and subcommands
-//! that are not built yet failing honestly.
+//! The `zcode-acp` command line: its help, the token command and its pairing URL, `stop`,
+//! config errors, a quiet Ctrl-C and a missing agent binary (`up` itself: `cli_up.rs`).
 
 use std::os::unix::fs::PermissionsExt;
 use zcode_tests::Home;
@@ -24,7 +24,7 @@ fn help_lists_every_subcommand_with_a_description() {
     let home = Home::new();
     let (code, out, _) = run(&home, &["--help"], &[]);
     assert_eq!(code, 0);
-    for name in ["bridge", "serve", "hub", "chat", "up", "token", "demo-agent"] {
+    for name in ["bridge", "serve", "hub", "chat", "up", "stop", "token", "demo-agent"] {
         let line = out
             .lines()
             .find(|l| l.split_whitespace().next() == Some(name))
@@ -126,4 +126,156 @@ fn an_invalid_config_file_is_named_and_never_overwritten() {
         assert!(err.contains("remote.hubPort"), "{err}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
     }
+}
+
+#[test]
+fn token_pairs_with_the_running_hubs_port_and_says_when_a_phone_needs_a_tunnel() {
+    use zcode_tests::TEST_TOKEN;
+    let home = Home::new();
+    // A hub on an OS-picked port while config.json says nothing (the default port, 8377).
+    let hub = zcode_tests::hub::Hub::start(&home, &[]);
+    let (code, _, err) = run(&home, &["token"], &[("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!("pair a phone: http://127.0.0.1:{}/#token={TEST_TOKEN}", hub.port)),
+        "{err}"
+    );
+    let note = err.lines().find(|l| l.trim_start().starts_with("note:")).unwrap_or_else(|| panic!("{err}"));
+    assert!(note.contains("--tunnel cloudflare") && note.contains("--public-url https://"), "{note}");
+    // A tunnel's address needs no such note.
+    let (_, _, err) = run(&home, &["token", "--public-url", "https://phone.example"], &[]);
+    assert!(!err.contains("note:"), "{err}");
+}
+
+#[test]
+fn token_with_an_os_picked_port_and_no_hub_says_there_is_none() {
+    let home = Home::new();
+    let (code, out, err) = run(&home, &["token"], &[("ZCODE_ACP_HUB_PORT", "0")]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim().len(), 43, "{out}");
+    assert!(!err.contains(":0/"), "a pairing URL with port 0: {err}");
+    assert!(err.contains("no hub is running"), "{err}");
+}
+
+#[test]
+fn stop_stops_the_running_hub_and_says_so_or_says_there_is_none() {
+    let home = Home::new();
+    let mut hub = zcode_tests::hub::Hub::start(&home, &[]);
+    let (code, out, err) = run(&home, &["stop"], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("stopped the hub (pid {})", hub.pid())), "{out}{err}");
+    assert!(out.contains(&format!(":{}", hub.port)), "the port it served: {out}");
+    let status = hub.wait_exit(zcode_tests::WAIT).expect("the hub exited");
+    assert!(status.success(), "{status:?}");
+    let (code, out, err) = run(&home, &["stop"], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("no hub is running"), "{out}{err}");
+}
+
+#[test]
+fn ctrl_c_on_a_bridge_stops_its_agent_without_a_warning() {
+    use std::process::Stdio;
+    let home = Home::new();
+    let log = home.path().join("bridge.err");
+    let stderr = Stdio::from(std::fs::File::create(&log).unwrap());
+    let mut b = zcode_tests::Bridge::start_with_stderr(&home, &zcode_tests::demo_agent(1), stderr);
+    zcode_tests::initialize(&mut b.editor, serde_json::json!({}));
+    zcode_tests::new_session(&mut b.editor, home.path());
+    zcode_tests::hub::signal(b.editor.pid(), "INT");
+    let status = b.editor.wait_exit(zcode_tests::WAIT).expect("the bridge exited on SIGINT");
+    assert!(status.success(), "{status:?}");
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert!(err.contains("agent started"), "the agent never ran:\n{err}");
+    assert!(!err.contains("WARN"), "Ctrl-C warned:\n{err}");
+}
+
+#[test]
+fn a_missing_agent_binary_is_named_once_and_said_to_be_not_on_path() {
+    use std::process::Stdio;
+    let home = Home::new();
+    let log = home.path().join("bridge.err");
+    let stderr = Stdio::from(std::fs::File::create(&log).unwrap());
+    let mut b = zcode_tests::Bridge::start_with_stderr(&home, &["zcode-no-such-agent".into()], stderr);
+    let (resp, _) =
+        b.editor.call("initialize", serde_json::json!({"protocolVersion": 1, "clientCapabilities": {}}));
+    let msg = resp["error"]["message"].as_str().unwrap_or_else(|| panic!("not an error: {resp}"));
+    assert!(msg.starts_with("the agent `zcode-no-such-agent` cannot be started: not found on PATH"), "{msg}");
+    assert_eq!(msg.matches("the agent").count(), 1, "{msg}");
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert!(err.contains("the agent `zcode-no-such-agent` cannot be started: not found on PATH"), "{err}");
+    assert!(!err.contains("the agent cannot"), "{err}");
+}
+
+#[test]
+fn stop_signals_only_a_zcode_acp_hub_of_this_user() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let home = Home::new();
+    let run_dir = home.path().join("run");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    // Another user's process, named in a pid file whose lock is held, as a hub's would be.
+    let mut other = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "60"])
+        .spawn()
+        .expect("setpriv: cannot drop privileges to uid 65534 for this test");
+    // setpriv changes the uid, then becomes `sleep`: wait for the exec.
+    let deadline = std::time::Instant::now() + zcode_tests::WAIT;
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", other.id())).unwrap_or_default();
+        if status.lines().any(|l| l == "Name:\tsleep") {
+            assert!(
+                status.lines().any(|l| l.starts_with("Uid:\t65534")),
+                "cannot drop privileges to uid 65534 for this test (setpriv): {status}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline && other.try_wait().unwrap().is_none(),
+            "cannot drop privileges to uid 65534 for this test (setpriv did not run sleep)"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // Holds the pid file's lock the way a hub does and writes `pid` (0: its own) into it.
+    let lock_holder = |pid: u32| {
+        let script = "import fcntl,os,sys,time\n\
+                      f=open(sys.argv[1],'a+'); fcntl.flock(f,fcntl.LOCK_EX); f.truncate(0)\n\
+                      f.write((sys.argv[2] if sys.argv[2]!='0' else str(os.getpid()))+'\\n'); f.flush()\n\
+                      print('locked',flush=True); time.sleep(60)";
+        let mut c = Command::new("/usr/bin/python3")
+            .args(["-c", script])
+            .arg(run_dir.join("hub.pid"))
+            .arg(pid.to_string())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        std::io::BufReader::new(c.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "locked");
+        c
+    };
+    for (victim, why) in [(other.id(), "belongs to uid 65534"), (0, "not `zcode-acp hub`")] {
+        let mut holder = lock_holder(victim);
+        let victim = if victim == 0 { holder.id() } else { victim };
+        let (code, out, err) = run(&home, &["stop"], &[]);
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(err.contains(&format!("not stopping pid {victim}")) && err.contains(why), "{err}");
+        assert!(zcode_tests::alive(victim), "stop signalled pid {victim} anyway");
+        let _ = holder.kill();
+        let _ = holder.wait();
+    }
+    let _ = Command::new("kill").arg(other.id().to_string()).status();
+    let _ = other.wait();
+}
+
+#[test]
+fn serve_takes_a_named_agent_and_names_the_ones_there_are_for_an_unknown_name() {
+    let home = Home::new();
+    let config =
+        serde_json::json!({"agents": {"demo": {"command": zcode_tests::bin(), "args": ["demo-agent"]}}});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let (code, _, err) = run(&home, &["serve", "--cwd", "/tmp", "--agent", "nope"], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no agent named \"nope\"") && err.contains("demo"), "{err}");
+    let (code, _, err) = run(&home, &["serve", "--agent", "demo", "--", "sh"], &[]);
+    assert_eq!(code, 2, "--agent and a command after -- are one or the other: {err}");
 }

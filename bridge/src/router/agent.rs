@@ -138,7 +138,7 @@ impl AgentLink {
         }
         self.generation += 1;
         let process = AgentProcess::spawn(&self.spec, self.generation, events.clone())
-            .map_err(|e| format!("cannot start the agent `{}`: {e}", self.spec.display))?;
+            .map_err(|e| spawn_failure(&self.spec, &e))?;
         tracing::info!(agent = %self.spec.display, pid = process.pid(), generation = self.generation, "agent started");
         self.process = Some(process);
         self.state = LinkState::Starting;
@@ -220,4 +220,15 @@ impl AgentLink {
         }
         self.state = LinkState::Down;
     }
+}
+
+/// Why the agent could not be spawned, worded to follow "the agent" (see `agent_down`).
+fn spawn_failure(spec: &AgentSpec, e: &std::io::Error) -> String {
+    let why = match e.kind() {
+        std::io::ErrorKind::NotFound if !spec.command.contains('/') => "not found on PATH".to_owned(),
+        std::io::ErrorKind::NotFound => "no such file".to_owned(),
+        std::io::ErrorKind::PermissionDenied => "not executable (permission denied)".to_owned(),
+        _ => e.to_string(),
+    };
+    format!("`{}` cannot be started: {why}", spec.display)
 }

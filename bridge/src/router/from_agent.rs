@@ -82,8 +82,8 @@ impl Router {
             let detail =
                 RpcError::from_response(&serde_json::from_str(&msg.to_line()).unwrap_or(Value::Null))
                     .map_or_else(|| "an unreadable answer".to_owned(), |e| e.message);
-            let reason = format!("the agent refused the bridge's initialize: {detail}");
-            tracing::error!("{reason}");
+            let reason = format!("refused the bridge's initialize: {detail}");
+            tracing::error!("the agent {reason}");
             let pending = self.agent.kill();
             self.fail_pending(pending, &reason);
             return self.agent_down(&reason);
@@ -94,7 +94,7 @@ impl Router {
                 agent["protocolVersion"],
                 super::from_client::PROTOCOL_VERSION
             );
-            tracing::error!("{reason}");
+            tracing::error!("the agent {reason}");
             let pending = self.agent.kill();
             self.fail_pending(pending, &reason);
             return self.agent_down(&reason);

@@ -83,7 +83,7 @@ impl Router {
     /// Starts the agent if it is down; a spawn failure fails everything waiting for it.
     pub(super) fn start_agent(&mut self) {
         if let Err(reason) = self.agent.ensure_started(&self.events_tx) {
-            tracing::error!("{reason}");
+            tracing::error!("the agent {reason}");
             self.agent_down(&reason);
         }
     }

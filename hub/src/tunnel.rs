@@ -1,0 +1,228 @@
+//! `up --tunnel`: a Cloudflare quick tunnel (`cloudflared tunnel --url …`) or `tailscale serve`
+//! / `tailscale funnel` in front of the hub, for phones. The tool runs in its own process group
+//! for as long as `up` does and is killed with it; its public `https://` URL is read from what
+//! it prints.
+
+use anyhow::{Context, bail};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// How long a tunnel tool gets to report its public URL.
+const URL_WAIT: Duration = Duration::from_secs(60);
+
+/// How long a killed tunnel tool gets between SIGTERM and SIGKILL.
+const KILL_GRACE: Duration = Duration::from_secs(2);
+
+/// Which tunnel `up --tunnel` starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    /// A Cloudflare quick tunnel (`cloudflared tunnel --url`): a random `*.trycloudflare.com`.
+    Cloudflare,
+    /// `tailscale serve`: `https://<machine>.<tailnet>.ts.net`, for devices on your tailnet.
+    Tailscale,
+    /// `tailscale funnel`: the same address, reachable from the whole internet.
+    TailscaleFunnel,
+}
+
+impl Kind {
+    fn program(self) -> &'static str {
+        match self {
+            Kind::Cloudflare => "cloudflared",
+            Kind::Tailscale | Kind::TailscaleFunnel => "tailscale",
+        }
+    }
+
+    /// The command line, in the foreground: the tool ends (and its serve config with it) when
+    /// it is killed.
+    fn args(self, port: u16) -> Vec<String> {
+        let target = format!("http://127.0.0.1:{port}");
+        match self {
+            Kind::Cloudflare => vec!["tunnel".into(), "--no-autoupdate".into(), "--url".into(), target],
+            Kind::Tailscale => vec!["serve".into(), target],
+            Kind::TailscaleFunnel => vec!["funnel".into(), target],
+        }
+    }
+
+    /// The command it runs, for messages.
+    pub fn command_line(self, port: u16) -> String {
+        std::iter::once(self.program().to_owned()).chain(self.args(port)).collect::<Vec<_>>().join(" ")
+    }
+
+    fn install_hint(self) -> &'static str {
+        match self {
+            Kind::Cloudflare => {
+                "install it (https://developers.cloudflare.com/cloudflare-one/connections/connect-networks/downloads/, \
+                 or `brew install cloudflared`)"
+            }
+            Kind::Tailscale | Kind::TailscaleFunnel => {
+                "install Tailscale and log in (https://tailscale.com/download, then `tailscale up`)"
+            }
+        }
+    }
+
+    /// Fails with one line saying how to install the tool when it is not on `PATH` (checked
+    /// before anything else starts, so a missing tool leaves nothing running).
+    pub fn check_installed(self) -> anyhow::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let program = self.program();
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let found = std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(program))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        });
+        if !found {
+            bail!("`{program}` is not installed (not found on PATH): {}", self.install_hint());
+        }
+        Ok(())
+    }
+
+    /// Whether `url` is the address the tool reports for the tunnel (cloudflared also prints
+    /// links to its docs and terms, and its API's address when it fails).
+    fn is_public_url(self, url: &str) -> bool {
+        let host = url.trim_start_matches("https://").split(['/', ':']).next().unwrap_or("");
+        match self {
+            Kind::Cloudflare => host.ends_with(".trycloudflare.com") && host != "api.trycloudflare.com",
+            Kind::Tailscale | Kind::TailscaleFunnel => !host.is_empty(),
+        }
+    }
+}
+
+/// A running tunnel tool: killed (its whole process group) when dropped.
+pub struct Tunnel {
+    child: Child,
+    /// The public `https://` address it reported (no trailing slash).
+    pub url: String,
+}
+
+impl Tunnel {
+    /// Starts `kind` in front of 127.0.0.1:`port` and waits for its public URL; `None` when
+    /// `stop` fires first (the tool is ended then).
+    pub fn start(kind: Kind, port: u16, stop: &CancellationToken) -> anyhow::Result<Option<Tunnel>> {
+        let program = kind.program();
+        let args = kind.args(port);
+        let mut child = match Command::new(program)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own group: the terminal's Ctrl-C reaches `up`, which then ends it on purpose.
+            .process_group(0)
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("`{program}` is not installed (not found on PATH): {}", kind.install_hint())
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot start `{program}`")),
+        };
+        let (tx, rx) = mpsc::channel::<String>();
+        // Both streams are read to their end, also after the URL: a tool whose pipe fills up
+        // would stall.
+        let out = child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>);
+        let err = child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>);
+        for stream in [out, err].into_iter().flatten() {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    let _ = tx.send(line);
+                }
+            });
+        }
+        drop(tx);
+        let mut tunnel = Tunnel { child, url: String::new() };
+        let deadline = Instant::now() + URL_WAIT;
+        let mut last = String::new();
+        loop {
+            if stop.is_cancelled() {
+                return Ok(None);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok(line) => {
+                    if let Some(url) = https_urls(&line).find(|u| kind.is_public_url(u)) {
+                        tunnel.url = url.trim_end_matches('/').to_owned();
+                        return Ok(Some(tunnel));
+                    }
+                    if !line.trim().is_empty() {
+                        last = line;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = tunnel.child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
+                    bail!(
+                        "`{program} {}` ended ({status}) without a public URL: {}",
+                        args.join(" "),
+                        last.trim()
+                    )
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => bail!(
+                    "`{program} {}` printed no public URL within {} s: {}",
+                    args.join(" "),
+                    URL_WAIT.as_secs(),
+                    last.trim()
+                ),
+            }
+        }
+    }
+
+    /// The tool's process id (also its process group).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Tunnel {
+    fn drop(&mut self) {
+        let Ok(raw) = i32::try_from(self.child.id()) else { return };
+        let group = Pid::from_raw(raw);
+        let _ = killpg(group, Signal::SIGTERM);
+        let deadline = Instant::now() + KILL_GRACE;
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                // The leader is gone; anything it left in its group goes too.
+                let _ = killpg(group, Signal::SIGKILL);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = killpg(group, Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+/// The `https://` URLs in `line` (cloudflared draws a box of `|` around its URL).
+fn https_urls(line: &str) -> impl Iterator<Item = &str> {
+    line.match_indices("https://").map(move |(i, _)| {
+        let rest = &line[i..];
+        let end = rest
+            .find(|c: char| c.is_whitespace() || matches!(c, '|' | '"' | '\'' | '<' | '>'))
+            .unwrap_or(rest.len());
+        &rest[..end]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_url_is_found_in_what_the_tools_print() {
+        let cf =
+            "2024-01-01T00:00:00Z INF |  https://four-dashed-word-url.trycloudflare.com                |";
+        let url = https_urls(cf).find(|u| Kind::Cloudflare.is_public_url(u));
+        assert_eq!(url, Some("https://four-dashed-word-url.trycloudflare.com"));
+        let docs = "INF Thank you … following: https://developers.cloudflare.com/cloudflare-one/connections";
+        assert_eq!(https_urls(docs).find(|u| Kind::Cloudflare.is_public_url(u)), None);
+        let api = r#"failed to request quick Tunnel: Post "https://api.trycloudflare.com/tunnel": EOF"#;
+        assert_eq!(https_urls(api).find(|u| Kind::Cloudflare.is_public_url(u)), None);
+        let ts = "https://laptop.tail1234.ts.net/";
+        assert_eq!(https_urls(ts).find(|u| Kind::Tailscale.is_public_url(u)), Some(ts));
+    }
+}

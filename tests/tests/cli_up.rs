@@ -1,0 +1,295 @@
+//! `zcode-acp up` as a newcomer runs it: an agent after `--` or by name, the loopback note,
+//! `--tunnel` with stand-ins for `cloudflared` and `tailscale` that print what the real tools
+//! print, a missing tunnel tool, and a quiet Ctrl-C.
+
+#![allow(clippy::unwrap_used)] // Setup helpers outside #[test] fns: a failed unwrap is a failed test.
+
+use serde_json::json;
+use std::io::BufRead;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+use zcode_tests::hub::{hub_pid, signal, wait_gone};
+use zcode_tests::{Home, Peer, WAIT, alive, bin};
+
+/// A running `zcode-acp up`: its stdout lines as they come, its stderr in a file.
+struct Up {
+    child: Child,
+    lines: Receiver<String>,
+    stderr: PathBuf,
+    home_path: PathBuf,
+}
+
+impl Up {
+    /// Starts `up {args}` in a fresh project directory of `home`, with `path` as `PATH` when given.
+    fn start(home: &Home, args: &[&str], path: Option<&str>) -> Up {
+        let project = home.path().join("project");
+        std::fs::create_dir_all(&project).unwrap();
+        let stderr = home.path().join(format!("up-{}.err", args.len()));
+        let mut all = vec!["up"];
+        all.extend_from_slice(args);
+        let mut cmd = home.command(&all);
+        cmd.env("ZCODE_ACP_REMOTE_PORT", "0").current_dir(&project);
+        if let Some(p) = path {
+            cmd.env("PATH", p);
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("spawn up");
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Up { child, lines, stderr, home_path: home.path().to_owned() }
+    }
+
+    /// The first stdout line whose trimmed text starts with `prefix`.
+    fn line(&self, prefix: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.trim_start().starts_with(prefix) => return l,
+                Ok(_) => {}
+                Err(_) => panic!("no `{prefix}` line from up; stderr:\n{}", self.stderr()),
+            }
+        }
+    }
+
+    /// The pairing URL it printed.
+    fn url(&self) -> String {
+        self.line("open:").split_whitespace().nth(1).expect("a URL").to_owned()
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// SIGINT (the terminal's Ctrl-C) and the exit status.
+    fn interrupt(&mut self) -> std::process::ExitStatus {
+        signal(self.child.id(), "INT");
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                assert!(s.success(), "up ended with {s}; stderr:\n{}", self.stderr());
+                return s;
+            }
+            assert!(Instant::now() < deadline, "up did not exit on SIGINT; stderr:\n{}", self.stderr());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let pid = std::fs::read_to_string(self.home_path.join("run/hub.pid")).unwrap_or_default();
+        if let Ok(pid) = pid.trim().parse::<u32>() {
+            let _ = std::process::Command::new("kill").arg(pid.to_string()).status();
+        }
+    }
+}
+
+/// The token and port in a pairing URL `http://127.0.0.1:PORT/#token=T`.
+fn token_of(url: &str) -> String {
+    url.split("#token=").nth(1).expect("a token in the fragment").to_owned()
+}
+
+/// A shell script agent that leaves `marker` behind, then runs the demo agent.
+fn marking_agent(marker: &Path) -> Vec<String> {
+    let script = format!("touch '{}'; exec '{}' demo-agent --delay-ms 1", marker.display(), bin().display());
+    vec!["sh".into(), "-c".into(), script]
+}
+
+/// Connects to the `up` bridge through the hub and initializes, so that the agent starts.
+fn start_the_agent(home: &Home, url: &str) -> Peer {
+    let token = token_of(url);
+    let port = zcode_tests::hub::hub_port(home).expect("the hub's port file");
+    let deadline = Instant::now() + WAIT;
+    let id = loop {
+        let (_, body) = zcode_tests::http_get(port, "/api/instances", Some(&token));
+        let list: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        if let Some(i) = list.as_array().into_iter().flatten().find(|i| i["origin"] == "serve") {
+            break i["id"].as_str().unwrap().to_owned();
+        }
+        assert!(Instant::now() < deadline, "the up bridge never registered: {body}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut p = Peer::connect_ws(port, &format!("/acp?instance={id}"), Some(&token)).expect("relay");
+    zcode_tests::initialize(&mut p, json!({}));
+    p
+}
+
+fn wait_for_file(path: &Path) {
+    let deadline = Instant::now() + WAIT;
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn up_runs_the_agent_given_after_double_dash() {
+    let home = Home::new();
+    let marker = home.path().join("agent-ran");
+    let agent = marking_agent(&marker);
+    let mut args = vec!["--"];
+    args.extend(agent.iter().map(String::as_str));
+    let mut up = Up::start(&home, &args, None);
+    let url = up.url();
+    assert!(!up.stderr().contains("no agent given"), "{}", up.stderr());
+    let _client = start_the_agent(&home, &url);
+    wait_for_file(&marker);
+    assert!(up.interrupt().success());
+}
+
+#[test]
+fn up_runs_a_named_agent_from_the_config() {
+    let home = Home::new();
+    let marker = home.path().join("named-ran");
+    let agent = marking_agent(&marker);
+    let config = json!({"agents": {"marked": {"command": agent[0], "args": agent[1..]}}});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let mut up = Up::start(&home, &["--agent", "marked"], None);
+    let url = up.url();
+    let _client = start_the_agent(&home, &url);
+    wait_for_file(&marker);
+    assert!(up.interrupt().success());
+
+    // An unknown name is refused with the names there are.
+    let (code, err) = zcode_tests::hub::run_cli(&home, &["up", "--agent", "nope"], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no agent named \"nope\"") && err.contains("marked"), "{err}");
+}
+
+#[test]
+fn a_loopback_pairing_url_says_that_a_phone_needs_a_tunnel() {
+    let home = Home::new();
+    let up = Up::start(&home, &[], None);
+    let url = up.url();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let note = up.line("note:");
+    assert!(note.contains("--tunnel cloudflare") && note.contains("--public-url https://"), "{note}");
+}
+
+#[test]
+fn ctrl_c_on_up_stops_the_agent_without_a_warning() {
+    let home = Home::new();
+    let marker = home.path().join("agent-ran");
+    let agent = marking_agent(&marker);
+    let mut args = vec!["--"];
+    args.extend(agent.iter().map(String::as_str));
+    let mut up = Up::start(&home, &args, None);
+    let url = up.url();
+    let _client = start_the_agent(&home, &url);
+    wait_for_file(&marker);
+    assert!(up.interrupt().success());
+    let err = up.stderr();
+    assert!(err.contains("agent started"), "the agent never ran:\n{err}");
+    assert!(!err.contains("WARN"), "Ctrl-C warned:\n{err}");
+}
+
+/// A directory with a stand-in `name` that records its pid and arguments in `dir`, prints
+/// `stdout` and `stderr` as the real tool does, then stays up like it.
+fn stand_in(dir: &Path, name: &str, stdout: &str, stderr: &str) {
+    let script = format!(
+        "#!/bin/sh\necho $$ > '{d}/{name}.pid.tmp'\nmv '{d}/{name}.pid.tmp' '{d}/{name}.pid'\n\
+         echo \"$@\" > '{d}/{name}.args'\ncat <<'EOF'\n{stdout}\nEOF\ncat >&2 <<'EOF'\n{stderr}\nEOF\nexec sleep 1000\n",
+        d = dir.display()
+    );
+    let path = dir.join(name);
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// `PATH` with `dir` first.
+fn path_with(dir: &Path) -> String {
+    format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default())
+}
+
+/// What `cloudflared tunnel --url …` prints on stderr for a quick tunnel.
+const CLOUDFLARED_STDERR: &str = "\
+2024-05-01T10:00:00Z INF Thank you for trying Cloudflare Tunnel. Doing so, without a Cloudflare account, is a quick way to experiment and try it out. However, be aware that these account-less Tunnels have no uptime guarantee. If you intend to use Tunnels in production you should use a pre-created named tunnel by following: https://developers.cloudflare.com/cloudflare-one/connections/connect-apps
+2024-05-01T10:00:00Z INF Requesting new quick Tunnel on trycloudflare.com...
+2024-05-01T10:00:02Z INF +--------------------------------------------------------------------------------------------+
+2024-05-01T10:00:02Z INF |  Your quick Tunnel has been created! Visit it at (it may take some time to be reachable):  |
+2024-05-01T10:00:02Z INF |  https://four-dashed-word-url.trycloudflare.com                                            |
+2024-05-01T10:00:02Z INF +--------------------------------------------------------------------------------------------+
+2024-05-01T10:00:02Z INF Version 2024.4.1
+2024-05-01T10:00:03Z INF Registered tunnel connection connIndex=0 location=ams01 protocol=quic";
+
+/// What `tailscale serve <target>` prints (on stdout) in the foreground.
+const TAILSCALE_STDOUT: &str = "\
+Available within your tailnet:
+
+https://laptop.tail1234.ts.net/
+|-- proxy http://127.0.0.1:8377
+
+Press Ctrl+C to exit.";
+
+fn tunnel_case(tool: &str, flag: &str, stdout: &str, stderr: &str, public: &str, args_start: &str) {
+    let home = Home::new();
+    let tools = tempfile::tempdir().unwrap();
+    stand_in(tools.path(), tool, stdout, stderr);
+    let mut up = Up::start(&home, &["--tunnel", flag], Some(&path_with(tools.path())));
+    let url = up.url();
+    assert!(url.starts_with(&format!("{public}/#token=")), "{url}\n{}", up.stderr());
+    let port = zcode_tests::hub::hub_port(&home).expect("the hub's port");
+    let args = std::fs::read_to_string(tools.path().join(format!("{tool}.args"))).unwrap();
+    assert!(args.starts_with(args_start), "{args}");
+    assert!(args.trim_end().ends_with(&format!("http://127.0.0.1:{port}")), "{args}");
+    // No loopback note: the URL is the tunnel's.
+    let rest: Vec<String> = up.lines.try_iter().collect();
+    assert!(!rest.iter().any(|l| l.contains("note:")), "{rest:?}");
+    let tool_pid: u32 =
+        std::fs::read_to_string(tools.path().join(format!("{tool}.pid"))).unwrap().trim().parse().unwrap();
+    assert!(alive(tool_pid), "the tunnel is not running");
+    assert!(up.interrupt().success());
+    assert!(wait_gone(tool_pid, WAIT), "the {tool} stand-in outlived up");
+}
+
+#[test]
+fn up_tunnel_cloudflare_pairs_through_the_quick_tunnel_and_ends_it() {
+    tunnel_case(
+        "cloudflared",
+        "cloudflare",
+        "",
+        CLOUDFLARED_STDERR,
+        "https://four-dashed-word-url.trycloudflare.com",
+        "tunnel ",
+    );
+}
+
+#[test]
+fn up_tunnel_tailscale_pairs_through_tailscale_serve_and_ends_it() {
+    tunnel_case("tailscale", "tailscale", TAILSCALE_STDOUT, "", "https://laptop.tail1234.ts.net", "serve ");
+}
+
+#[test]
+fn a_missing_tunnel_tool_is_one_line_and_starts_nothing() {
+    let home = Home::new();
+    let empty = tempfile::tempdir().unwrap();
+    for (flag, tool) in [("cloudflare", "cloudflared"), ("tailscale", "tailscale")] {
+        let mut cmd = home.command(&["up", "--tunnel", flag]);
+        cmd.env("PATH", empty.path()).current_dir(home.path());
+        let out = cmd.stdin(Stdio::null()).output().unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        assert!(
+            lines[0].contains(&format!("`{tool}` is not installed")) && lines[0].contains("install"),
+            "{err}"
+        );
+        assert_eq!(hub_pid(&home), None, "a hub was started anyway");
+    }
+}
