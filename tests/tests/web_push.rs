@@ -169,7 +169,8 @@ impl Browser {
     /// Decrypts an `aes128gcm` push body (RFC 8291 §3.4, RFC 8188): the payload as JSON.
     fn decrypt(&self, body: &[u8]) -> Value {
         assert!(body.len() > 86, "a body shorter than its header: {} bytes", body.len());
-        let (salt, rs, idlen) = (&body[..16], u32::from_be_bytes(body[16..20].try_into().unwrap()), body[20]);
+        let (salt, rs, idlen) =
+            (&body[..16], u32::from_be_bytes(body[16..20].try_into().expect("4 bytes")), body[20]);
         assert_eq!((rs, idlen), (4096, 65), "record size and key id length");
         let as_public = &body[21..86];
         let sealed = &body[86..];
@@ -180,13 +181,15 @@ impl Browser {
         info.extend_from_slice(&self.public());
         info.extend_from_slice(as_public);
         let mut ikm = [0u8; 32];
-        Hkdf::<Sha256>::new(Some(&self.auth), shared.raw_secret_bytes()).expand(&info, &mut ikm).unwrap();
+        Hkdf::<Sha256>::new(Some(&self.auth), shared.raw_secret_bytes())
+            .expand(&info, &mut ikm)
+            .expect("IKM");
         let prk = Hkdf::<Sha256>::new(Some(salt), &ikm);
         let (mut cek, mut nonce) = ([0u8; 16], [0u8; 12]);
-        prk.expand(b"Content-Encoding: aes128gcm\0", &mut cek).unwrap();
-        prk.expand(b"Content-Encoding: nonce\0", &mut nonce).unwrap();
+        prk.expand(b"Content-Encoding: aes128gcm\0", &mut cek).expect("CEK");
+        prk.expand(b"Content-Encoding: nonce\0", &mut nonce).expect("nonce");
         let plain = Aes128Gcm::new_from_slice(&cek)
-            .unwrap()
+            .expect("a 16-byte key")
             .decrypt(Nonce::from_slice(&nonce), sealed)
             .expect("the record decrypts with the subscription's keys");
         // Padding is zeros after the delimiter; the last record's delimiter is 0x02.
@@ -217,11 +220,13 @@ fn check_vapid(p: &Pushed, origin: &str, public_key: &str) {
     let sig = Signature::from_slice(&B64.decode(sig).expect("base64url signature")).expect("r || s");
     key.verify(signed.as_bytes(), &sig).expect("the ES256 signature verifies with k=");
     let (head, claims) = signed.split_once('.').expect("header.claims");
-    let head: Value = serde_json::from_slice(&B64.decode(head).unwrap()).unwrap();
-    let claims: Value = serde_json::from_slice(&B64.decode(claims).unwrap()).unwrap();
+    let json = |part: &str| -> Value {
+        serde_json::from_slice(&B64.decode(part).expect("base64url")).expect("a JSON part")
+    };
+    let (head, claims) = (json(head), json(claims));
     assert_eq!(head["alg"], "ES256");
     assert_eq!(claims["aud"], origin);
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_secs();
     let exp = claims["exp"].as_u64().expect("exp");
     assert!(exp > now && exp <= now + 24 * 3600, "exp {exp} now {now}");
     let sub = claims["sub"].as_str().expect("sub");
