@@ -1,6 +1,7 @@
 //! `zcode-hub`: the machine's single public entry. Token auth, the registry of bridges,
 //! discovery, per-instance HTTP relays and the WebSocket relay to bridges. It keeps no state
-//! that a restart would lose: bridges re-register on their next heartbeat.
+//! that a restart would lose (bridges re-register on their next heartbeat) besides the Web
+//! Push keys and subscriptions, which live on disk.
 //!
 //! - [`server`]: the accept loop, one task per connection, graceful shutdown.
 //! - [`routes`]: the routing table; one module per route family.
@@ -16,12 +17,15 @@
 //! - [`daemon`]: one hub per home (the pid lock), the port file, housekeeping (prune, idle exit,
 //!   the token re-read after a rotation).
 //! - [`web`]: the web client's assets, served from memory.
+//! - [`push`]: Web Push to the user's devices when a session waits for them (its keys and
+//!   subscriptions are the one state the hub keeps on disk, under `<data>/push/`).
 
 pub mod auth;
 pub mod catalog;
 pub mod daemon;
 pub mod http;
 pub mod launch;
+pub mod push;
 pub mod registry;
 pub mod relay;
 pub mod routes;
@@ -74,6 +78,8 @@ pub struct Hub {
     relays: AtomicUsize,
     /// The relay thread.
     pub relay: relay::Relays,
+    /// Web Push: keys, subscriptions, the sender task.
+    pub push: push::Push,
     /// Cancelled to stop the hub (signal, idle exit).
     pub shutdown: CancellationToken,
     /// Every connection task and relay (a relay holds a token), so shutdown can wait for them.
@@ -93,6 +99,7 @@ impl Hub {
         let relay = relay::Relays::start(t.ping)?;
         let store = catalog::Catalog::start(cfg.paths.data_dir.clone())?;
         let live = zcode_shared::config::Live::watch(cfg.clone(), Box::new(zcode_shared::env::ProcessEnv));
+        let push = push::Push::new(cfg.paths.data_dir.join("push"), cfg.remote.push_subject.clone());
         Ok(Arc::new(Hub {
             cfg,
             live,
@@ -103,6 +110,7 @@ impl Hub {
             limiter: Mutex::new(auth::Limiter::default()),
             relays: AtomicUsize::new(0),
             relay,
+            push,
             shutdown,
             tracker: TaskTracker::new(),
         }))

@@ -49,6 +49,13 @@ impl Registry {
         new
     }
 
+    /// The session statuses instance `id` last advertised, by session id (empty when it is
+    /// unknown): what a heartbeat is diffed against for Web Push.
+    pub fn statuses(&self, id: &str) -> HashMap<String, Option<&'static str>> {
+        let Some(i) = self.instances.get(id) else { return HashMap::new() };
+        i.reg.sessions.iter().map(|s| (s.session_id.clone(), s.status)).collect()
+    }
+
     /// Forgets instance `id`; whether it was known.
     pub fn unregister(&mut self, id: &str) -> bool {
         self.instances.remove(id).is_some()
@@ -152,7 +159,7 @@ impl Registry {
                     let w = winner.get(s.session_id.as_str());
                     w.is_some_and(|&(u, _, i)| i == idx && u == s.updated_at) && seen.insert(&s.session_id)
                 })
-                .map(SessionRow::to_json)
+                .map(listed_row)
                 .collect();
             json!({
                 "id": reg.id,
@@ -166,6 +173,16 @@ impl Registry {
         });
         Value::Array(rows.collect())
     }
+}
+
+/// A session as the listing shows it: the contract's statuses are `running | idle`, and a
+/// session waiting for the user is mid-turn, so `waiting` is listed as `running`.
+fn listed_row(s: &SessionRow) -> Value {
+    let mut v = s.to_json();
+    if s.status == Some("waiting") {
+        v["status"] = "running".into();
+    }
+    v
 }
 
 #[cfg(test)]

@@ -36,7 +36,8 @@ pub struct SessionRow {
     pub session_id: String,
     /// Its title, when it has one.
     pub title: Option<String>,
-    /// `running` or `idle`; any other value was dropped.
+    /// `running`, `waiting` (a turn blocked on the user) or `idle`; any other value was
+    /// dropped. The hub's listing shows `waiting` as `running` (the contract's two values).
     pub status: Option<&'static str>,
     /// Last activity, epoch ms.
     pub updated_at: u64,
@@ -133,6 +134,8 @@ impl SessionRow {
         let status = match v.get("status").and_then(Value::as_str) {
             Some("running") => Some("running"),
             Some("idle") => Some("idle"),
+            // A permission or elicitation is pending: the hub's Web Push wakes the user.
+            Some("waiting") => Some("waiting"),
             _ => None,
         };
         Ok(SessionRow {

@@ -51,7 +51,15 @@ pub async fn register(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         Err(why) => return text(StatusCode::BAD_REQUEST, why),
     };
     let (id, port, origin, sessions) = (reg.id.clone(), reg.port, reg.origin, reg.sessions.len());
-    if hub.registry().register(reg, Instant::now()) {
+    // Diffed under the same lock as the update, so two heartbeats racing cannot both see the
+    // old status; the pushes are only queued.
+    let (new, events) = {
+        let mut registry = hub.registry();
+        let events = crate::push::transitions(&id, &reg.workspace, &registry.statuses(&id), &reg.sessions);
+        (registry.register(reg, Instant::now()), events)
+    };
+    hub.push.on_heartbeat(events);
+    if new {
         tracing::info!(instance = %id, port, origin, sessions, "instance registered");
     } else {
         tracing::trace!(instance = %id, sessions, "heartbeat");

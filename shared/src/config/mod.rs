@@ -67,7 +67,14 @@ pub struct Remote {
     /// tunnel puts the client's address in (`CF-Connecting-IP`, `X-Forwarded-For`, …),
     /// lower-cased. `None`: no forwarded address is believed; the peer's counts.
     pub client_address_header: Option<String>,
+    /// `remote.pushSubject` / `ZCODE_ACP_PUSH_SUBJECT`: the contact (`mailto:` or `https:`)
+    /// the hub's Web Push names to push services (RFC 8292's `sub`).
+    pub push_subject: String,
 }
+
+/// Default of [`Remote::push_subject`]: the project's page (push services want a working
+/// contact URL; `mailto:` addresses at `localhost` are refused by some).
+pub const DEFAULT_PUSH_SUBJECT: &str = "https://github.com/zcode-acp/zcode-acp";
 
 /// Default of [`Remote::max_creates_in_flight`].
 pub const DEFAULT_MAX_CREATES_IN_FLIGHT: usize = 4;
@@ -247,6 +254,7 @@ impl Config {
             )?
             .unwrap_or(DEFAULT_MAX_SERVE_BRIDGES),
             client_address_header: client_address_header(var("ZCODE_ACP_CLIENT_ADDRESS_HEADER"), raw)?,
+            push_subject: push_subject(var("ZCODE_ACP_PUSH_SUBJECT"), raw)?,
         };
         let mut timings = Timings::default();
         for (env_key, file_key, _, field) in KNOBS {
@@ -274,6 +282,31 @@ impl Config {
         };
         Ok(Config { paths, remote, agents: agents(raw)?, timings, debug, journal_max_messages })
     }
+}
+
+/// The Web Push contact: a `mailto:` address or an `https://` URL, from the environment,
+/// else the file, else [`DEFAULT_PUSH_SUBJECT`].
+fn push_subject(env_val: Option<String>, raw: &RawConfig) -> Result<String, ConfigError> {
+    const ENV: &str = "ZCODE_ACP_PUSH_SUBJECT";
+    const KEY: &str = "remote.pushSubject";
+    let (value, from_env) = match env_val {
+        Some(v) => (v, true),
+        None => match raw.str(KEY)? {
+            Some(v) => (v, false),
+            None => return Ok(DEFAULT_PUSH_SUBJECT.to_owned()),
+        },
+    };
+    let v = value.trim();
+    let shaped =
+        (v.starts_with("mailto:") && v[7..].contains('@')) || (v.starts_with("https://") && v.len() > 8);
+    if shaped && !v.chars().any(|c| c.is_whitespace() || c.is_control() || c == '"') {
+        return Ok(v.to_owned());
+    }
+    let reason = format!("must be a mailto: address or an https:// URL, got {value:?}");
+    Err(match from_env {
+        true => ConfigError::Env { var: ENV.to_owned(), reason },
+        false => raw.invalid(KEY, reason),
+    })
 }
 
 fn port(env_val: Option<String>, var: &str, raw: &RawConfig, key: &str) -> Result<Option<u16>, ConfigError> {

@@ -231,3 +231,23 @@ fn spawn_caps_default_file_env_and_errors() {
     let err = Config::load_from(&env_with_home(dir.path(), &[])).unwrap_err().to_string();
     assert!(err.contains("`remote.maxCreatesInFlight` must be at least 1"), "{err}");
 }
+
+#[test]
+fn the_push_subject_is_a_contact_url_with_a_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config::load_from(&env_with_home(dir.path(), &[])).unwrap();
+    assert_eq!(cfg.remote.push_subject, DEFAULT_PUSH_SUBJECT);
+    write_config(dir.path(), r#"{"remote": {"pushSubject": "mailto:me@example.com"}}"#);
+    let cfg = Config::load_from(&env_with_home(dir.path(), &[])).unwrap();
+    assert_eq!(cfg.remote.push_subject, "mailto:me@example.com");
+    let env = env_with_home(dir.path(), &[("ZCODE_ACP_PUSH_SUBJECT", "https://me.example.com/")]);
+    assert_eq!(Config::load_from(&env).unwrap().remote.push_subject, "https://me.example.com/");
+    for bad in ["me@example.com", "http://me.example.com", "mailto:nobody", "https://"] {
+        let env = env_with_home(dir.path(), &[("ZCODE_ACP_PUSH_SUBJECT", bad)]);
+        let e = Config::load_from(&env).unwrap_err().to_string();
+        assert!(e.contains("ZCODE_ACP_PUSH_SUBJECT") && e.contains("mailto:"), "{bad}: {e}");
+    }
+    write_config(dir.path(), r#"{"remote": {"pushSubject": "me"}}"#);
+    let e = Config::load_from(&env_with_home(dir.path(), &[])).unwrap_err().to_string();
+    assert!(e.contains("remote.pushSubject"), "{e}");
+}

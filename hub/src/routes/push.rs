@@ -1,0 +1,71 @@
+//! The Web Push routes (token-gated, like every `/api` route but registration):
+//!
+//! - `GET /api/push/vapid-public-key` → `{publicKey}`: the hub's VAPID public key, base64url
+//!   (the uncompressed P-256 point), for `pushManager.subscribe({applicationServerKey})`.
+//! - `POST /api/push/subscriptions` with `PushSubscription.toJSON()` (`{endpoint, keys:
+//!   {p256dh, auth}}`) and an optional `notifyTurnEnd: bool` → 201 for a new device, 200 when
+//!   the endpoint was known (its keys and flag are replaced); `{ok, notifyTurnEnd}`. The
+//!   endpoint must be `https://`, or `http://` to a loopback address (a local push service).
+//! - `DELETE /api/push/subscriptions` with `{endpoint}` → 200 `{ok, removed}`.
+//!
+//! A bad shape is a 400 whose text says what is wrong.
+
+use crate::Hub;
+use crate::http::{Resp, json, read_json, text};
+use crate::push::subs::Subscription;
+use hyper::body::Incoming;
+use hyper::{Request, StatusCode};
+use serde_json::{Value, json};
+
+/// `GET /api/push/vapid-public-key`.
+pub fn vapid_public_key(hub: &Hub) -> Resp {
+    match hub.push.public_key() {
+        Ok(k) => json(StatusCode::OK, &json!({"publicKey": k})),
+        Err(e) => {
+            tracing::error!("Web Push keys unavailable: {e}");
+            text(StatusCode::INTERNAL_SERVER_ERROR, "Web Push keys unavailable: see the hub's log")
+        }
+    }
+}
+
+/// `POST /api/push/subscriptions`.
+pub async fn subscribe(req: Request<Incoming>, hub: &Hub) -> Resp {
+    let body = match read_json(req).await {
+        Ok(b) => b,
+        Err(e) => return e.response(),
+    };
+    let sub = match Subscription::parse(&body, zcode_shared::time::now_ms()) {
+        Ok(s) => s,
+        Err(why) => return text(StatusCode::BAD_REQUEST, why),
+    };
+    let (origin, turn_end) = (crate::push::subs::origin_of(&sub.endpoint), sub.notify_turn_end);
+    match hub.push.subscribe(sub) {
+        Ok(new) => {
+            tracing::info!(endpoint = %origin, notify_turn_end = turn_end, new, "push subscription stored");
+            let status = if new { StatusCode::CREATED } else { StatusCode::OK };
+            json(status, &json!({"ok": true, "notifyTurnEnd": turn_end}))
+        }
+        Err(e) => {
+            tracing::error!("cannot store a push subscription: {e}");
+            text(StatusCode::INTERNAL_SERVER_ERROR, "cannot store the subscription: see the hub's log")
+        }
+    }
+}
+
+/// `DELETE /api/push/subscriptions`.
+pub async fn unsubscribe(req: Request<Incoming>, hub: &Hub) -> Resp {
+    let body = match read_json(req).await {
+        Ok(b) => b,
+        Err(e) => return e.response(),
+    };
+    let Some(endpoint) = body.get("endpoint").and_then(Value::as_str).filter(|e| !e.is_empty()) else {
+        return text(StatusCode::BAD_REQUEST, "endpoint (the subscription's URL) required");
+    };
+    match hub.push.unsubscribe(endpoint) {
+        Ok(removed) => json(StatusCode::OK, &json!({"ok": true, "removed": removed})),
+        Err(e) => {
+            tracing::error!("cannot remove a push subscription: {e}");
+            text(StatusCode::INTERNAL_SERVER_ERROR, "cannot remove the subscription: see the hub's log")
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! Web Push end to end: a real hub, fake bridges' heartbeats, and a push service played by
+//! the test on loopback http. The test is also the browser: it makes the subscription's key
+//! pair and auth secret, checks the VAPID token (ES256 with the `k=` key, `aud`, `exp`, `sub`)
+//! and decrypts every push per RFC 8291.
+
+use aes_gcm::aead::Aead;
+use aes_gcm::{Aes128Gcm, KeyInit, Nonce};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use hkdf::Hkdf;
+use p256::ecdsa::signature::Verifier;
+use p256::ecdsa::{Signature, VerifyingKey};
+use p256::elliptic_curve::sec1::ToEncodedPoint;
+use p256::{PublicKey, SecretKey};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use zcode_tests::hub::{AUTH, Hub, Reply, http, post_json};
+use zcode_tests::{Home, TEST_TOKEN, WAIT};
+
+/// One request the push service received.
+#[derive(Debug)]
+struct Pushed {
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Pushed {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+/// A push service on 127.0.0.1: `/ok/…` answers 201, `/gone/…` 410, and `/hang/…` never
+/// answers, holding the connection until [`PushService::release`] (noting whether the hub
+/// closed it first).
+struct PushService {
+    port: u16,
+    received: Receiver<Pushed>,
+    release: Arc<AtomicBool>,
+    /// Whether the hub gave up on a held connection (closed it) before the release.
+    hub_closed: Arc<AtomicBool>,
+}
+
+impl PushService {
+    fn start() -> PushService {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let (tx, received) = channel();
+        let release = Arc::new(AtomicBool::new(false));
+        let hub_closed = Arc::new(AtomicBool::new(false));
+        let (r, c) = (release.clone(), hub_closed.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let (tx, r, c) = (tx.clone(), r.clone(), c.clone());
+                std::thread::spawn(move || serve(conn, &tx, &r, &c));
+            }
+        });
+        PushService { port, received, release, hub_closed }
+    }
+
+    fn endpoint(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// The next push, within [`WAIT`].
+    fn next(&self, what: &str) -> Pushed {
+        self.received.recv_timeout(WAIT).unwrap_or_else(|_| panic!("no push arrived: {what}"))
+    }
+}
+
+impl Drop for PushService {
+    fn drop(&mut self) {
+        self.release.store(true, Ordering::SeqCst);
+    }
+}
+
+fn serve(mut s: TcpStream, tx: &Sender<Pushed>, release: &AtomicBool, hub_closed: &AtomicBool) {
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    let split = loop {
+        if let Some(at) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at;
+        }
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.lines();
+    let path = lines.next().and_then(|l| l.split_whitespace().nth(1)).unwrap_or_default().to_owned();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let len: usize =
+        headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
+    let mut body = raw[split + 4..].to_vec();
+    while body.len() < len {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => body.extend_from_slice(&buf[..n]),
+        }
+    }
+    let status = match path.split('/').nth(1) {
+        Some("ok") => "201 Created",
+        Some("gone") => "410 Gone",
+        _ => "",
+    };
+    let _ = tx.send(Pushed { path, headers, body });
+    if status.is_empty() {
+        // Hold the connection: never answer; notice when the hub hangs up.
+        let _ = s.set_read_timeout(Some(Duration::from_millis(20)));
+        while !release.load(Ordering::SeqCst) {
+            match s.read(&mut buf) {
+                Ok(0) => {
+                    hub_closed.store(true, Ordering::SeqCst);
+                    return;
+                }
+                Ok(_) => {}
+                Err(e)
+                    if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(_) => {
+                    hub_closed.store(true, Ordering::SeqCst);
+                    return;
+                }
+            }
+        }
+        return;
+    }
+    let _ = s
+        .write_all(format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes());
+}
+
+/// A browser's side of a subscription: its ECDH key pair and auth secret.
+struct Browser {
+    secret: SecretKey,
+    auth: [u8; 16],
+}
+
+impl Browser {
+    fn new(seed: &str) -> Browser {
+        let secret = (0u32..)
+            .find_map(|n| SecretKey::from_slice(&Sha256::digest(format!("{seed}-{n}").as_bytes())).ok())
+            .expect("a key");
+        let auth: [u8; 16] =
+            Sha256::digest(format!("auth-{seed}").as_bytes())[..16].try_into().expect("16 bytes");
+        Browser { secret, auth }
+    }
+
+    fn public(&self) -> Vec<u8> {
+        self.secret.public_key().to_encoded_point(false).as_bytes().to_vec()
+    }
+
+    /// `PushSubscription.toJSON()` for `endpoint`.
+    fn subscription(&self, endpoint: &str) -> Value {
+        json!({"endpoint": endpoint, "expirationTime": null,
+               "keys": {"p256dh": B64.encode(self.public()), "auth": B64.encode(self.auth)}})
+    }
+
+    /// Decrypts an `aes128gcm` push body (RFC 8291 §3.4, RFC 8188): the payload as JSON.
+    fn decrypt(&self, body: &[u8]) -> Value {
+        assert!(body.len() > 86, "a body shorter than its header: {} bytes", body.len());
+        let (salt, rs, idlen) =
+            (&body[..16], u32::from_be_bytes(body[16..20].try_into().expect("4 bytes")), body[20]);
+        assert_eq!((rs, idlen), (4096, 65), "record size and key id length");
+        let as_public = &body[21..86];
+        let sealed = &body[86..];
+        assert!(sealed.len() <= rs as usize, "one record");
+        let sender = PublicKey::from_sec1_bytes(as_public).expect("the sender's key is a P-256 point");
+        let shared = p256::ecdh::diffie_hellman(self.secret.to_nonzero_scalar(), sender.as_affine());
+        let mut info = b"WebPush: info\0".to_vec();
+        info.extend_from_slice(&self.public());
+        info.extend_from_slice(as_public);
+        let mut ikm = [0u8; 32];
+        Hkdf::<Sha256>::new(Some(&self.auth), shared.raw_secret_bytes())
+            .expand(&info, &mut ikm)
+            .expect("IKM");
+        let prk = Hkdf::<Sha256>::new(Some(salt), &ikm);
+        let (mut cek, mut nonce) = ([0u8; 16], [0u8; 12]);
+        prk.expand(b"Content-Encoding: aes128gcm\0", &mut cek).expect("CEK");
+        prk.expand(b"Content-Encoding: nonce\0", &mut nonce).expect("nonce");
+        let plain = Aes128Gcm::new_from_slice(&cek)
+            .expect("a 16-byte key")
+            .decrypt(Nonce::from_slice(&nonce), sealed)
+            .expect("the record decrypts with the subscription's keys");
+        // Padding is zeros after the delimiter; the last record's delimiter is 0x02.
+        let end = plain.iter().rposition(|b| *b != 0).expect("a delimiter");
+        assert_eq!(plain[end], 2, "the last record's delimiter");
+        serde_json::from_slice(&plain[..end]).expect("a JSON payload")
+    }
+}
+
+/// Checks the VAPID `Authorization` of a push to the service at `origin`: signed with the key
+/// `k=` names (which must be `public_key`), for that audience, expiring within 24 h.
+fn check_vapid(p: &Pushed, origin: &str, public_key: &str) {
+    let auth = p.header("authorization").expect("an Authorization header");
+    let rest = auth.strip_prefix("vapid ").unwrap_or_else(|| panic!("not a vapid scheme: {auth}"));
+    let mut t = None;
+    let mut k = None;
+    for part in rest.split(',').map(str::trim) {
+        match part.split_once('=') {
+            Some(("t", v)) => t = Some(v),
+            Some(("k", v)) => k = Some(v),
+            _ => {}
+        }
+    }
+    let (t, k) = (t.expect("t="), k.expect("k="));
+    assert_eq!(k, public_key, "k= is the hub's published key");
+    let (signed, sig) = t.rsplit_once('.').expect("a JWS");
+    let key = VerifyingKey::from_sec1_bytes(&B64.decode(k).expect("base64url key")).expect("a P-256 key");
+    let sig = Signature::from_slice(&B64.decode(sig).expect("base64url signature")).expect("r || s");
+    key.verify(signed.as_bytes(), &sig).expect("the ES256 signature verifies with k=");
+    let (head, claims) = signed.split_once('.').expect("header.claims");
+    let json = |part: &str| -> Value {
+        serde_json::from_slice(&B64.decode(part).expect("base64url")).expect("a JSON part")
+    };
+    let (head, claims) = (json(head), json(claims));
+    assert_eq!(head["alg"], "ES256");
+    assert_eq!(claims["aud"], origin);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_secs();
+    let exp = claims["exp"].as_u64().expect("exp");
+    assert!(exp > now && exp <= now + 24 * 3600, "exp {exp} now {now}");
+    let sub = claims["sub"].as_str().expect("sub");
+    assert!(sub.starts_with("mailto:") || sub.starts_with("https://"), "{sub}");
+}
+
+fn send(port: u16, method: &str, path: &str, body: &Value) -> Reply {
+    http(port, method, path, &[AUTH, ("Content-Type", "application/json")], body.to_string().as_bytes())
+}
+
+/// A fake bridge's heartbeat: instance 4242 in /w/proj with these sessions.
+fn heartbeat(port: u16, sessions: Value) {
+    let body = json!({"token": TEST_TOKEN, "id": "4242", "port": 9, "pid": 4242, "workspace": "/w/proj",
+                      "origin": "editor", "sessions": sessions});
+    let r = post_json(port, "/api/register", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+fn session(id: &str, status: &str) -> Value {
+    json!({"sessionId": id, "title": "Fix login", "status": status, "updatedAt": 1})
+}
+
+fn vapid_key(hub: &Hub) -> String {
+    let r = http(hub.port, "GET", "/api/push/vapid-public-key", &[AUTH], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["publicKey"].as_str().expect("publicKey").to_owned()
+}
+
+/// Waits until `pred` holds for the stored subscriptions file (its endpoints).
+fn wait_stored(home: &Home, what: &str, pred: impl Fn(&[String]) -> bool) {
+    let file = home.path().join("data/push/subscriptions.json");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let stored: Vec<String> = std::fs::read(&file)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|v| v["subscriptions"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|s| s["endpoint"].as_str().map(str::to_owned))
+            .collect();
+        if pred(&stored) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}: {stored:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_waiting_session_and_a_turn_end_are_pushed_encrypted_and_signed() {
+    let home = Home::new();
+    let hub = Hub::start(&home, &[]);
+    let service = PushService::start();
+    assert_eq!(http(hub.port, "GET", "/api/push/vapid-public-key", &[], b"").status, 401, "token-gated");
+    let key = vapid_key(&hub);
+    assert_eq!(B64.decode(&key).expect("base64url").len(), 65, "an uncompressed P-256 point");
+    let vapid_file = home.path().join("data/push/vapid.json");
+    assert_eq!(std::fs::metadata(&vapid_file).expect("the key file").permissions().mode() & 0o777, 0o600);
+
+    let (phone, laptop) = (Browser::new("phone"), Browser::new("laptop"));
+    let mut sub = phone.subscription(&service.endpoint("/ok/phone"));
+    sub["notifyTurnEnd"] = json!(true);
+    let r = send(hub.port, "POST", "/api/push/subscriptions", &sub);
+    assert_eq!((r.status, r.json()["notifyTurnEnd"].clone()), (201, json!(true)), "{}", r.text());
+    assert_eq!(send(hub.port, "POST", "/api/push/subscriptions", &sub).status, 200, "the same device again");
+    let r = send(
+        hub.port,
+        "POST",
+        "/api/push/subscriptions",
+        &laptop.subscription(&service.endpoint("/ok/laptop")),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let subs_file = home.path().join("data/push/subscriptions.json");
+    assert_eq!(std::fs::metadata(&subs_file).expect("stored").permissions().mode() & 0o777, 0o600);
+
+    // Running: nothing. Waiting: both devices, urgently.
+    heartbeat(hub.port, json!([session("s1", "running")]));
+    heartbeat(hub.port, json!([session("s1", "waiting")]));
+    let origin = format!("http://127.0.0.1:{}", service.port);
+    let mut waits: Vec<Pushed> = vec![service.next("the wait, 1 of 2"), service.next("the wait, 2 of 2")];
+    waits.sort_by(|a, b| a.path.cmp(&b.path));
+    assert_eq!(waits.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(), ["/ok/laptop", "/ok/phone"]);
+    for (p, browser) in waits.iter().zip([&laptop, &phone]) {
+        check_vapid(p, &origin, &key);
+        assert_eq!(p.header("content-encoding"), Some("aes128gcm"));
+        assert_eq!(p.header("urgency"), Some("high"));
+        assert_eq!(p.header("ttl"), Some("600"));
+        assert!(p.header("topic").is_some_and(|t| t.len() <= 32), "{:?}", p.header("topic"));
+        let payload = browser.decrypt(&p.body);
+        assert_eq!(payload["title"], "Waiting for you");
+        assert_eq!(payload["url"], "/s/4242/s1?cwd=%2Fw%2Fproj");
+        assert_eq!(payload["tag"], "session:s1");
+        assert!(payload["body"].as_str().unwrap().contains("Fix login"), "{payload}");
+    }
+    // The listing keeps the contract's two statuses.
+    let list = http(hub.port, "GET", "/api/instances", &[AUTH], b"").json();
+    assert_eq!(list[0]["sessions"][0]["status"], "running");
+
+    // The same wait heard again is not pushed again; the turn's end goes to the phone only.
+    heartbeat(hub.port, json!([session("s1", "waiting")]));
+    heartbeat(hub.port, json!([session("s1", "idle")]));
+    let end = service.next("the turn's end");
+    assert_eq!(end.path, "/ok/phone", "only the device that asked hears of turn ends");
+    assert_eq!(end.header("urgency"), Some("normal"));
+    let payload = phone.decrypt(&end.body);
+    assert_eq!(
+        (payload["title"].clone(), payload["tag"].clone()),
+        (json!("Turn finished"), json!("session:s1"))
+    );
+    // A later wait reaches both again, and nothing else was sent meanwhile.
+    heartbeat(hub.port, json!([session("s1", "waiting")]));
+    let mut next: Vec<String> = (0..2).map(|i| service.next(&format!("the second wait {i}")).path).collect();
+    next.sort();
+    assert_eq!(next, ["/ok/laptop", "/ok/phone"], "no repeated wait, no turn end for the laptop");
+    assert!(!hub.log().contains("/ok/phone"), "the endpoint (a capability) is not logged");
+}
+
+#[test]
+fn bad_subscriptions_are_400_with_a_reason_and_delete_forgets() {
+    let home = Home::new();
+    let hub = Hub::start(&home, &[]);
+    let b = Browser::new("b");
+    let good = b.subscription("https://push.example.net/x");
+    let mut bad_flag = good.clone();
+    bad_flag["notifyTurnEnd"] = json!("yes");
+    for (body, want) in [
+        (json!([1]), "JSON object"),
+        (json!({"keys": good["keys"]}), "endpoint"),
+        (b.subscription("http://push.example.net/x"), "https://"),
+        (json!({"endpoint": "https://push.example.net/x"}), "keys"),
+        (
+            json!({"endpoint": "https://h/x", "keys": {"p256dh": "AAAA", "auth": good["keys"]["auth"]}}),
+            "p256dh",
+        ),
+        (
+            json!({"endpoint": "https://h/x", "keys": {"p256dh": good["keys"]["p256dh"], "auth": "AA"}}),
+            "auth",
+        ),
+        (bad_flag, "notifyTurnEnd"),
+    ] {
+        let r = send(hub.port, "POST", "/api/push/subscriptions", &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert!(r.text().contains(want), "{body}: {}", r.text());
+    }
+    let r = http(hub.port, "POST", "/api/push/subscriptions", &[AUTH], b"{not json");
+    assert_eq!(r.status, 400);
+    let unauth = http(hub.port, "POST", "/api/push/subscriptions", &[], good.to_string().as_bytes());
+    assert_eq!(unauth.status, 401);
+
+    assert_eq!(send(hub.port, "POST", "/api/push/subscriptions", &good).status, 201);
+    wait_stored(&home, "the subscription", |s| s == ["https://push.example.net/x"]);
+    assert_eq!(send(hub.port, "DELETE", "/api/push/subscriptions", &json!({})).status, 400);
+    let gone = json!({"endpoint": "https://push.example.net/x"});
+    assert_eq!(
+        http(hub.port, "DELETE", "/api/push/subscriptions", &[], gone.to_string().as_bytes()).status,
+        401
+    );
+    let r = send(hub.port, "DELETE", "/api/push/subscriptions", &gone);
+    assert_eq!((r.status, r.json()), (200, json!({"ok": true, "removed": true})));
+    let r = send(hub.port, "DELETE", "/api/push/subscriptions", &gone);
+    assert_eq!((r.status, r.json()), (200, json!({"ok": true, "removed": false})));
+    wait_stored(&home, "no subscription", <[String]>::is_empty);
+}
+
+#[test]
+fn a_subscription_the_push_service_calls_gone_is_forgotten() {
+    let home = Home::new();
+    let hub = Hub::start(&home, &[]);
+    let service = PushService::start();
+    let (old, kept) = (service.endpoint("/gone/old"), service.endpoint("/ok/kept"));
+    for (who, endpoint) in [("old", &old), ("kept", &kept)] {
+        let r = send(hub.port, "POST", "/api/push/subscriptions", &Browser::new(who).subscription(endpoint));
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+    heartbeat(hub.port, json!([session("s1", "waiting")]));
+    let mut paths: Vec<String> = (0..2).map(|i| service.next(&format!("push {i}")).path).collect();
+    paths.sort();
+    assert_eq!(paths, ["/gone/old", "/ok/kept"]);
+    wait_stored(&home, "the 410'd subscription to go", |s| s == [kept.clone()]);
+}
+
+#[test]
+fn a_push_service_that_never_answers_delays_no_heartbeat() {
+    let home = Home::new();
+    let hub = Hub::start(&home, &[]);
+    let service = PushService::start();
+    let r = send(
+        hub.port,
+        "POST",
+        "/api/push/subscriptions",
+        &Browser::new("slow").subscription(&service.endpoint("/hang/x")),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    heartbeat(hub.port, json!([session("s1", "waiting")]));
+    let held = service.next("the push the service sits on");
+    assert_eq!(held.path, "/hang/x");
+    // While the service holds that connection, heartbeats (each implying another push) and
+    // the listing are answered; the hub has not even given up on the held push yet.
+    for (i, status) in ["idle", "waiting", "idle"].into_iter().enumerate() {
+        heartbeat(hub.port, json!([session("s1", status), session(&format!("t{i}"), "waiting")]));
+    }
+    assert_eq!(http(hub.port, "GET", "/api/instances", &[AUTH], b"").status, 200);
+    assert!(
+        !service.hub_closed.load(Ordering::SeqCst),
+        "the answers came only after the hub gave up on the push service"
+    );
+}
