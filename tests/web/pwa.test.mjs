@@ -7,13 +7,14 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import https from 'node:https';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { createRequire } from 'node:module';
-import { Stack, launchBrowser, watchConsole, until, SHOTS, ROOT, CHROMIUM } from './harness.mjs';
+import { Stack, launchBrowser, watchConsole, until, SHOTS, ROOT, CHROMIUM, WAIT } from './harness.mjs';
 
 const { chromium } = createRequire(path.join(ROOT, 'tests/peers/package.json'))('playwright-core');
 
@@ -193,18 +194,28 @@ describe('installable web app', { timeout: 120000 }, () => {
       const r = await navigator.serviceWorker.ready;
       return (await r.getNotifications()).map((n) => ({ title: n.title, body: n.body, tag: n.tag, url: n.data && n.data.url }));
     });
-    const deliver = (data) => cdp.send('ServiceWorker.deliverPushMessage', { origin: stack.base, registrationId: reg.registrationId, data });
+    // Delivers `data` and waits for the notification `pred` picks. Under load chromium now and
+    // then drops a DevTools delivery before the worker sees it (seen 2 in ~10 runs, never a
+    // push that reached the handler without a notification): up to three deliveries.
+    const push = async (what, data, pred) => {
+      for (let attempt = 1; ; attempt++) {
+        await cdp.send('ServiceWorker.deliverPushMessage', { origin: stack.base, registrationId: reg.registrationId, data });
+        try {
+          return await until(what, async () => (await notifications()).find(pred), attempt < 3 ? 5000 : WAIT);
+        } catch (e) {
+          if (attempt === 3) throw e;
+        }
+      }
+    };
 
-    await deliver(JSON.stringify({ title: 'fix-tests waits for you', body: 'Permission: run cargo test', url: '/s/42/sess_1?cwd=%2Ftmp', tag: 'sess_1' }));
-    const shown = await until('the notification', async () => (await notifications()).find((n) => n.tag === 'sess_1'));
+    const shown = await push('the notification', JSON.stringify({ title: 'fix-tests waits for you', body: 'Permission: run cargo test', url: '/s/42/sess_1?cwd=%2Ftmp', tag: 'sess_1' }), (n) => n.tag === 'sess_1');
     assert.deepEqual(shown, { title: 'fix-tests waits for you', body: 'Permission: run cargo test', tag: 'sess_1', url: '/s/42/sess_1?cwd=%2Ftmp' });
 
     // A payload that is not the hub's JSON, or that names another site, still says something
     // and never sends the click elsewhere.
-    await deliver('not json');
-    await until('the fallback notification', async () => (await notifications()).some((n) => n.title === 'An agent is waiting for you'));
-    await deliver(JSON.stringify({ title: 'elsewhere', url: 'https://evil.example/phish', tag: 'x' }));
-    const other = await until('the third notification', async () => (await notifications()).find((n) => n.tag === 'x'));
+    const fallback = await push('the fallback notification', 'not json', (n) => n.title === 'An agent is waiting for you');
+    assert.equal(fallback.url, '/');
+    const other = await push('the third notification', JSON.stringify({ title: 'elsewhere', url: 'https://evil.example/phish', tag: 'x' }), (n) => n.tag === 'x');
     assert.equal(other.url, '/');
     await cdp.detach();
     assert.deepEqual(errors, []);
@@ -238,6 +249,56 @@ describe('installable web app', { timeout: 120000 }, () => {
     await turn;
     await until('the title without a count', async () => !/^\(\d+\)/.test(await page.title()));
     await until('the badge cleared', () => page.evaluate(() => window.badges.at(-1) === 0));
+    await context.close();
+  });
+
+  it('subscribes with the hub\'s key on a click and sends the hub the subscription, then unsubscribes', async () => {
+    const context = await browser.newContext({ viewport: PHONE });
+    await context.grantPermissions(['notifications']);
+    // The browser's push service (Google's, for chromium) cannot be reached from here: the one
+    // stand-in is PushManager's subscribe, which records the key it is given and answers with
+    // a subscription of the shape browsers give. Everything else is the real page and worker.
+    await context.addInitScript(() => {
+      let current = null;
+      PushManager.prototype.subscribe = async function subscribe(opts) {
+        window.subscribedWith = { userVisibleOnly: opts.userVisibleOnly, key: Array.from(new Uint8Array(opts.applicationServerKey)) };
+        current = {
+          endpoint: 'https://push.example/send/abc', options: { applicationServerKey: opts.applicationServerKey.buffer },
+          toJSON: () => ({ endpoint: 'https://push.example/send/abc', expirationTime: null, keys: { p256dh: 'BPUB', auth: 'AUTH' } }),
+          unsubscribe: async () => { current = null; return true; },
+        };
+        return current;
+      };
+      PushManager.prototype.getSubscription = async () => current;
+    });
+    const ecdh = crypto.createECDH('prime256v1');
+    const publicKey = ecdh.generateKeys();
+    const seen = [];
+    await context.route('**/api/push/**', async (r) => {
+      const req = r.request();
+      seen.push({ method: req.method(), path: new URL(req.url()).pathname, auth: req.headers().authorization, body: req.postData() && JSON.parse(req.postData()) });
+      if (req.method() === 'GET') return r.fulfill({ json: { publicKey: publicKey.toString('base64url') } });
+      return r.fulfill({ status: 204, body: '' });
+    });
+    const page = await context.newPage();
+    const errors = watchConsole(page);
+    await openControlled(page, `${stack.base}/#token=${stack.token}`);
+    assert.equal(await page.evaluate(() => Notification.permission), 'granted');
+    await page.locator('#notify-turn-end').check();
+    await page.locator('#notify-on').click();
+    await page.locator('#notify-off').waitFor();
+    assert.match(await page.locator('#notify-status').textContent(), /on for this device/);
+    assert.deepEqual(await page.evaluate(() => window.subscribedWith), { userVisibleOnly: true, key: Array.from(publicKey) });
+    const bearer = `Bearer ${stack.token}`;
+    assert.deepEqual(seen, [
+      { method: 'GET', path: '/api/push/vapid-public-key', auth: bearer, body: null },
+      { method: 'POST', path: '/api/push/subscriptions', auth: bearer, body: { endpoint: 'https://push.example/send/abc', expirationTime: null, keys: { p256dh: 'BPUB', auth: 'AUTH' }, notifyTurnEnd: true } },
+    ]);
+    assert.equal(await page.evaluate(() => JSON.stringify(localStorage).includes('push.example')), false, 'nothing stored in the page');
+    await page.locator('#notify-off').click();
+    await page.locator('#notify-on').waitFor();
+    assert.deepEqual(seen.at(-1), { method: 'DELETE', path: '/api/push/subscriptions', auth: bearer, body: { endpoint: 'https://push.example/send/abc' } });
+    assert.deepEqual(errors, []);
     await context.close();
   });
 
