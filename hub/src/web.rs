@@ -51,7 +51,11 @@ const ASSETS: &[Asset] = &[
     },
     Asset { path: "/icons/icon-192.png", mime: PNG, body: include_bytes!("../web/icons/icon-192.png") },
     Asset { path: "/icons/icon-512.png", mime: PNG, body: include_bytes!("../web/icons/icon-512.png") },
-    Asset { path: "/icons/maskable-512.png", mime: PNG, body: include_bytes!("../web/icons/maskable-512.png") },
+    Asset {
+        path: "/icons/maskable-512.png",
+        mime: PNG,
+        body: include_bytes!("../web/icons/maskable-512.png"),
+    },
     Asset {
         path: "/icons/apple-touch-icon.png",
         mime: PNG,
@@ -82,7 +86,9 @@ fn etags() -> &'static [String] {
                 // The digest takes text: a binary asset is hashed as its hex (lossless).
                 let d = match std::str::from_utf8(a.body) {
                     Ok(text) => zcode_shared::token::digest(text),
-                    Err(_) => zcode_shared::token::digest(&a.body.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+                    Err(_) => zcode_shared::token::digest(
+                        &a.body.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+                    ),
                 };
                 let hex: String = d.iter().take(10).map(|b| format!("{b:02x}")).collect();
                 format!("\"{hex}\"")
@@ -235,7 +241,10 @@ mod tests {
 
     /// The text assets (everything but the images), as text.
     fn texts() -> impl Iterator<Item = (&'static str, &'static str)> {
-        ASSETS.iter().filter(|a| !a.mime.starts_with("image/png")).map(|a| (a.path, std::str::from_utf8(a.body).unwrap()))
+        ASSETS
+            .iter()
+            .filter(|a| !a.mime.starts_with("image/png"))
+            .map(|a| (a.path, std::str::from_utf8(a.body).unwrap()))
     }
 
     #[test]
