@@ -1,4 +1,4 @@
-//! The web client's assets (`hub/web/`), compiled into the binary with `include_str!` (no build
+//! The web client's assets (`hub/web/`), compiled into the binary with `include_bytes!` (no build
 //! step) and served from memory for every plain `GET`/`HEAD` that is not an API path: the page
 //! needs no token to load, the token lives in the page (it arrives in the URL fragment, which
 //! never reaches a server).
@@ -8,7 +8,12 @@
 //! and the security headers: a Content-Security-Policy that forbids inline scripts and any
 //! origin but the hub's, `Referrer-Policy: no-referrer`, `X-Content-Type-Options: nosniff`.
 //! Unknown paths get `index.html` (client-side routing), except missing files under `/js/` and
-//! `/favicon.ico`, which get a 404 rather than HTML under a script's name.
+//! `/icons/` and `/favicon.ico`, which get a 404 rather than HTML under a script's name.
+//!
+//! The client is an installable web app: `/manifest.webmanifest`, PNG icons (192, 512, and a
+//! maskable 512) and a service worker at `/sw.js` (its default scope is `/`, so it needs no
+//! `Service-Worker-Allowed`), which caches the shell for offline starts and shows Web Push
+//! notifications.
 
 use crate::http::{Body, Resp, full};
 use hyper::header::{self, HeaderValue};
@@ -17,36 +22,58 @@ use std::sync::OnceLock;
 
 /// The policy every page response carries: scripts and styles from the hub only (no inline
 /// script can run, whatever text ends up in the page), images also from `data:`/`blob:` (file
-/// previews), sockets to the hub, never framed, no `<base>` rewriting.
+/// previews), sockets to the hub, the service worker and the manifest from the hub, never
+/// framed, no `<base>` rewriting.
 pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; \
-connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+connect-src 'self' ws: wss:; worker-src 'self'; manifest-src 'self'; frame-ancestors 'none'; \
+base-uri 'none'; form-action 'self'";
 
 /// One asset: its path, content type and bytes.
 struct Asset {
     path: &'static str,
     mime: &'static str,
-    body: &'static str,
+    body: &'static [u8],
 }
 
 const HTML: &str = "text/html; charset=utf-8";
 const JS: &str = "text/javascript; charset=utf-8";
+const PNG: &str = "image/png";
 
 /// Every file of `hub/web/`. `index.html` is first: it is what unknown paths get.
 const ASSETS: &[Asset] = &[
-    Asset { path: "/index.html", mime: HTML, body: include_str!("../web/index.html") },
-    Asset { path: "/app.css", mime: "text/css; charset=utf-8", body: include_str!("../web/app.css") },
-    Asset { path: "/icon.svg", mime: "image/svg+xml", body: include_str!("../web/icon.svg") },
-    Asset { path: "/js/app.js", mime: JS, body: include_str!("../web/js/app.js") },
-    Asset { path: "/js/api.js", mime: JS, body: include_str!("../web/js/api.js") },
-    Asset { path: "/js/conn.js", mime: JS, body: include_str!("../web/js/conn.js") },
-    Asset { path: "/js/dom.js", mime: JS, body: include_str!("../web/js/dom.js") },
-    Asset { path: "/js/md.js", mime: JS, body: include_str!("../web/js/md.js") },
-    Asset { path: "/js/home.js", mime: JS, body: include_str!("../web/js/home.js") },
-    Asset { path: "/js/projects.js", mime: JS, body: include_str!("../web/js/projects.js") },
-    Asset { path: "/js/session.js", mime: JS, body: include_str!("../web/js/session.js") },
-    Asset { path: "/js/transcript.js", mime: JS, body: include_str!("../web/js/transcript.js") },
-    Asset { path: "/js/composer.js", mime: JS, body: include_str!("../web/js/composer.js") },
-    Asset { path: "/js/files.js", mime: JS, body: include_str!("../web/js/files.js") },
+    Asset { path: "/index.html", mime: HTML, body: include_bytes!("../web/index.html") },
+    Asset { path: "/app.css", mime: "text/css; charset=utf-8", body: include_bytes!("../web/app.css") },
+    Asset { path: "/icon.svg", mime: "image/svg+xml", body: include_bytes!("../web/icon.svg") },
+    Asset {
+        path: "/manifest.webmanifest",
+        mime: "application/manifest+json",
+        body: include_bytes!("../web/manifest.webmanifest"),
+    },
+    Asset { path: "/icons/icon-192.png", mime: PNG, body: include_bytes!("../web/icons/icon-192.png") },
+    Asset { path: "/icons/icon-512.png", mime: PNG, body: include_bytes!("../web/icons/icon-512.png") },
+    Asset {
+        path: "/icons/maskable-512.png",
+        mime: PNG,
+        body: include_bytes!("../web/icons/maskable-512.png"),
+    },
+    Asset {
+        path: "/icons/apple-touch-icon.png",
+        mime: PNG,
+        body: include_bytes!("../web/icons/apple-touch-icon.png"),
+    },
+    Asset { path: "/sw.js", mime: JS, body: include_bytes!("../web/sw.js") },
+    Asset { path: "/js/app.js", mime: JS, body: include_bytes!("../web/js/app.js") },
+    Asset { path: "/js/api.js", mime: JS, body: include_bytes!("../web/js/api.js") },
+    Asset { path: "/js/conn.js", mime: JS, body: include_bytes!("../web/js/conn.js") },
+    Asset { path: "/js/dom.js", mime: JS, body: include_bytes!("../web/js/dom.js") },
+    Asset { path: "/js/md.js", mime: JS, body: include_bytes!("../web/js/md.js") },
+    Asset { path: "/js/home.js", mime: JS, body: include_bytes!("../web/js/home.js") },
+    Asset { path: "/js/projects.js", mime: JS, body: include_bytes!("../web/js/projects.js") },
+    Asset { path: "/js/session.js", mime: JS, body: include_bytes!("../web/js/session.js") },
+    Asset { path: "/js/transcript.js", mime: JS, body: include_bytes!("../web/js/transcript.js") },
+    Asset { path: "/js/composer.js", mime: JS, body: include_bytes!("../web/js/composer.js") },
+    Asset { path: "/js/files.js", mime: JS, body: include_bytes!("../web/js/files.js") },
+    Asset { path: "/js/push.js", mime: JS, body: include_bytes!("../web/js/push.js") },
 ];
 
 /// The strong validator of each asset, in [`ASSETS`] order.
@@ -56,7 +83,13 @@ fn etags() -> &'static [String] {
         ASSETS
             .iter()
             .map(|a| {
-                let d = zcode_shared::token::digest(a.body);
+                // The digest takes text: a binary asset is hashed as its hex (lossless).
+                let d = match std::str::from_utf8(a.body) {
+                    Ok(text) => zcode_shared::token::digest(text),
+                    Err(_) => zcode_shared::token::digest(
+                        &a.body.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+                    ),
+                };
                 let hex: String = d.iter().take(10).map(|b| format!("{b:02x}")).collect();
                 format!("\"{hex}\"")
             })
@@ -84,7 +117,9 @@ pub fn serve(method: &Method, path: &str, if_none_match: Option<&HeaderValue>) -
     let wanted = if path == "/" { "/index.html" } else { path };
     let index = match ASSETS.iter().position(|a| a.path == wanted) {
         Some(i) => i,
-        None if path.starts_with("/js/") || path == "/favicon.ico" => return Some(not_found()),
+        None if path.starts_with("/js/") || path.starts_with("/icons/") || path == "/favicon.ico" => {
+            return Some(not_found());
+        }
         None => 0,
     };
     let asset = &ASSETS[index];
@@ -134,9 +169,12 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
 
+    async fn body_bytes(r: Resp) -> Vec<u8> {
+        r.into_body().collect().await.unwrap().to_bytes().to_vec()
+    }
+
     async fn body(r: Resp) -> String {
-        let bytes = r.into_body().collect().await.unwrap().to_bytes();
-        String::from_utf8(bytes.to_vec()).unwrap()
+        String::from_utf8(body_bytes(r).await).unwrap()
     }
 
     #[tokio::test]
@@ -201,18 +239,58 @@ mod tests {
         assert!(total_size() < 300 * 1024, "the web client is {} bytes", total_size());
     }
 
+    /// The text assets (everything but the images), as text.
+    fn texts() -> impl Iterator<Item = (&'static str, &'static str)> {
+        ASSETS
+            .iter()
+            .filter(|a| !a.mime.starts_with("image/png"))
+            .map(|a| (a.path, std::str::from_utf8(a.body).unwrap()))
+    }
+
     #[test]
     fn no_asset_carries_an_inline_script_or_handler() {
-        let index = ASSETS[0].body;
+        let index = std::str::from_utf8(ASSETS[0].body).unwrap();
         assert_eq!(index.matches("<script").count(), 1, "one module script, by src");
-        for a in ASSETS {
-            assert!(!a.body.contains("innerHTML") && !a.body.contains("outerHTML"), "{}", a.path);
-            assert!(!a.body.contains("eval(") && !a.body.contains("new Function"), "{}", a.path);
-            assert!(
-                !a.body.contains("insertAdjacentHTML") && !a.body.contains("document.write"),
-                "{}",
-                a.path
-            );
+        for (path, body) in texts() {
+            assert!(!body.contains("innerHTML") && !body.contains("outerHTML"), "{path}");
+            assert!(!body.contains("eval(") && !body.contains("new Function"), "{path}");
+            assert!(!body.contains("insertAdjacentHTML") && !body.contains("document.write"), "{path}");
         }
+    }
+
+    #[tokio::test]
+    async fn the_app_manifest_icons_and_service_worker_are_served() {
+        let m = serve(&Method::GET, "/manifest.webmanifest", None).unwrap();
+        assert_eq!(m.headers()[header::CONTENT_TYPE], "application/manifest+json");
+        let manifest: serde_json::Value = serde_json::from_str(&body(m).await).unwrap();
+        let icons = manifest["icons"].as_array().unwrap();
+        for icon in icons {
+            let src = icon["src"].as_str().unwrap();
+            let r = serve(&Method::GET, src, None).unwrap();
+            assert_eq!(r.status(), StatusCode::OK, "{src}");
+            assert_eq!(r.headers()[header::CONTENT_TYPE], icon["type"].as_str().unwrap(), "{src}");
+            assert!(r.headers().contains_key(header::ETAG), "{src}");
+        }
+        let png = serve(&Method::GET, "/icons/icon-512.png", None).unwrap();
+        assert!(body_bytes(png).await.starts_with(b"\x89PNG\r\n"));
+        let sw = serve(&Method::GET, "/sw.js", None).unwrap();
+        assert_eq!(sw.headers()[header::CONTENT_TYPE], JS);
+        assert_eq!(sw.headers()[header::CACHE_CONTROL], "no-cache", "a new worker is seen at once");
+        let csp = sw.headers()[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+        assert!(csp.contains("worker-src 'self'") && csp.contains("manifest-src 'self'"), "{csp}");
+        assert_eq!(serve(&Method::GET, "/icons/missing.png", None).unwrap().status(), StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn the_service_worker_caches_every_text_asset() {
+        // Its shell list is written out in sw.js: a new asset left out of it would be missing
+        // when the app starts offline.
+        let sw = std::str::from_utf8(ASSETS.iter().find(|a| a.path == "/sw.js").unwrap().body).unwrap();
+        let list = &sw[sw.find("const SHELL = [").unwrap()..];
+        let list = &list[..list.find("];").unwrap()];
+        for (path, _) in texts().filter(|(p, _)| *p != "/sw.js" && *p != "/index.html") {
+            assert!(list.contains(&format!("'{path}'")), "sw.js's SHELL lacks {path}");
+        }
+        assert!(list.contains("'/'"), "the page itself");
     }
 }

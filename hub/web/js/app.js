@@ -14,6 +14,7 @@ import { token, setToken, takeTokenFromFragment, getJson } from './api.js';
 import { homeView } from './home.js';
 import { sessionView } from './session.js';
 import { filesView } from './files.js';
+import { startApp } from './push.js';
 
 const view = () => $('#view');
 let cleanup = null;
@@ -129,6 +130,7 @@ function showFatal(e) {
 }
 
 function boot() {
+  startApp();
   const paired = takeTokenFromFragment();
   if (paired && !token()) return app.pair('The pairing link had an empty token.');
   window.addEventListener('popstate', route);

@@ -7,6 +7,7 @@ import { h, clear, ago, baseName } from './dom.js';
 import { getJson } from './api.js';
 import { pool } from './conn.js';
 import { projectsSection, browseSection } from './projects.js';
+import { notifyCard } from './push.js';
 
 const POLL_MS = 4000;
 
@@ -17,7 +18,7 @@ export function homeView(root, app) {
     h('h2', { id: 'instances-h', text: 'Live sessions' }), h('p', { class: 'muted', text: 'Looking for instances…' }));
   const projects = projectsSection(app);
   const browse = browseSection(app);
-  clear(root).append(h('div', { class: 'home' }, waiting, live, projects.node, browse.node));
+  clear(root).append(h('div', { class: 'home' }, waiting, live, projects.node, browse.node, notifyCard()));
   app.setTitle('');
 
   let list = app.instances || null;

@@ -1,0 +1,328 @@
+// The installable web app in a real chromium against the real hub: the manifest and its icons,
+// Chromium's own installability check (DevTools `Page.getInstallabilityErrors`) on localhost and
+// behind an https proxy, the shell opening while the hub is unreachable, the service worker's
+// push handler (a push delivered through DevTools `ServiceWorker.deliverPushMessage`), the
+// waiting count in the title and the app badge, and the "Notify me" button at phone size.
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import https from 'node:https';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { Stack, launchBrowser, watchConsole, until, SHOTS, ROOT, CHROMIUM, WAIT } from './harness.mjs';
+
+const { chromium } = createRequire(path.join(ROOT, 'tests/peers/package.json'))('playwright-core');
+
+const PHONE = { width: 390, height: 844 };
+
+/** A PNG's width and height, from its IHDR chunk. */
+function pngSize(buf) {
+  assert.equal(buf.subarray(1, 4).toString(), 'PNG');
+  return `${buf.readUInt32BE(16)}x${buf.readUInt32BE(20)}`;
+}
+
+/** An https reverse proxy in front of `port`, with a self-signed certificate; resolves to its server. */
+function httpsProxy(dir, port) {
+  const key = path.join(dir, 'key.pem');
+  const cert = path.join(dir, 'cert.pem');
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes',
+    '-keyout', key, '-out', cert, '-days', '1', '-subj', '/CN=localhost'], { stdio: 'ignore' });
+  const server = https.createServer({ key: fs.readFileSync(key), cert: fs.readFileSync(cert) }, (req, res) => {
+    const up = http.request({ host: '127.0.0.1', port, path: req.url, method: req.method, headers: req.headers }, (r) => {
+      res.writeHead(r.statusCode, r.headers);
+      r.pipe(res);
+    });
+    up.on('error', () => { res.writeHead(502); res.end(); });
+    req.pipe(up);
+  });
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
+}
+
+/** Opens `url` and waits until the service worker controls the page. */
+async function openControlled(page, url) {
+  await page.goto(url);
+  // The first load is controlled once the worker has installed, activated and claimed it.
+  await until('the service worker to control the page', () => page.evaluate(() => Boolean(navigator.serviceWorker.controller)));
+}
+
+/**
+ * A browser with an on-disk profile: Chromium never offers to install from an incognito
+ * profile, which is what a plain Playwright context is.
+ */
+async function persistentContext(opts = {}, extraArgs = []) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'zcode-pwa-profile-'));
+  const context = await chromium.launchPersistentContext(dir, {
+    executablePath: CHROMIUM, viewport: PHONE, ...opts,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync', ...extraArgs],
+  });
+  const close = context.close.bind(context);
+  context.close = async () => { await close(); fs.rmSync(dir, { recursive: true, force: true }); };
+  return context;
+}
+
+async function installabilityErrors(page) {
+  const cdp = await page.context().newCDPSession(page);
+  const { installabilityErrors } = await cdp.send('Page.getInstallabilityErrors');
+  await cdp.detach();
+  return installabilityErrors.map((e) => e.errorId);
+}
+
+describe('installable web app', { timeout: 120000 }, () => {
+  let stack; let browser;
+
+  before(async () => {
+    // Most of these tests run no bridge: the hub must not stop for being idle meanwhile.
+    [stack, browser] = await Promise.all([Stack.start({ env: () => ({ ZCODE_ACP_HUB_IDLE_MS: '600000' }) }), launchBrowser()]);
+    fs.mkdirSync(SHOTS, { recursive: true });
+  });
+
+  after(async () => {
+    await browser?.close();
+    await stack?.stop();
+  });
+
+  it('serves the manifest, its icons and the service worker', async () => {
+    const r = await stack.fetch('/manifest.webmanifest');
+    assert.equal(r.status, 200);
+    assert.equal(r.headers.get('content-type'), 'application/manifest+json');
+    const m = await r.json();
+    assert.equal(m.start_url, '/');
+    assert.equal(m.scope, '/');
+    assert.equal(m.display, 'standalone');
+    assert.ok(m.name && m.short_name && m.theme_color && m.background_color, JSON.stringify(m));
+    const sizes = new Set();
+    for (const icon of m.icons) {
+      const ir = await stack.fetch(icon.src);
+      assert.equal(ir.status, 200, icon.src);
+      assert.equal(ir.headers.get('content-type'), icon.type, icon.src);
+      assert.ok(ir.headers.get('etag'), icon.src);
+      if (icon.type === 'image/png') {
+        const size = pngSize(Buffer.from(await ir.arrayBuffer()));
+        assert.equal(size, icon.sizes, icon.src);
+        sizes.add(`${icon.purpose}:${size}`);
+      }
+    }
+    for (const want of ['any:192x192', 'any:512x512', 'maskable:512x512']) assert.ok(sizes.has(want), `${want} in ${[...sizes]}`);
+    const sw = await stack.fetch('/sw.js');
+    assert.equal(sw.status, 200);
+    assert.match(sw.headers.get('content-type'), /javascript/);
+    assert.equal(sw.headers.get('cache-control'), 'no-cache');
+    const csp = sw.headers.get('content-security-policy');
+    assert.match(csp, /worker-src 'self'/);
+    assert.match(csp, /manifest-src 'self'/);
+    const page = await (await stack.fetch('/')).text();
+    assert.match(page, /<link rel="manifest" href="\/manifest.webmanifest">/);
+    assert.match(page, /<meta name="theme-color" content="#[0-9a-f]{6}" media="\(prefers-color-scheme: light\)">/);
+    assert.match(page, /<meta name="theme-color" content="#[0-9a-f]{6}" media="\(prefers-color-scheme: dark\)">/);
+  });
+
+  it('meets Chromium\'s installability criteria on localhost', async () => {
+    const context = await persistentContext();
+    const page = await context.newPage();
+    const errors = watchConsole(page);
+    await openControlled(page, `http://localhost:${stack.port}/#token=${stack.token}`);
+    assert.deepEqual(await installabilityErrors(page), []);
+    assert.deepEqual(errors, []);
+    await context.close();
+  });
+
+  it('meets Chromium\'s installability criteria on https', async () => {
+    const proxy = await httpsProxy(stack.home, stack.port);
+    try {
+      // The certificate is self-signed: chromium is told to accept it (a tunnel's is real).
+      const context = await persistentContext({ ignoreHTTPSErrors: true }, ['--ignore-certificate-errors']);
+      const page = await context.newPage();
+      await openControlled(page, `https://localhost:${proxy.address().port}/#token=${stack.token}`);
+      assert.equal(await page.evaluate(() => window.isSecureContext), true);
+      assert.deepEqual(await installabilityErrors(page), []);
+      await context.close();
+    } finally {
+      proxy.close();
+    }
+  });
+
+  it('opens offline from its cache and says the hub is unreachable', async () => {
+    const context = await browser.newContext({ viewport: PHONE });
+    const page = await context.newPage();
+    await openControlled(page, `${stack.base}/#token=${stack.token}`);
+    await page.locator('#instances h2', { hasText: 'Live sessions' }).waitFor();
+    await context.setOffline(true);
+    try {
+      await page.reload();
+      const error = page.locator('#instances .error');
+      await error.waitFor();
+      assert.match(await error.textContent(), /cannot reach the hub/);
+      // A deep link opens too (every route is the cached page).
+      await page.goto(`${stack.base}/s/1/sess_x`);
+      await page.locator('#bar').waitFor();
+    } finally {
+      await context.setOffline(false);
+    }
+    // The hub itself gone (not only the network): the cached shell still opens.
+    await stack.stopHub();
+    try {
+      await page.goto(`${stack.base}/`);
+      const error = page.locator('#instances .error');
+      await error.waitFor();
+      assert.match(await error.textContent(), /cannot reach the hub/);
+      assert.match(await page.locator('#conn').textContent(), /offline/);
+      await page.screenshot({ path: path.join(SHOTS, 'pwa-offline-390.png') });
+    } finally {
+      await stack.startHub();
+    }
+    await context.close();
+  });
+
+  it('shows a notification for a push and leaves nothing but the session path in it', async () => {
+    const context = await browser.newContext({ viewport: PHONE });
+    await context.grantPermissions(['notifications']);
+    const page = await context.newPage();
+    const errors = watchConsole(page);
+    await openControlled(page, `${stack.base}/#token=${stack.token}`);
+    const cdp = await context.newCDPSession(page);
+    const regs = [];
+    cdp.on('ServiceWorker.workerRegistrationUpdated', (e) => regs.push(...e.registrations));
+    await cdp.send('ServiceWorker.enable');
+    const reg = await until('the worker registration', () => regs.find((r) => r.scopeURL === `${stack.base}/` && !r.isDeleted));
+    const notifications = () => page.evaluate(async () => {
+      const r = await navigator.serviceWorker.ready;
+      return (await r.getNotifications()).map((n) => ({ title: n.title, body: n.body, tag: n.tag, url: n.data && n.data.url }));
+    });
+    // Delivers `data` and waits for the notification `pred` picks. Under load chromium now and
+    // then drops a DevTools delivery before the worker sees it (seen 2 in ~10 runs, never a
+    // push that reached the handler without a notification): up to three deliveries.
+    const push = async (what, data, pred) => {
+      for (let attempt = 1; ; attempt++) {
+        await cdp.send('ServiceWorker.deliverPushMessage', { origin: stack.base, registrationId: reg.registrationId, data });
+        try {
+          return await until(what, async () => (await notifications()).find(pred), attempt < 3 ? 5000 : WAIT);
+        } catch (e) {
+          if (attempt === 3) throw e;
+        }
+      }
+    };
+
+    const shown = await push('the notification', JSON.stringify({ title: 'fix-tests waits for you', body: 'Permission: run cargo test', url: '/s/42/sess_1?cwd=%2Ftmp', tag: 'sess_1' }), (n) => n.tag === 'sess_1');
+    assert.deepEqual(shown, { title: 'fix-tests waits for you', body: 'Permission: run cargo test', tag: 'sess_1', url: '/s/42/sess_1?cwd=%2Ftmp' });
+
+    // A payload that is not the hub's JSON, or that names another site, still says something
+    // and never sends the click elsewhere.
+    const fallback = await push('the fallback notification', 'not json', (n) => n.title === 'An agent is waiting for you');
+    assert.equal(fallback.url, '/');
+    const other = await push('the third notification', JSON.stringify({ title: 'elsewhere', url: 'https://evil.example/phish', tag: 'x' }), (n) => n.tag === 'x');
+    assert.equal(other.url, '/');
+    await cdp.detach();
+    assert.deepEqual(errors, []);
+    await context.close();
+  });
+
+  it('counts what waits in the tab title and the app badge', async () => {
+    const ed = await stack.bridge();
+    const sid = await ed.newSession(stack.project);
+    await ed.prompt(sid, 'hello');
+    await stack.listed(ed.id, sid);
+    const context = await browser.newContext({ viewport: PHONE });
+    await context.addInitScript(() => {
+      window.badges = [];
+      navigator.setAppBadge = (n) => { window.badges.push(n); return Promise.resolve(); };
+      navigator.clearAppBadge = () => { window.badges.push(0); return Promise.resolve(); };
+    });
+    const page = await context.newPage();
+    await page.goto(`${stack.base}/#token=${stack.token}`);
+    await page.locator(`[data-session="${sid}"]`).waitFor();
+    assert.equal(await page.title(), 'zcode-acp');
+    const turn = ed.prompt(sid, 'permission for the badge');
+    const copy = await ed.request((r) => r.method === 'session/request_permission');
+    await until('the count in the title', async () => (await page.title()) === '(1) zcode-acp');
+    await until('the badge', () => page.evaluate(() => window.badges.at(-1) === 1));
+    // The count follows the page into the session it belongs to.
+    await page.locator('#waiting a').click();
+    await page.locator('.request.permission').waitFor();
+    assert.match(await page.title(), /^\(1\) /);
+    ed.answer(copy.id, { outcome: { outcome: 'selected', optionId: 'reject' } });
+    await turn;
+    await until('the title without a count', async () => !/^\(\d+\)/.test(await page.title()));
+    await until('the badge cleared', () => page.evaluate(() => window.badges.at(-1) === 0));
+    await context.close();
+  });
+
+  it('subscribes with the hub\'s key on a click and sends the hub the subscription, then unsubscribes', async () => {
+    const context = await browser.newContext({ viewport: PHONE });
+    await context.grantPermissions(['notifications']);
+    // The browser's push service (Google's, for chromium) cannot be reached from here: the one
+    // stand-in is PushManager's subscribe, which records the key it is given and answers with
+    // a subscription of the shape browsers give. Everything else is the real page and worker.
+    await context.addInitScript(() => {
+      let current = null;
+      PushManager.prototype.subscribe = async function subscribe(opts) {
+        window.subscribedWith = { userVisibleOnly: opts.userVisibleOnly, key: Array.from(new Uint8Array(opts.applicationServerKey)) };
+        current = {
+          endpoint: 'https://push.example/send/abc', options: { applicationServerKey: opts.applicationServerKey.buffer },
+          toJSON: () => ({ endpoint: 'https://push.example/send/abc', expirationTime: null, keys: { p256dh: 'BPUB', auth: 'AUTH' } }),
+          unsubscribe: async () => { current = null; return true; },
+        };
+        return current;
+      };
+      PushManager.prototype.getSubscription = async () => current;
+    });
+    const ecdh = crypto.createECDH('prime256v1');
+    const publicKey = ecdh.generateKeys();
+    const seen = [];
+    await context.route('**/api/push/**', async (r) => {
+      const req = r.request();
+      seen.push({ method: req.method(), path: new URL(req.url()).pathname, auth: req.headers().authorization, body: req.postData() && JSON.parse(req.postData()) });
+      if (req.method() === 'GET') return r.fulfill({ json: { publicKey: publicKey.toString('base64url') } });
+      return r.fulfill({ status: 204, body: '' });
+    });
+    const page = await context.newPage();
+    const errors = watchConsole(page);
+    await openControlled(page, `${stack.base}/#token=${stack.token}`);
+    assert.equal(await page.evaluate(() => Notification.permission), 'granted');
+    await page.locator('#notify-turn-end').check();
+    await page.locator('#notify-on').click();
+    await page.locator('#notify-off').waitFor();
+    assert.match(await page.locator('#notify-status').textContent(), /on for this device/);
+    assert.deepEqual(await page.evaluate(() => window.subscribedWith), { userVisibleOnly: true, key: Array.from(publicKey) });
+    const bearer = `Bearer ${stack.token}`;
+    assert.deepEqual(seen, [
+      { method: 'GET', path: '/api/push/vapid-public-key', auth: bearer, body: null },
+      { method: 'POST', path: '/api/push/subscriptions', auth: bearer, body: { endpoint: 'https://push.example/send/abc', expirationTime: null, keys: { p256dh: 'BPUB', auth: 'AUTH' }, notifyTurnEnd: true } },
+    ]);
+    assert.equal(await page.evaluate(() => JSON.stringify(localStorage).includes('push.example')), false, 'nothing stored in the page');
+    await page.locator('#notify-off').click();
+    await page.locator('#notify-on').waitFor();
+    assert.deepEqual(seen.at(-1), { method: 'DELETE', path: '/api/push/subscriptions', auth: bearer, body: { endpoint: 'https://push.example/send/abc' } });
+    assert.deepEqual(errors, []);
+    await context.close();
+  });
+
+  for (const scheme of ['light', 'dark']) {
+    it(`offers "Notify me when an agent waits" on the home screen (${scheme})`, async () => {
+      const context = await browser.newContext({ viewport: PHONE, colorScheme: scheme });
+      await context.grantPermissions(['notifications']);
+      const page = await context.newPage();
+      const errors = watchConsole(page);
+      await openControlled(page, `${stack.base}/#token=${stack.token}`);
+      const button = page.locator('#notify-on');
+      await button.waitFor();
+      assert.equal(await page.evaluate(() => document.documentElement.scrollWidth <= innerWidth), true, 'no horizontal overflow');
+      assert.equal(await page.evaluate((s) => getComputedStyle(document.querySelector('#bar')).backgroundColor
+        === (s === 'dark' ? 'rgb(26, 30, 35)' : 'rgb(255, 255, 255)'), scheme), true, 'theme-color matches the header');
+      await page.locator('#notify').scrollIntoViewIfNeeded();
+      await page.screenshot({ path: path.join(SHOTS, `pwa-notify-${scheme}-390.png`) });
+      // This hub has no push key to give: the button says so, clearly.
+      await page.route('**/api/push/vapid-public-key', (r) => r.fulfill({ status: 404, contentType: 'text/plain', body: 'not found' }));
+      await button.click();
+      const status = page.locator('#notify-status');
+      await until('the status', async () => /does not send notifications/.test(await status.textContent()));
+      assert.deepEqual(errors.filter((e) => !/404/.test(e)), []);
+      await context.close();
+    });
+  }
+});
