@@ -1,0 +1,244 @@
+// The session screen as a phone user sees it, against the real hub and bridges over the demo
+// agent and over the ACP SDK's example agent (which reuses tool call ids every turn): a live turn
+// renders exactly as its replay (same cards, same order), open cards stay open while they stream,
+// streamed messages are patched in place (not re-announced), the composer fits its placeholder and
+// lets a phone keyboard type newlines, and a cancelled turn says so, also after a reload.
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { Stack, launchBrowser, watchConsole, until, SHOTS, SDK_AGENT } from './harness.mjs';
+
+const PHONE = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 };
+
+/** The transcript as a list of its messages and cards, in order (what "the same" means). */
+function structure(page) {
+  return page.$$eval('#transcript > .msg', (nodes) => nodes.map((n) => {
+    const c = n.classList;
+    const text = (sel) => (n.querySelector(sel)?.textContent || '').trim();
+    if (c.contains('tool')) return `tool ${text('.title')} [${n.dataset.status}]`;
+    if (c.contains('user')) return `user ${text('.plain')}`;
+    if (c.contains('agent')) return `agent ${n.textContent.trim()}`;
+    if (c.contains('thought')) return `thought ${text('.md')}`;
+    if (c.contains('plan')) return `plan ${[...n.querySelectorAll('li')].map((li) => `${li.className}:${li.textContent}`).join(' | ')}`;
+    return n.className;
+  }));
+}
+
+async function shot(page, name) {
+  fs.mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: path.join(SHOTS, name) });
+}
+
+describe('session screen', () => {
+  let stack; let browser; let demo; let sdk;
+
+  before(async () => {
+    [stack, browser] = await Promise.all([Stack.start(), launchBrowser()]);
+    [demo, sdk] = await Promise.all([stack.bridge(), stack.bridge(SDK_AGENT)]);
+  });
+
+  after(async () => {
+    await browser?.close();
+    await stack?.stop();
+  });
+
+  async function phonePage() {
+    const context = await browser.newContext(PHONE);
+    context.setDefaultTimeout(15000);
+    if (process.env.DEV_ASSETS) {
+      await context.route(/\/(js\/[a-z]+\.js|app\.css)$/, (route) => {
+        const rel = new URL(route.request().url()).pathname;
+        route.fulfill({ path: path.join(process.env.DEV_ASSETS, rel) });
+      });
+    }
+    const page = await context.newPage();
+    const errors = watchConsole(page);
+    await page.goto(`${stack.base}/#token=${stack.token}`);
+    await page.locator('#view').waitFor();
+    return { context, page, errors };
+  }
+
+  const openSession = async (page, ed, sid) => {
+    await page.goto(`${stack.base}/s/${encodeURIComponent(ed.id)}/${encodeURIComponent(sid)}?cwd=${encodeURIComponent(stack.project)}`);
+    await page.locator('#prompt').waitFor();
+    await until('the session to be attached', async () => !(await page.locator('#send').isDisabled()));
+  };
+
+  /** Sends `text` with the Send button (on a phone, Enter types a newline). */
+  async function send(page, text) {
+    await page.fill('#prompt', text);
+    await page.click('#send');
+  }
+
+  const idle = (page) => page.locator('#cancel').waitFor({ state: 'hidden' });
+
+  it('a live turn of the SDK example agent shows its tool cards between its texts, turn after turn, as its replay does', async () => {
+    const { context, page, errors } = await phonePage();
+    const sid = await sdk.newSession(stack.project);
+    await openSession(page, sdk, sid);
+    for (const [i, word] of ['first', 'second'].entries()) {
+      await send(page, `${word} turn`);
+      // Mid-stream: the read card of THIS turn (ids repeat: call_1 every turn).
+      const cards = page.locator('#transcript > .msg.tool');
+      await until(`turn ${i + 1}'s read card`, async () => (await cards.count()) === 2 * i + 1);
+      if (i === 1) await shot(page, 'session-sdk-midstream-390.png');
+      const allow = page.locator('.request.permission [data-option="allow"]');
+      await allow.click();
+      await page.locator('#transcript > .msg.agent', { hasText: 'Perfect!' }).nth(i).waitFor();
+      await idle(page);
+    }
+    const live = await structure(page);
+    const turn = [
+      "agent I'll help you with that. Let me start by reading some files to understand the current situation.",
+      'tool Reading project files [completed]',
+      'agent Now I understand the project structure. I need to make some changes to improve it.',
+      'tool Modifying critical configuration file [completed]',
+      "agent Perfect! I've successfully updated the configuration. The changes have been applied.",
+    ];
+    assert.deepEqual(live, ['user first turn', ...turn, 'user second turn', ...turn]);
+    await shot(page, 'session-sdk-finished-390.png');
+    await page.reload();
+    await page.locator('#transcript > .msg.tool').nth(3).waitFor();
+    assert.deepEqual(await structure(page), live, 'the replay shows what the live turns showed');
+    assert.deepEqual(errors, []);
+    await context.close();
+  });
+
+  it('a live turn of the demo agent renders as its replay, with a turn driven by another device', async () => {
+    const { context, page, errors } = await phonePage();
+    const sid = await demo.newSession(stack.project);
+    await openSession(page, demo, sid);
+    await send(page, 'hello there');
+    await page.locator('#transcript > .msg.agent', { hasText: 'You said: "hello there"' }).waitFor();
+    await idle(page);
+    const turn = demo.prompt(sid, 'the editor asks for permission');
+    await page.locator('.request.permission [data-option="allow"]').click();
+    await turn;
+    await page.locator('#transcript > .msg.agent', { hasText: 'You said: "the editor asks for permission"' }).waitFor();
+    await idle(page);
+    const plans = async () => (await structure(page)).filter((s) => s.startsWith('plan'));
+    await until('both plans to complete', async () => {
+      const p = await plans();
+      return p.length === 2 && p.every((x) => !/in_progress|pending|stopped/.test(x));
+    });
+    const live = await structure(page);
+    assert.ok(live.filter((s) => s.startsWith('tool')).length >= 3, live.join('\n'));
+    await page.reload();
+    await page.locator('#transcript > .msg.user').nth(1).waitFor();
+    await until('the replay to be shown', async () => (await structure(page)).length === live.length);
+    assert.deepEqual(await structure(page), live);
+    assert.deepEqual(errors, []);
+    await context.close();
+  });
+
+  it('an open tool card stays open (the same node) while it streams, and streamed text is patched in place', async () => {
+    const { context, page, errors } = await phonePage();
+    const sid = await sdk.newSession(stack.project);
+    await openSession(page, sdk, sid);
+    // The transcript is not a live region; a status region says what matters once.
+    assert.notEqual(await page.getAttribute('#transcript', 'aria-live'), 'polite');
+    assert.equal(await page.getAttribute('#session-status', 'role'), 'status');
+    await send(page, 'open the card');
+    const card = page.locator('#transcript > .msg.tool[data-status="pending"]').first();
+    await card.waitFor();
+    await card.locator('summary').click();
+    await page.evaluate(() => { document.querySelector('#transcript > .msg.tool details').zMarked = true; });
+    await page.locator('#transcript > .msg.tool[data-status="completed"]').first().waitFor();
+    const kept = await page.evaluate(() => {
+      const d = document.querySelector('#transcript > .msg.tool details');
+      return { same: d.zMarked === true, open: d.open };
+    });
+    assert.deepEqual(kept, { same: true, open: true }, 'the card the reader opened was replaced or closed');
+    await page.locator('.request.permission [data-option="reject"]').click();
+    await idle(page);
+    await context.close();
+    assert.deepEqual(errors, []);
+
+    // A long demo turn: its message grows chunk by chunk in the same node.
+    const p2 = await phonePage();
+    const sid2 = await demo.newSession(stack.project);
+    await openSession(p2.page, demo, sid2);
+    await send(p2.page, 'long');
+    const msg = p2.page.locator('#transcript > .msg.agent', { hasText: 'tick 3 ' });
+    await msg.waitFor();
+    await p2.page.evaluate(() => { document.querySelector('#transcript > .msg.agent').zMarked = true; });
+    await p2.page.locator('#transcript > .msg.agent', { hasText: 'tick 30 ' }).waitFor();
+    assert.equal(await p2.page.evaluate(() => document.querySelector('#transcript > .msg.agent').zMarked === true), true,
+      'the streamed message was replaced, not patched');
+    await p2.page.click('#cancel');
+    await idle(p2.page);
+    await p2.context.close();
+    assert.deepEqual(p2.errors, []);
+  });
+
+  it('a cancelled turn says so in place, shows its plan stopped, and keeps both after a reload', async () => {
+    const { context, page, errors } = await phonePage();
+    const sid = await demo.newSession(stack.project);
+    await openSession(page, demo, sid);
+    await send(page, 'long');
+    await page.locator('#transcript > .msg.agent', { hasText: 'tick 2 ' }).waitFor();
+    await shot(page, 'session-demo-midstream-390.png');
+    await page.click('#cancel');
+    // No toast over the transcript: the Stop button says it.
+    assert.equal(await page.locator('#toasts .toast').count(), 0, 'a toast covers the transcript');
+    await page.locator('.msg.user .status', { hasText: 'stopped: cancelled' }).waitFor();
+    await idle(page);
+    const plan = page.locator('#transcript > .msg.plan').last();
+    await until('the plan to show it stopped', async () => /stopped/.test(await plan.textContent()));
+    assert.doesNotMatch(await plan.textContent(), /◐/);
+    await shot(page, 'session-demo-cancelled-390.png');
+    await page.reload();
+    await page.locator('#transcript > .msg.plan').waitFor();
+    await page.locator('.msg.user .status', { hasText: 'stopped: cancelled' }).waitFor();
+    await until('the replayed plan to show it stopped', async () => /stopped/.test(await page.locator('#transcript > .msg.plan').last().textContent()));
+    assert.doesNotMatch(await page.locator('#transcript > .msg.plan').last().textContent(), /◐/);
+    assert.deepEqual(errors, []);
+    await context.close();
+  });
+
+  it('the composer shows its whole placeholder; on a phone Enter types a newline and Send sends', async () => {
+    const { context, page, errors } = await phonePage();
+    const sid = await demo.newSession(stack.project);
+    await openSession(page, demo, sid);
+    // Chromium counts an empty box's placeholder in its scrollHeight.
+    const fits = () => page.evaluate(() => {
+      const box = document.querySelector('#prompt');
+      return { need: box.scrollHeight, has: box.clientHeight };
+    });
+    let fit = await fits();
+    assert.ok(fit.has >= fit.need, `the placeholder needs ${fit.need}px, the box shows ${fit.has}px`);
+    await shot(page, 'session-empty-390.png');
+    await page.click('#prompt');
+    await page.keyboard.type('first line');
+    await page.keyboard.press('Enter');
+    await page.keyboard.type('second line');
+    assert.equal(await page.inputValue('#prompt'), 'first line\nsecond line');
+    assert.equal(await page.locator('#transcript > .msg.user').count(), 0, 'Enter sent the prompt');
+    await page.click('#send');
+    await page.locator('#transcript > .msg.user', { hasText: 'second line' }).waitFor();
+    assert.equal(await page.inputValue('#prompt'), '');
+    await idle(page);
+    fit = await fits();
+    assert.ok(fit.has >= fit.need, `after a turn the placeholder needs ${fit.need}px, the box shows ${fit.has}px`);
+    assert.deepEqual(errors, []);
+    await context.close();
+  });
+
+  it('the Stop button goes when another device\'s turn ends', async () => {
+    const { context, page, errors } = await phonePage();
+    const sid = await demo.newSession(stack.project);
+    await openSession(page, demo, sid);
+    const turn = demo.prompt(sid, 'long');
+    await page.locator('#cancel').waitFor();
+    await page.locator('#transcript > .msg.agent', { hasText: 'tick 2 ' }).waitFor();
+    demo.send({ method: 'session/cancel', params: { sessionId: sid } });
+    assert.equal((await turn).stopReason, 'cancelled');
+    await idle(page);
+    const plan = page.locator('#transcript > .msg.plan').last();
+    await until('the plan to show it stopped', async () => /stopped/.test(await plan.textContent()));
+    assert.deepEqual(errors, []);
+    await context.close();
+  });
+});
