@@ -3,6 +3,9 @@
 // renders exactly as its replay (same cards, same order), open cards stay open while they stream,
 // streamed messages are patched in place (not re-announced), the composer fits its placeholder and
 // lets a phone keyboard type newlines, and a cancelled turn says so, also after a reload.
+//
+// DEV_ASSETS=hub/web serves the client's JS and CSS from that directory instead of the binary's
+// copy (to iterate without a rebuild; the suite never sets it).
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -133,13 +136,24 @@ describe('session screen', () => {
     await context.close();
   });
 
-  it('an open tool card stays open (the same node) while it streams, and streamed text is patched in place', async () => {
+  it('the transcript is not a live region; a status region says what matters once', async () => {
+    const { context, page, errors } = await phonePage();
+    const sid = await demo.newSession(stack.project);
+    await openSession(page, demo, sid);
+    assert.notEqual(await page.getAttribute('#transcript', 'aria-live'), 'polite', 'every streamed frame would be re-announced');
+    const status = page.locator('#session-status');
+    assert.equal(await status.getAttribute('role'), 'status');
+    await send(page, 'hello');
+    await until('the turn end to be announced', async () => /finished/.test(await status.textContent()));
+    assert.match(await status.textContent(), /You said: "hello"/);
+    assert.deepEqual(errors, []);
+    await context.close();
+  });
+
+  it('an open tool card stays open (the same node) while its call streams', async () => {
     const { context, page, errors } = await phonePage();
     const sid = await sdk.newSession(stack.project);
     await openSession(page, sdk, sid);
-    // The transcript is not a live region; a status region says what matters once.
-    assert.notEqual(await page.getAttribute('#transcript', 'aria-live'), 'polite');
-    assert.equal(await page.getAttribute('#session-status', 'role'), 'status');
     await send(page, 'open the card');
     const card = page.locator('#transcript > .msg.tool[data-status="pending"]').first();
     await card.waitFor();
@@ -153,27 +167,41 @@ describe('session screen', () => {
     assert.deepEqual(kept, { same: true, open: true }, 'the card the reader opened was replaced or closed');
     await page.locator('.request.permission [data-option="reject"]').click();
     await idle(page);
-    await context.close();
     assert.deepEqual(errors, []);
-
-    // A long demo turn: its message grows chunk by chunk in the same node.
-    const p2 = await phonePage();
-    const sid2 = await demo.newSession(stack.project);
-    await openSession(p2.page, demo, sid2);
-    await send(p2.page, 'long');
-    const msg = p2.page.locator('#transcript > .msg.agent', { hasText: 'tick 3 ' });
-    await msg.waitFor();
-    await p2.page.evaluate(() => { document.querySelector('#transcript > .msg.agent').zMarked = true; });
-    await p2.page.locator('#transcript > .msg.agent', { hasText: 'tick 30 ' }).waitFor();
-    assert.equal(await p2.page.evaluate(() => document.querySelector('#transcript > .msg.agent').zMarked === true), true,
-      'the streamed message was replaced, not patched');
-    await p2.page.click('#cancel');
-    await idle(p2.page);
-    await p2.context.close();
-    assert.deepEqual(p2.errors, []);
+    await context.close();
   });
 
-  it('a cancelled turn says so in place, shows its plan stopped, and keeps both after a reload', async () => {
+  it('a streamed message grows in the same node', async () => {
+    const { context, page, errors } = await phonePage();
+    const sid = await demo.newSession(stack.project);
+    await openSession(page, demo, sid);
+    await send(page, 'long');
+    await page.locator('#transcript > .msg.agent', { hasText: 'tick 3 ' }).waitFor();
+    await page.evaluate(() => { document.querySelector('#transcript > .msg.agent').zMarked = true; });
+    await page.locator('#transcript > .msg.agent', { hasText: 'tick 30 ' }).waitFor();
+    assert.equal(await page.evaluate(() => document.querySelector('#transcript > .msg.agent').zMarked === true), true,
+      'the streamed message was replaced, not patched');
+    await page.click('#cancel');
+    await idle(page);
+    assert.deepEqual(errors, []);
+    await context.close();
+  });
+
+  it('Stop says in place that the cancel was sent: no toast over the transcript', async () => {
+    const { context, page, errors } = await phonePage();
+    const sid = await demo.newSession(stack.project);
+    await openSession(page, demo, sid);
+    await send(page, 'long');
+    await page.locator('#transcript > .msg.agent', { hasText: 'tick 2 ' }).waitFor();
+    await page.click('#cancel');
+    assert.equal(await page.locator('#toasts .toast').count(), 0, 'a toast covers the transcript');
+    await page.locator('.msg.user .status', { hasText: 'stopped: cancelled' }).waitFor();
+    await idle(page);
+    assert.deepEqual(errors, []);
+    await context.close();
+  });
+
+  it('a cancelled turn shows its plan stopped and keeps its "stopped: cancelled" after a reload', async () => {
     const { context, page, errors } = await phonePage();
     const sid = await demo.newSession(stack.project);
     await openSession(page, demo, sid);
@@ -181,8 +209,6 @@ describe('session screen', () => {
     await page.locator('#transcript > .msg.agent', { hasText: 'tick 2 ' }).waitFor();
     await shot(page, 'session-demo-midstream-390.png');
     await page.click('#cancel');
-    // No toast over the transcript: the Stop button says it.
-    assert.equal(await page.locator('#toasts .toast').count(), 0, 'a toast covers the transcript');
     await page.locator('.msg.user .status', { hasText: 'stopped: cancelled' }).waitFor();
     await idle(page);
     const plan = page.locator('#transcript > .msg.plan').last();
@@ -198,7 +224,7 @@ describe('session screen', () => {
     await context.close();
   });
 
-  it('the composer shows its whole placeholder; on a phone Enter types a newline and Send sends', async () => {
+  it('the composer shows its whole placeholder, idle and busy', async () => {
     const { context, page, errors } = await phonePage();
     const sid = await demo.newSession(stack.project);
     await openSession(page, demo, sid);
@@ -210,6 +236,20 @@ describe('session screen', () => {
     let fit = await fits();
     assert.ok(fit.has >= fit.need, `the placeholder needs ${fit.need}px, the box shows ${fit.has}px`);
     await shot(page, 'session-empty-390.png');
+    await send(page, 'long');
+    await page.locator('#cancel').waitFor();
+    fit = await fits();
+    assert.ok(fit.has >= fit.need, `while busy the placeholder needs ${fit.need}px, the box shows ${fit.has}px`);
+    await page.click('#cancel');
+    await idle(page);
+    assert.deepEqual(errors, []);
+    await context.close();
+  });
+
+  it('on a phone Enter types a newline and Send sends; on a desktop Enter sends', async () => {
+    const { context, page, errors } = await phonePage();
+    const sid = await demo.newSession(stack.project);
+    await openSession(page, demo, sid);
     await page.click('#prompt');
     await page.keyboard.type('first line');
     await page.keyboard.press('Enter');
@@ -220,13 +260,21 @@ describe('session screen', () => {
     await page.locator('#transcript > .msg.user', { hasText: 'second line' }).waitFor();
     assert.equal(await page.inputValue('#prompt'), '');
     await idle(page);
-    fit = await fits();
-    assert.ok(fit.has >= fit.need, `after a turn the placeholder needs ${fit.need}px, the box shows ${fit.has}px`);
     assert.deepEqual(errors, []);
     await context.close();
+
+    const desk = await browser.newContext({ viewport: { width: 1100, height: 800 } });
+    const dp = await desk.newPage();
+    await dp.goto(`${stack.base}/#token=${stack.token}`);
+    await openSession(dp, demo, sid);
+    await dp.fill('#prompt', 'sent by Enter');
+    await dp.press('#prompt', 'Enter');
+    await dp.locator('#transcript > .msg.user.local', { hasText: 'sent by Enter' }).waitFor();
+    await idle(dp);
+    await desk.close();
   });
 
-  it('the Stop button goes when another device\'s turn ends', async () => {
+  it('when another device cancels its turn, the Stop button goes and the plan shows it stopped', async () => {
     const { context, page, errors } = await phonePage();
     const sid = await demo.newSession(stack.project);
     await openSession(page, demo, sid);

@@ -21,7 +21,7 @@ export function composer({ onSend, onCancel }) {
   let active = 0;
   const list = h('ul', { class: 'completions', role: 'listbox', id: 'slash-list', hidden: true, 'aria-label': 'Commands' });
   const input = h('textarea', {
-    id: 'prompt', rows: 1, placeholder: 'Message, or / for commands', 'aria-label': 'Prompt',
+    id: 'prompt', rows: 1, placeholder: 'Message or /command', 'aria-label': 'Prompt',
     'aria-autocomplete': 'list', 'aria-controls': 'slash-list', autocomplete: 'off',
     enterkeyhint: touch() ? 'enter' : 'send',
   });
@@ -48,7 +48,8 @@ export function composer({ onSend, onCancel }) {
       need = input.scrollHeight;
       input.value = '';
     }
-    input.style.height = `${Math.min(need, 200)}px`;
+    // border-box: the height includes the borders, scrollHeight does not.
+    input.style.height = `${Math.min(need + input.offsetHeight - input.clientHeight, 200)}px`;
   }
 
   function close() {
