@@ -107,7 +107,8 @@ export function composer({ onSend, onCancel }) {
   input.addEventListener('blur', () => setTimeout(close, 100));
   // Sized once it is in the page (a detached textarea has no scrollHeight), and on rotation.
   requestAnimationFrame(grow);
-  window.addEventListener('resize', () => { if (input.isConnected) grow(); });
+  const onResize = () => (input.isConnected ? grow() : window.removeEventListener('resize', onResize));
+  window.addEventListener('resize', onResize);
 
   return {
     node: form,
