@@ -101,6 +101,11 @@ describe('session screen', () => {
       "agent Perfect! I've successfully updated the configuration. The changes have been applied.",
     ];
     assert.deepEqual(live, ['user first turn', ...turn, 'user second turn', ...turn]);
+    // The conversation followed the turn to its end (a permission card came and went meanwhile).
+    await until('the last message to be in view', () => page.evaluate(() => {
+      const s = document.querySelector('#transcript-scroller');
+      return s.scrollHeight - s.scrollTop - s.clientHeight < 2;
+    }));
     await shot(page, 'session-sdk-finished-390.png');
     await page.reload();
     await page.locator('#transcript > .msg.tool').nth(3).waitFor();

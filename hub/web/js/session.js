@@ -66,6 +66,9 @@ export function sessionView(root, app, { instance, sid, cwd }) {
   showConn();
   if (conn.state === 'open') attach();
   scroller.addEventListener('scroll', onScroll, { passive: true });
+  // A request card or the composer growing shrinks the conversation: keep its end in view.
+  const resized = new ResizeObserver(() => stick());
+  resized.observe(scroller);
   let poll = setInterval(pollStatus, STATUS_POLL_MS);
   let pollEvery = STATUS_POLL_MS;
   let afterUpdate = 0;
@@ -77,10 +80,15 @@ export function sessionView(root, app, { instance, sid, cwd }) {
   }
 
   function stick() {
-    if (st.follow) scroller.scrollTop = scroller.scrollHeight;
+    if (!st.follow) return;
+    scroller.scrollTop = scroller.scrollHeight;
+    st.stuckAt = scroller.scrollTop;
   }
 
   function onScroll() {
+    // The event of our own scroll arrives after the layout may have changed again (a request
+    // card shrank the scroller): it says nothing about where the reader wants to be.
+    if (scroller.scrollTop === st.stuckAt) return;
     st.follow = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 60;
     if (scroller.scrollTop < 300 && st.hasMore && !st.loadingEarlier && st.attached) loadEarlier();
   }
@@ -540,6 +548,7 @@ export function sessionView(root, app, { instance, sid, cwd }) {
   return () => {
     clearInterval(poll);
     clearTimeout(afterUpdate);
+    resized.disconnect();
     unlisten();
     if (conn.viewing === st.sid) conn.viewing = null;
     if (st.sid) conn.watch(st.sid, st.cwd);
