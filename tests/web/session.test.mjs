@@ -29,9 +29,23 @@ function structure(page) {
   }));
 }
 
+/** Saves `name`-light.png and `name`-dark.png, checking each looks right (see `looksRight`). */
 async function shot(page, name) {
   fs.mkdirSync(SHOTS, { recursive: true });
-  await page.screenshot({ path: path.join(SHOTS, name) });
+  for (const scheme of ['light', 'dark']) {
+    await page.emulateMedia({ colorScheme: scheme });
+    await looksRight(page, `${name} (${scheme})`);
+    await page.screenshot({ path: path.join(SHOTS, `${name}-${scheme}.png`) });
+  }
+  await page.emulateMedia({ colorScheme: 'light' });
+}
+
+/** No visible `null`, `undefined`, `NaN` or `[object Object]`; nothing wider than the screen. */
+async function looksRight(page, what) {
+  const text = await page.evaluate(() => document.body.innerText);
+  assert.doesNotMatch(text, /\b(null|undefined|NaN)\b|\[object Object\]/, `${what}: ${text}`);
+  const over = await page.evaluate(() => document.scrollingElement.scrollWidth - window.innerWidth);
+  assert.ok(over <= 0, `${what}: the page is ${over}px wider than the screen`);
 }
 
 describe('session screen', () => {
@@ -86,7 +100,7 @@ describe('session screen', () => {
       // Mid-stream: the read card of THIS turn (ids repeat: call_1 every turn).
       const cards = page.locator('#transcript > .msg.tool');
       await until(`turn ${i + 1}'s read card`, async () => (await cards.count()) === 2 * i + 1);
-      if (i === 1) await shot(page, 'session-sdk-midstream-390.png');
+      if (i === 1) await shot(page, 'session-sdk-midstream-390');
       const allow = page.locator('.request.permission [data-option="allow"]');
       await allow.click();
       await page.locator('#transcript > .msg.agent', { hasText: 'Perfect!' }).nth(i).waitFor();
@@ -106,7 +120,7 @@ describe('session screen', () => {
       const s = document.querySelector('#transcript-scroller');
       return s.scrollHeight - s.scrollTop - s.clientHeight < 2;
     }));
-    await shot(page, 'session-sdk-finished-390.png');
+    await shot(page, 'session-sdk-finished-390');
     await page.reload();
     await page.locator('#transcript > .msg.tool').nth(3).waitFor();
     assert.deepEqual(await structure(page), live, 'the replay shows what the live turns showed');
@@ -212,14 +226,14 @@ describe('session screen', () => {
     await openSession(page, demo, sid);
     await send(page, 'long');
     await page.locator('#transcript > .msg.agent', { hasText: 'tick 2 ' }).waitFor();
-    await shot(page, 'session-demo-midstream-390.png');
+    await shot(page, 'session-demo-midstream-390');
     await page.click('#cancel');
     await page.locator('.msg.user .status', { hasText: 'stopped: cancelled' }).waitFor();
     await idle(page);
     const plan = page.locator('#transcript > .msg.plan').last();
     await until('the plan to show it stopped', async () => /stopped/.test(await plan.textContent()));
     assert.doesNotMatch(await plan.textContent(), /◐/);
-    await shot(page, 'session-demo-cancelled-390.png');
+    await shot(page, 'session-demo-cancelled-390');
     await page.reload();
     await page.locator('#transcript > .msg.plan').waitFor();
     await page.locator('.msg.user .status', { hasText: 'stopped: cancelled' }).waitFor();
@@ -240,7 +254,7 @@ describe('session screen', () => {
     });
     let fit = await fits();
     assert.ok(fit.has >= fit.need, `the placeholder needs ${fit.need}px, the box shows ${fit.has}px`);
-    await shot(page, 'session-empty-390.png');
+    await shot(page, 'session-empty-390');
     await send(page, 'long');
     await page.locator('#cancel').waitFor();
     fit = await fits();
