@@ -351,6 +351,8 @@ export function sessionView(root, app, { instance, sid, cwd }) {
         if (!running) {
           st.cancelling = false;
           turnEnded(null);
+        } else {
+          t.reopenTurn();
         }
         updateButtons();
         pump();

@@ -210,6 +210,17 @@ export class Transcript {
     return null;
   }
 
+  /** The last turn turns out to be still running (seen after a re-attach): its plan is live. */
+  reopenTurn() {
+    for (let i = this.items.length - 1; i >= 0 && this.items[i].turn === this.turn; i--) {
+      const it = this.items[i];
+      if (it.kind === 'plan' && it.ended) {
+        it.ended = null;
+        this.touch(it);
+      }
+    }
+  }
+
   /**
    * The running turn is over (`why`: its stopReason, when known): a plan of it that still has
    * open steps shows them as stopped.
