@@ -12,8 +12,8 @@
 // equals the live stream"), so a turn watched live shows the same cards in the same order as
 // its replay. A `tool_call` always starts a new card (agents reuse ids across turns: the SDK
 // example agent sends `call_1` every turn); a `tool_call_update` goes to the newest card of its
-// id. A text chunk continues only the run of text it interrupts nothing of: a new tool call,
-// plan or unknown update ends the run, an update of an existing one does not.
+// id. A text chunk without a messageId continues the current run of text; a new tool call, a
+// new plan or an update of an unknown kind ends the run, an update of an existing card does not.
 //
 // A re-render patches the item's node in place (`morph`): open `<details>` stay open, focus
 // and text selection survive, and nothing is re-announced to a screen reader.
