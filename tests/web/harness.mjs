@@ -21,6 +21,15 @@ export const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 export const SHOTS = process.env.WEB_SCREENSHOTS || path.join(ROOT, 'target/web-screenshots');
 export const TOKEN = 'zcode-web-test-token-0123456789abcdef';
 export const WAIT = 20000;
+/**
+ * The ACP SDK's offline example agent (`@agentclientprotocol/sdk` 1.9.0, bundled with acpx):
+ * text, a read tool call, an edit tool call behind a permission, with the same tool call ids
+ * (`call_1`, `call_2`) every turn and about a second between updates.
+ */
+export const SDK_AGENT = ['node', [
+  'tests/peers/node_modules/@agentclientprotocol/sdk/dist/examples/agent.js',
+  'tests/peers/node_modules/acpx/node_modules/@agentclientprotocol/sdk/dist/examples/agent.js',
+].map((p) => path.join(ROOT, p)).find((p) => fs.existsSync(p)) || 'the SDK example agent is not installed (scripts/install-test-deps)'];
 
 /** Waits until `fn()` returns a truthy value (polled every 20 ms); returns it. */
 export async function until(what, fn, ms = WAIT) {
@@ -180,9 +189,12 @@ export class Stack {
     return r.json();
   }
 
-  /** Starts `zcode-acp bridge -- zcode-acp demo-agent` in the project; waits until listed. */
-  async bridge() {
-    const child = spawn(BIN, ['bridge', '--', BIN, 'demo-agent', '--delay-ms', '5'], {
+  /**
+   * Starts `zcode-acp bridge -- <agent>` in the project (default: the demo agent; `SDK_AGENT`
+   * for the ACP SDK's example agent); waits until listed.
+   */
+  async bridge(agent = [BIN, 'demo-agent', '--delay-ms', '5']) {
+    const child = spawn(BIN, ['bridge', '--', ...agent], {
       cwd: this.project, env: this.env(), stdio: ['pipe', 'pipe', 'ignore'],
     });
     const ed = new Editor(child);

@@ -1,8 +1,15 @@
 // The composer: a textarea with send and cancel, and slash-command completion from the
 // session's `available_commands_update` (type `/`, pick with the arrows, Tab or Enter).
-// Enter sends, Shift+Enter starts a new line.
+// Keys: with a keyboard and a fine pointer (desktop), Enter sends and Shift+Enter starts a new
+// line; on a touch screen (coarse pointer: a phone's keyboard has no Shift+Enter), Enter starts
+// a new line and the Send button sends. Ctrl/Cmd+Enter sends everywhere.
 
 import { h, clear } from './dom.js';
+
+/** Whether this is a touch screen, where Enter must type a newline. */
+function touch() {
+  return typeof matchMedia === 'function' && matchMedia('(pointer: coarse)').matches;
+}
 
 /**
  * `onSend(text)`, `onCancel()`. Returns `{node, input, setBusy, setEnabled, setCommands,
@@ -14,8 +21,9 @@ export function composer({ onSend, onCancel }) {
   let active = 0;
   const list = h('ul', { class: 'completions', role: 'listbox', id: 'slash-list', hidden: true, 'aria-label': 'Commands' });
   const input = h('textarea', {
-    id: 'prompt', rows: 1, placeholder: 'Message the agent — / for commands', 'aria-label': 'Prompt',
-    'aria-autocomplete': 'list', 'aria-controls': 'slash-list', autocomplete: 'off', enterkeyhint: 'send',
+    id: 'prompt', rows: 1, placeholder: 'Message or /command', 'aria-label': 'Prompt',
+    'aria-autocomplete': 'list', 'aria-controls': 'slash-list', autocomplete: 'off',
+    enterkeyhint: touch() ? 'enter' : 'send',
   });
   const send = h('button', { type: 'submit', class: 'primary', id: 'send', 'aria-label': 'Send' }, 'Send');
   const cancel = h('button', { type: 'button', class: 'danger', id: 'cancel', hidden: true, onclick: () => onCancel() }, 'Stop');
@@ -31,9 +39,17 @@ export function composer({ onSend, onCancel }) {
     onSend(text);
   }
 
+  /** Fits the box to its text, or when empty to its placeholder (never cut in half). */
   function grow() {
     input.style.height = 'auto';
-    input.style.height = `${Math.min(input.scrollHeight, 200)}px`;
+    let need = input.scrollHeight;
+    if (!input.value && input.placeholder) {
+      input.value = input.placeholder;
+      need = input.scrollHeight;
+      input.value = '';
+    }
+    // border-box: the height includes the borders, scrollHeight does not.
+    input.style.height = `${Math.min(need + input.offsetHeight - input.clientHeight, 200)}px`;
   }
 
   function close() {
@@ -83,17 +99,27 @@ export function composer({ onSend, onCancel }) {
       }
       if (e.key === 'Escape') { e.preventDefault(); close(); return; }
     }
-    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+    if (e.key === 'Enter' && !e.isComposing && (e.ctrlKey || e.metaKey || (!e.shiftKey && !touch()))) {
       e.preventDefault();
       submit();
     }
   });
   input.addEventListener('blur', () => setTimeout(close, 100));
+  // Sized once it is in the page (a detached textarea has no scrollHeight), and on rotation.
+  requestAnimationFrame(grow);
+  const onResize = () => (input.isConnected ? grow() : window.removeEventListener('resize', onResize));
+  window.addEventListener('resize', onResize);
 
   return {
     node: form,
     input,
-    setBusy(busy) { cancel.hidden = !busy; },
+    /** `stopping`: a cancel was sent and the turn has not ended yet. */
+    setBusy(busy, stopping = false) {
+      cancel.hidden = !busy;
+      cancel.disabled = !!stopping;
+      cancel.textContent = stopping ? 'Stopping…' : 'Stop';
+      grow(); // the box is narrower while Stop shows
+    },
     setEnabled(on) { send.disabled = !on; },
     setCommands(list2) {
       commands = (Array.isArray(list2) ? list2 : []).filter((c) => c && typeof c.name === 'string')

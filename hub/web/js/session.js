@@ -14,6 +14,11 @@ import { render as markdown } from './md.js';
 const TAIL = 50;
 const PAGE = 50;
 const STATUS_POLL_MS = 2000;
+// While another device's turn runs, its end is only seen through the status (ACP tells only
+// the prompting client), so it is asked sooner: shortly after each of the turn's updates, when
+// the turn has most likely just ended, and every FAST_POLL_MS.
+const FAST_POLL_MS = 500;
+const AFTER_UPDATE_MS = 250;
 
 /** Human messages for the lifecycle routes' errors (the contract's status codes). */
 export function lifecycleError(action, e) {
@@ -38,7 +43,10 @@ export function sessionView(root, app, { instance, sid, cwd }) {
   };
   const scroller = h('div', { class: 'scroller', id: 'transcript-scroller', tabindex: '0', 'aria-label': 'Conversation' });
   const top = h('div', { class: 'top-note' });
-  const list = h('div', { class: 'transcript', id: 'transcript', 'aria-live': 'polite' });
+  // Not aria-live: a streamed message is patched many times a second and would be read again
+  // and again. `said` (visually hidden) announces what matters once: a new card, a turn's end.
+  const list = h('div', { class: 'transcript', id: 'transcript', role: 'log', 'aria-live': 'off' });
+  const said = h('div', { class: 'visually-hidden', id: 'session-status', role: 'status', 'aria-live': 'polite' });
   scroller.append(top, list);
   const t = new Transcript(list, { onOpenPath: (p) => app.navigate(filesUrl(p)) });
   t.onRendered = () => stick();
@@ -47,7 +55,7 @@ export function sessionView(root, app, { instance, sid, cwd }) {
   const queueBox = h('ul', { class: 'queue', 'aria-label': 'Queued prompts', hidden: true });
   const toolbar = h('div', { class: 'toolbar' });
   const comp = composer({ onSend: (text) => send(text), onCancel: () => cancelTurn() });
-  const view = h('div', { class: 'session-view' }, toolbar, banner, scroller, requests, queueBox, comp.node);
+  const view = h('div', { class: 'session-view' }, toolbar, banner, scroller, said, requests, queueBox, comp.node);
   clear(root).append(view);
   app.setTitle(st.title || 'Session');
 
@@ -58,7 +66,12 @@ export function sessionView(root, app, { instance, sid, cwd }) {
   showConn();
   if (conn.state === 'open') attach();
   scroller.addEventListener('scroll', onScroll, { passive: true });
-  const poll = setInterval(pollStatus, STATUS_POLL_MS);
+  // A request card or the composer growing shrinks the conversation: keep its end in view.
+  const resized = new ResizeObserver(() => stick());
+  resized.observe(scroller);
+  let poll = setInterval(pollStatus, STATUS_POLL_MS);
+  let pollEvery = STATUS_POLL_MS;
+  let afterUpdate = 0;
   pollStatus();
   renderToolbar();
 
@@ -67,10 +80,15 @@ export function sessionView(root, app, { instance, sid, cwd }) {
   }
 
   function stick() {
-    if (st.follow) scroller.scrollTop = scroller.scrollHeight;
+    if (!st.follow) return;
+    scroller.scrollTop = scroller.scrollHeight;
+    st.stuckAt = scroller.scrollTop;
   }
 
   function onScroll() {
+    // The event of our own scroll arrives after the layout may have changed again (a request
+    // card shrank the scroller): it says nothing about where the reader wants to be.
+    if (scroller.scrollTop === st.stuckAt) return;
     st.follow = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 60;
     if (scroller.scrollTop < 300 && st.hasMore && !st.loadingEarlier && st.attached) loadEarlier();
   }
@@ -93,9 +111,28 @@ export function sessionView(root, app, { instance, sid, cwd }) {
       st.firstUpdatePending = false;
       t.setStatus(st.myTurn, '');
     }
-    t.live(u);
+    const before = t.items.length;
+    const item = t.live(u);
+    if (item && item.kind === 'tool' && t.items.length > before) say(`Tool call: ${String(item.data.title || item.data.kind || 'tool')}`);
     stick();
     updateButtons();
+    if (st.running && !st.myTurn) {
+      clearTimeout(afterUpdate);
+      afterUpdate = setTimeout(pollStatus, AFTER_UPDATE_MS);
+    }
+  }
+
+  /** Announces `text` to a screen reader (once; the transcript itself is not live). */
+  function say(text) {
+    said.textContent = text;
+  }
+
+  /** The running turn ended (`why`: its stopReason when this client knows it). */
+  function turnEnded(why) {
+    t.endTurn(why);
+    const last = [...t.items].reverse().find((it) => it.kind === 'agent' && it.turn === t.turn);
+    const stopped = why && why !== 'end_turn' ? `The turn stopped: ${why.replace(/_/g, ' ')}.` : 'The agent finished.';
+    say(last ? `${stopped} ${last.text.slice(0, 400)}` : stopped);
   }
 
   function applyState(u) {
@@ -142,6 +179,8 @@ export function sessionView(root, app, { instance, sid, cwd }) {
         const meta = result.replayMeta || {};
         const messages = replay.filter((u) => !STATE_KINDS.has(u.sessionUpdate));
         const outcome = t.attach(messages, meta);
+        showStops();
+        if (!st.running && !st.myTurn) t.endTurn(stopOf(t.turn));
         for (const u of replay) if (STATE_KINDS.has(u.sessionUpdate)) applyState(u);
         st.cursor = meta.cursor || null;
         st.hasMore = !!meta.hasMore;
@@ -223,6 +262,8 @@ export function sessionView(root, app, { instance, sid, cwd }) {
     conn.call('session/prompt', { sessionId: st.sid, prompt: [{ type: 'text', text }] }).then((r) => {
       const why = r && r.stopReason;
       t.setStatus(item, why && why !== 'end_turn' ? `stopped: ${why}` : '');
+      if (why && why !== 'end_turn') rememberStop(item.turn, why);
+      if (t.turn === item.turn) turnEnded(why);
     }, (e) => {
       if (e.code === -32099) {
         t.setStatus(item, 'not confirmed: the connection dropped while it ran');
@@ -231,9 +272,46 @@ export function sessionView(root, app, { instance, sid, cwd }) {
       }
     }).finally(() => {
       if (st.myTurn === item) st.myTurn = null;
+      st.cancelling = false;
       updateButtons();
       pump();
     });
+  }
+
+  // A turn's stopReason reaches only the client that prompted; the journal does not keep it.
+  // This device remembers the ones that were not `end_turn` (by absolute turn number), so a
+  // reload still says "stopped: cancelled" under the prompt.
+  function stopsKey() {
+    return `zcode-acp.stops.${instance}.${st.sid}`;
+  }
+
+  function readStops() {
+    try {
+      const v = JSON.parse(localStorage.getItem(stopsKey()) || '{}');
+      return v && typeof v === 'object' ? v : {};
+    } catch {
+      return {};
+    }
+  }
+
+  function rememberStop(turn, why) {
+    const stops = readStops();
+    stops[turn] = String(why);
+    const turns = Object.keys(stops).map(Number).sort((a, b) => b - a);
+    for (const old of turns.slice(200)) delete stops[old];
+    try { localStorage.setItem(stopsKey(), JSON.stringify(stops)); } catch { /* full or denied: only the marker is lost */ }
+  }
+
+  function stopOf(turn) {
+    return readStops()[turn] || null;
+  }
+
+  function showStops() {
+    const stops = readStops();
+    for (const it of t.items) {
+      if (it.kind !== 'user' || it.local || !stops[it.turn]) continue;
+      if (it.status !== `stopped: ${stops[it.turn]}`) t.setStatus(it, `stopped: ${stops[it.turn]}`);
+    }
   }
 
   function pump() {
@@ -253,7 +331,10 @@ export function sessionView(root, app, { instance, sid, cwd }) {
   function cancelTurn() {
     try {
       conn.notify('session/cancel', { sessionId: st.sid });
-      toast('Cancel sent.');
+      // Said in place (the Stop button, the status region), not by a toast over the transcript.
+      st.cancelling = true;
+      updateButtons();
+      say('Stopping the turn…');
     } catch (e) {
       toast(`Cannot cancel: ${e.message}`, 'error');
     }
@@ -267,9 +348,16 @@ export function sessionView(root, app, { instance, sid, cwd }) {
       const running = !!row && row.status === 'running';
       if (running !== st.running && !st.myTurn) {
         st.running = running;
+        if (!running) {
+          st.cancelling = false;
+          turnEnded(null);
+        } else {
+          t.reopenTurn();
+        }
         updateButtons();
         pump();
       }
+      setPollRate(running && !st.myTurn ? FAST_POLL_MS : STATUS_POLL_MS);
       if (row && row.title && !st.title) { st.title = row.title; app.setTitle(row.title); }
     } catch (e) {
       // The connection state says what is wrong; a rejected token must not keep knocking.
@@ -283,9 +371,16 @@ export function sessionView(root, app, { instance, sid, cwd }) {
     }
   }
 
+  function setPollRate(ms) {
+    if (ms === pollEvery) return;
+    pollEvery = ms;
+    clearInterval(poll);
+    poll = setInterval(pollStatus, ms);
+  }
+
   function updateButtons() {
     const busy = !!st.myTurn || st.running;
-    comp.setBusy(busy);
+    comp.setBusy(busy, busy && st.cancelling);
     view.dataset.busy = busy ? 'true' : 'false';
   }
 
@@ -454,6 +549,8 @@ export function sessionView(root, app, { instance, sid, cwd }) {
 
   return () => {
     clearInterval(poll);
+    clearTimeout(afterUpdate);
+    resized.disconnect();
     unlisten();
     if (conn.viewing === st.sid) conn.viewing = null;
     if (st.sid) conn.watch(st.sid, st.cwd);

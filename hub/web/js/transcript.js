@@ -7,9 +7,20 @@
 // replaced by the replay and everything older is kept: nothing is shown twice, whatever
 // happened while the connection was down. When `lastMessageId` and the turn count say nothing
 // changed, nothing is touched.
+//
+// Live equals replay: items are merged by the journal's rules (docs/ARCHITECTURE.md, "Replay
+// equals the live stream"), so a turn watched live shows the same cards in the same order as
+// its replay. A `tool_call` always starts a new card (agents reuse ids across turns: the SDK
+// example agent sends `call_1` every turn); a `tool_call_update` goes to the newest card of its
+// id. A text chunk without a messageId continues the current run of text; a new tool call, a
+// new plan or an update of an unknown kind ends the run, an update of an existing card does not.
+//
+// A re-render patches the item's node in place (`morph`): open `<details>` stay open, focus
+// and text selection survive, and nothing is re-announced to a screen reader.
 
 import { h, clear } from './dom.js';
 import { render as markdown } from './md.js';
+import { STATE_KINDS } from './conn.js';
 
 const TEXT_KINDS = { user_message_chunk: 'user', agent_message_chunk: 'agent', agent_thought_chunk: 'thought' };
 const IMAGE_TYPES = /^image\/(png|jpeg|gif|webp)$/;
@@ -25,6 +36,14 @@ export class Transcript {
     this.dirty = new Set();
     this.frame = 0;
     this.onOpenPath = options.onOpenPath || null;
+    this.tools = new Map(); // toolCallId → the newest card of that id
+    this.run = null; // the text item a chunk without messageId may continue
+    this.seen = new Map(); // `${turn}:${toolCallId}` → how many cards of that id the turn has
+    // One listener for every file link: a patched node keeps no stale per-node handler.
+    container.addEventListener('click', (e) => {
+      const b = e.target.closest && e.target.closest('button[data-path]');
+      if (b && this.onOpenPath) this.onOpenPath(b.dataset.path);
+    });
   }
 
   /** Whether nothing is shown yet. */
@@ -42,6 +61,7 @@ export class Transcript {
   /** The user's own prompt, shown at once (the bridge never echoes it back to us). */
   localPrompt(text, status) {
     this.turn++;
+    this.run = null;
     const item = { key: `local:${++this.localSeq}`, kind: 'user', local: true, status, text, blocks: [], turn: this.turn };
     this.push(item);
     return item;
@@ -68,15 +88,19 @@ export class Transcript {
     for (const it of built) {
       if (it.kind === 'user') t++;
       it.turn = t;
-      if (it.kind === 'plan') it.key = `plan:${t}`;
+      rekey(it);
     }
     const firstTurn = firstIsUser ? base + 1 : base;
     const keep = this.empty ? [] : this.items.filter((it) => it.turn < firstTurn && !built.some((b) => b.key === it.key));
     for (const it of this.items) if (!keep.includes(it) && it.node) it.node.remove();
     this.items = [];
     this.byKey.clear();
+    this.tools.clear();
     for (const it of keep) this.index(it);
     for (const it of built) this.push(it);
+    this.run = built.run || null;
+    this.seen = new Map();
+    for (const it of this.items) if (it.kind === 'tool') this.seen.set(`${it.turn}:${it.id}`, it.rep + 1);
     this.turn = Number.isFinite(total) ? Math.max(total, t) : t;
     this.lastId = meta.lastMessageId || this.lastId;
     return 'changed';
@@ -89,14 +113,16 @@ export class Transcript {
     let t = first ? (first.kind === 'user' ? first.turn - 1 : first.turn) : 0;
     for (let i = all.length - 1; i >= 0; i--) {
       all[i].turn = t;
-      if (all[i].kind === 'plan') all[i].key = `plan:${t}`;
+      rekey(all[i]);
       if (all[i].kind === 'user') t--;
     }
     const built = all.filter((it) => !this.byKey.has(it.key));
     if (!built.length) return 0;
+    for (const it of built) if (it.kind === 'plan' && it.turn < this.turn && !it.ended) it.ended = 'ended';
     const anchor = this.box.firstChild;
     for (const it of built) {
-      this.index(it);
+      this.byKey.set(it.key, it);
+      if (it.kind === 'tool' && !this.tools.has(it.id)) this.tools.set(it.id, it);
       it.node = renderItem(it, this);
       this.box.insertBefore(it.node, anchor);
     }
@@ -108,6 +134,9 @@ export class Transcript {
   reset() {
     this.items = [];
     this.byKey.clear();
+    this.tools.clear();
+    this.seen.clear();
+    this.run = null;
     this.turn = 0;
     this.lastId = null;
     clear(this.box);
@@ -115,6 +144,7 @@ export class Transcript {
 
   index(it) {
     this.byKey.set(it.key, it);
+    if (it.kind === 'tool') this.tools.set(it.id, it);
   }
 
   push(it) {
@@ -134,23 +164,30 @@ export class Transcript {
     const kind = TEXT_KINDS[u.sessionUpdate];
     const id = typeof u.messageId === 'string' ? u.messageId : null;
     if (kind) {
-      const last = ctx.items[ctx.items.length - 1];
       let item = id ? ctx.byKey.get(`${kind}:${id}`) : null;
-      if (!item && !id && last && last.kind === kind && !last.id && !last.local) item = last;
+      const run = ctx.run;
+      if (!item && !id && run && run.kind === kind && !run.id && !run.local) item = run;
       if (!item) {
         if (kind === 'user') ctx.turn++;
         item = { key: id ? `${kind}:${id}` : `${kind}:~${ctx.items.length}:${Math.random()}`, kind, id, text: '', blocks: [], turn: ctx.turn };
         add(item);
       }
+      ctx.run = item;
       addContent(item, u.content);
       if (id) ctx.lastId = id;
       return item;
     }
     if (u.sessionUpdate === 'tool_call' || u.sessionUpdate === 'tool_call_update') {
       const tid = String(u.toolCallId ?? '');
-      let item = ctx.byKey.get(`tool:${tid}`);
+      let item = u.sessionUpdate === 'tool_call_update' ? ctx.tools.get(tid) : null;
       if (!item) {
-        item = { key: `tool:${tid}`, kind: 'tool', id: tid, data: {}, turn: ctx.turn };
+        const seenKey = `${ctx.turn}:${tid}`;
+        const rep = ctx.seen.get(seenKey) || 0;
+        ctx.seen.set(seenKey, rep + 1);
+        item = { kind: 'tool', id: tid, rep, data: {}, turn: ctx.turn };
+        rekey(item);
+        ctx.tools.set(tid, item);
+        ctx.run = null;
         add(item);
       }
       for (const [k, v] of Object.entries(u)) if (k !== 'sessionUpdate' && v !== undefined) item.data[k] = v;
@@ -161,12 +198,42 @@ export class Transcript {
       let item = ctx.byKey.get(`plan:${ctx.turn}`);
       if (!item) {
         item = { key: `plan:${ctx.turn}`, kind: 'plan', data: {}, turn: ctx.turn };
+        ctx.run = null;
         add(item);
       }
       item.data = u;
+      item.ended = null;
       return item;
     }
+    // An update of a kind this client does not show still ends a run of text, as in the journal.
+    if (typeof u.sessionUpdate === 'string' && !STATE_KINDS.has(u.sessionUpdate)) ctx.run = null;
     return null;
+  }
+
+  /** The last turn turns out to be still running (seen after a re-attach): its plan is live. */
+  reopenTurn() {
+    for (let i = this.items.length - 1; i >= 0 && this.items[i].turn === this.turn; i--) {
+      const it = this.items[i];
+      if (it.kind === 'plan' && it.ended) {
+        it.ended = null;
+        this.touch(it);
+      }
+    }
+  }
+
+  /**
+   * The running turn is over (`why`: its stopReason, when known): a plan of it that still has
+   * open steps shows them as stopped.
+   */
+  endTurn(why) {
+    for (let i = this.items.length - 1; i >= 0; i--) {
+      const it = this.items[i];
+      if (it.turn !== this.turn) break;
+      if (it.kind === 'plan' && !it.ended) {
+        it.ended = why || 'ended';
+        this.touch(it);
+      }
+    }
   }
 
   /** Marks `item` for a re-render at the next frame (streaming stays cheap). */
@@ -177,9 +244,7 @@ export class Transcript {
         this.frame = 0;
         for (const it of this.dirty) {
           if (!it.node || !it.node.isConnected) continue;
-          const fresh = renderItem(it, this);
-          it.node.replaceWith(fresh);
-          it.node = fresh;
+          it.node = morph(it.node, renderItem(it, this));
         }
         this.dirty.clear();
         if (this.onRendered) this.onRendered();
@@ -190,12 +255,51 @@ export class Transcript {
 
 /** Items from a list of replayed updates (each already merged by the journal). */
 function build(updates) {
-  const scratch = { items: [], byKey: new Map(), turn: 0, lastId: null };
+  const scratch = { items: [], byKey: new Map(), tools: new Map(), seen: new Map(), run: null, turn: 0, lastId: null };
   const proto = Transcript.prototype;
   for (const u of updates) {
     proto.merge(u, scratch, (it) => { scratch.items.push(it); scratch.byKey.set(it.key, it); });
   }
+  // A replay's plans of turns before the last are of finished turns.
+  const last = scratch.turn;
+  for (const it of scratch.items) if (it.kind === 'plan' && it.turn < last) it.ended = 'ended';
+  scratch.items.run = scratch.run;
   return scratch.items;
+}
+
+/** An item's key from its (absolute) turn: plans are one per turn, tool ids repeat. */
+function rekey(it) {
+  if (it.kind === 'plan') it.key = `plan:${it.turn}`;
+  else if (it.kind === 'tool') it.key = `tool:${it.turn}:${it.rep}:${it.id}`;
+}
+
+/**
+ * Makes `old` look like `fresh`, keeping every node that can stay (text nodes are edited,
+ * elements of the same tag get `fresh`'s attributes and children); returns the node in the
+ * page. A `<details>` keeps the reader's open state; it only opens when the render starts
+ * asking for it to be open (a tool call that failed, say).
+ */
+export function morph(old, fresh) {
+  if (old.nodeType !== fresh.nodeType || old.nodeName !== fresh.nodeName) {
+    old.replaceWith(fresh);
+    return fresh;
+  }
+  if (old.nodeType !== Node.ELEMENT_NODE) {
+    if (old.nodeValue !== fresh.nodeValue) old.nodeValue = fresh.nodeValue;
+    return old;
+  }
+  for (const a of [...old.attributes]) if (a.name !== 'open' && !fresh.hasAttribute(a.name)) old.removeAttribute(a.name);
+  for (const a of fresh.attributes) if (a.name !== 'open' && old.getAttribute(a.name) !== a.value) old.setAttribute(a.name, a.value);
+  if (old.nodeName === 'DETAILS') {
+    const wanted = old.zWanted === undefined ? old.open : old.zWanted;
+    if (fresh.open && !wanted) old.open = true;
+    old.zWanted = fresh.open;
+  }
+  const was = [...old.childNodes];
+  const now = [...fresh.childNodes];
+  now.forEach((n, i) => { if (i < was.length) morph(was[i], n); else old.append(n); });
+  for (let i = now.length; i < was.length; i++) was[i].remove();
+  return old;
 }
 
 function addContent(item, c) {
@@ -259,7 +363,7 @@ function toolNode(it, t) {
   const locs = locations.map((l) => {
     const p = String((l && l.path) || '');
     return t && t.onOpenPath
-      ? h('button', { type: 'button', class: 'link path', onclick: () => t.onOpenPath(p), text: p + (l.line ? `:${l.line}` : '') })
+      ? h('button', { type: 'button', class: 'link path', dataset: { path: p }, text: p + (l.line ? `:${l.line}` : '') })
       : h('code', { text: p });
   });
   return h('article', { class: `msg tool ${status}`, dataset: { key: it.key, status } },
@@ -292,11 +396,19 @@ export function diffNode(c) {
 
 const PLAN_MARKS = { completed: '☑', in_progress: '◐', pending: '☐' };
 
+/** A turn's plan; once the turn is over, a step that is not completed shows as stopped. */
 function planNode(it) {
   const entries = Array.isArray(it.data.entries) ? it.data.entries : [];
-  return h('article', { class: 'msg plan', dataset: { key: it.key } },
-    h('div', { class: 'plan-title', text: 'Plan' }),
-    h('ul', {}, entries.map((e) => h('li', { class: String(e.status || 'pending') },
-      h('span', { class: 'mark', 'aria-hidden': 'true', text: PLAN_MARKS[e.status] || '☐' }),
-      h('span', { text: String(e.content ?? '') })))));
+  const stopped = !!it.ended && entries.some((e) => e && e.status !== 'completed');
+  const why = it.ended && it.ended !== 'ended' ? `: ${String(it.ended).replace(/_/g, ' ')}` : '';
+  return h('article', { class: `msg plan${stopped ? ' stopped' : ''}`, dataset: { key: it.key } },
+    h('div', { class: 'plan-title', text: stopped ? `Plan (stopped${why})` : 'Plan' }),
+    h('ul', {}, entries.map((e) => {
+      const status = String((e && e.status) || 'pending');
+      const open = stopped && status !== 'completed';
+      return h('li', { class: open ? 'stopped' : status },
+        h('span', { class: 'mark', 'aria-hidden': 'true', text: open ? '⊘' : PLAN_MARKS[status] || '☐' }),
+        h('span', { text: String((e && e.content) ?? '') }),
+        open ? h('span', { class: 'visually-hidden', text: ' (not done)' }) : null);
+    })));
 }
