@@ -143,6 +143,7 @@ pub async fn run(
         idle_exit: opts.idle_exit,
     };
     let (router, events) = router::Router::new(spec, journal, ropts);
+    let nudge = router.status_nudge();
     let limits = server::Limits {
         header_timeout: cfg.timings.header_timeout,
         connections: slots::cap_for(nofile),
@@ -156,6 +157,7 @@ pub async fn run(
         port,
         events.clone(),
         register::Registrant { origin: opts.origin, nonce: opts.nonce.clone() },
+        nudge,
         shutdown.clone(),
         &tracker,
     );
