@@ -59,12 +59,14 @@ pub struct Registrant {
     pub origin: &'static str,
     /// Pairs a serve bridge's registration with the hub's spawn of it.
     pub nonce: Option<String>,
+    /// `up` for the bridge `zcode-acp up` runs.
+    pub launcher: Option<&'static str>,
 }
 
 impl Registrant {
     /// An editor's bridge.
     pub fn editor() -> Registrant {
-        Registrant { origin: "editor", nonce: None }
+        Registrant { origin: "editor", nonce: None, launcher: None }
     }
 }
 
@@ -188,6 +190,7 @@ impl Ctx {
             sessions: sessions.into_iter().map(row).collect(),
             nonce: self.who.nonce.clone(),
             version: Some(zcode_shared::VERSION.to_owned()),
+            launcher: self.who.launcher,
         };
         let body = reg.to_json(&self.token.token());
         Some(match self.post("/api/register", body.to_string()).await {

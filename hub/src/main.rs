@@ -333,6 +333,7 @@ fn up(public_url: Option<String>) -> anyhow::Result<ExitCode> {
     let dir = std::fs::canonicalize(std::env::current_dir()?)?;
     let mut opts = zcode_bridge::BridgeOptions::serve(&cfg, dir);
     opts.idle_exit = None;
+    opts.launcher = Some("up");
     run_bridge(Vec::new(), opts)
 }
 

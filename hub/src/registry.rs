@@ -154,7 +154,7 @@ impl Registry {
                 })
                 .map(SessionRow::to_json)
                 .collect();
-            json!({
+            let mut row = json!({
                 "id": reg.id,
                 "port": reg.port,
                 "pid": reg.pid,
@@ -162,7 +162,12 @@ impl Registry {
                 "workspace": reg.workspace,
                 "origin": reg.origin,
                 "sessions": sessions,
-            })
+            });
+            // Beyond the contract's fields, only when set: `up` for the bridge `zcode-acp up` runs.
+            if let Some(l) = reg.launcher {
+                row["launcher"] = l.into();
+            }
+            row
         });
         Value::Array(rows.collect())
     }

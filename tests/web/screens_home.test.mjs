@@ -10,10 +10,12 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Stack, SHOTS, launchBrowser, watchConsole, until } from './harness.mjs';
+import { spawn } from 'node:child_process';
+import { Stack, BIN, SHOTS, launchBrowser, watchConsole, until } from './harness.mjs';
 
 const PHONE = { width: 390, height: 844 };
-const BAD_TEXT = /\b(null|undefined|NaN)\b|\[object Object\]/;
+// "null", "nullnull", "undefined", "NaN" as words (not inside "nullable"), "[object Object]".
+const BAD_TEXT = /(^|[^A-Za-z])(null|undefined|NaN)+([^A-Za-z]|$)|\[object Object\]/;
 
 describe('web client screens (home, projects, browse, files, pairing)', () => {
   let stack; let browser; let page; let errors; let ed; let sid;
@@ -58,10 +60,11 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
       scroll: document.documentElement.scrollWidth,
       width: window.innerWidth,
     }));
-    const bad = seen.text.split('\n').filter((l) => /\b(null|undefined|NaN)\b|\[object Object\]/.test(l));
+    const bad = seen.text.split('\n').filter((l) => BAD_TEXT.test(l));
     assert.deepEqual(bad, [], `${name}: visible text shows a JS value`);
     assert.doesNotMatch(seen.text, /`/, `${name}: a Markdown backtick is shown as such`);
-    assert.ok(seen.scroll <= seen.width, `${name}: the page is ${seen.scroll} px wide on a ${seen.width} px screen`);
+    // A phone zooms out to fit a page wider than the screen (innerWidth grows): both count.
+    assert.ok(Math.max(seen.scroll, seen.width) <= PHONE.width, `${name}: the page is ${seen.scroll} px wide (window ${seen.width} px) on a ${PHONE.width} px screen`);
     await p.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
   }
 
@@ -80,7 +83,7 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
     assert.doesNotMatch(await page.locator('.files').innerText(), BAD_TEXT);
     await page.goto(filesUrl('&file=short.txt'));
     await page.locator('.text-view .lines').waitFor();
-    const pager = page.locator('.text-view .pager').first();
+    const pager = page.locator('.text-view .actions').first();
     assert.equal((await pager.innerText()).trim(), 'Lines 1–126');
     assert.equal(await page.locator('.text-view button').count(), 0, 'a 126-line file has no previous or next page');
     assert.doesNotMatch(await page.locator('.files').innerText(), BAD_TEXT);
@@ -94,27 +97,37 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
       width: window.innerWidth,
       right: document.querySelector('.text-view').getBoundingClientRect().right,
     }));
-    assert.ok(scroll <= width, `the page is ${scroll} px wide on a ${width} px screen`);
-    assert.ok(right <= width, `the file view ends at ${right} px on a ${width} px screen`);
+    assert.ok(Math.max(scroll, width) <= PHONE.width, `the page is ${scroll} px wide (window ${width} px) on a ${PHONE.width} px screen`);
+    assert.ok(right <= PHONE.width, `the file view ends at ${right} px on a ${PHONE.width} px screen`);
+    // A long name without a break point, in the list and as the file view's heading.
+    const name = `${'LongNameWithoutBreaks'.repeat(6)}.txt`;
+    fs.writeFileSync(path.join(stack.project, name), 'x\n');
+    for (const q of ['', `&file=${name}`]) {
+      await page.goto(filesUrl(q));
+      await page.locator(q ? '.text-view .lines' : `.file-list li[data-name="${name}"]`).waitFor();
+      const w = await page.evaluate(() => Math.max(document.documentElement.scrollWidth, window.innerWidth));
+      assert.ok(w <= PHONE.width, `${q ? 'the file view' : 'the file list'} is ${w} px wide with a long file name`);
+    }
+    fs.rmSync(path.join(stack.project, name));
   });
 
   it('pages a long file with true ranges: no previous on the first page, no next on the last', async () => {
     fs.writeFileSync(path.join(stack.project, 'long.txt'), `${Array.from({ length: 250 }, (_, i) => `row ${i + 1}`).join('\n')}\n`);
     await page.goto(filesUrl('&file=long.txt'));
-    const pager = page.locator('.text-view .pager').first();
+    const pager = page.locator('.text-view .actions').first();
     await pager.locator('.next-lines').waitFor();
-    assert.equal(await pager.locator('.prev-lines').count(), 0);
+    assert.equal(await pager.locator('button', { hasText: '←' }).count(), 0, 'no previous page before line 1');
     assert.match(await pager.innerText(), /Lines 1–200/);
     assert.equal((await pager.locator('.next-lines').innerText()).trim(), 'Lines 201… →');
     await pager.locator('.next-lines').click();
-    await page.locator('.text-view .pager span', { hasText: 'Lines 201–250' }).first().waitFor();
+    await page.locator('.text-view .actions span', { hasText: 'Lines 201–250' }).first().waitFor();
     assert.equal(await page.locator('.text-view .next-lines').count(), 0, 'no next page after the last line');
-    assert.equal((await page.locator('.text-view .prev-lines').first().innerText()).trim(), '← Lines 1–200');
+    assert.equal((await page.locator('.text-view button', { hasText: '←' }).first().innerText()).trim(), '← Lines 1–200');
   });
 
   it('says temp directories are not listed, and why a session cannot start here, in the page', async () => {
     await page.goto(`${stack.base}/`);
-    const empty = page.locator('#projects #no-projects');
+    const empty = page.locator('#projects p', { hasText: 'No known project' });
     await empty.waitFor();
     assert.match(await empty.innerText(), /temporary/);
     const start = page.locator('#browse button', { hasText: 'Start a session here' });
@@ -146,9 +159,8 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
     const before = (await ed.call('session/list', {})).sessions.length;
     await page.goto(`${stack.base}/`);
     await page.locator(`[data-instance="${ed.id}"] a.button`, { hasText: 'New session' }).click();
-    await page.waitForURL(/\/n\/\d+/);
-    await page.locator('#new-note').waitFor();
     await page.locator('#send:not([disabled])').waitFor();
+    assert.match(new URL(page.url()).pathname, /^\/n\/\d+$/, 'still the new-session route');
     await look(page, 'screens-new-session-light');
     // Leaving without a word leaves nothing behind.
     await page.goBack();
@@ -192,14 +204,32 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
     page.off('request', count);
   });
 
+  it('labels the instance `zcode-acp up` runs as "up", not "serve"', async () => {
+    const dir = path.join(stack.home, 'upproj');
+    fs.mkdirSync(dir);
+    const up = spawn(BIN, ['up'], { cwd: dir, env: stack.env(), stdio: ['ignore', 'ignore', 'ignore'] });
+    try {
+      const inst = await until('the up instance', async () => (await stack.api('/api/instances')).find((i) => i.pid === up.pid));
+      assert.equal(inst.origin, 'serve', 'the contract\'s origin is unchanged');
+      await page.goto(`${stack.base}/`);
+      const badge = page.locator(`[data-instance="${inst.id}"] .instance-head .badge`);
+      await badge.waitFor();
+      assert.equal((await badge.innerText()).trim(), 'up');
+      assert.equal((await page.locator(`[data-instance="${ed.id}"] .instance-head .badge`).innerText()).trim(), 'editor');
+    } finally {
+      up.kill('SIGTERM');
+    }
+  });
+
   it('shows the pairing help without Markdown backticks', async () => {
     // Its own context: the pairing screen forgets the stored token.
     const c = await phone('light');
     const p = await c.newPage();
     await p.goto(`${stack.base}/pair`);
-    await p.locator('#pair-help').waitFor();
-    assert.doesNotMatch(await p.locator('#pair-help').innerText(), /`/);
-    assert.equal(await p.locator('#pair-help code').count(), 2);
+    const help = p.locator('form.pair p', { hasText: 'pairing link' });
+    await help.waitFor();
+    assert.doesNotMatch(await help.innerText(), /`/);
+    assert.equal(await help.locator('code').count(), 2);
     await c.close();
   });
 

@@ -350,13 +350,12 @@ impl Router {
     /// enough for every event (no allocation); `updatedAt` is left out, or every streamed frame
     /// would count as a change.
     fn status_signature(&self) -> u64 {
-        use std::hash::{BuildHasher, Hash, Hasher};
+        use std::hash::BuildHasher;
         let state = std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
-        self.sessions.values().filter(|s| s.listed()).fold(1, |acc: u64, s| {
-            let mut h = state.build_hasher();
-            (&s.id, s.busy(), &s.title).hash(&mut h);
-            acc.wrapping_add(h.finish())
-        })
+        self.sessions
+            .values()
+            .filter(|s| s.listed())
+            .fold(1, |acc: u64, s| acc.wrapping_add(state.hash_one((&s.id, s.busy(), &s.title))))
     }
 
     fn status(&self) -> Vec<SessionStatus> {

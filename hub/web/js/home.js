@@ -11,6 +11,15 @@ import { composer } from './composer.js';
 
 const POLL_MS = 4000;
 
+/**
+ * What started an instance, in a word: `editor`, `up` (the bridge `zcode-acp up` runs: the
+ * contract's origin is `serve`, its `launcher` says `up`), or `serve` (one the hub started).
+ */
+function originLabel(inst) {
+  if (inst.launcher === 'up') return 'up';
+  return inst.origin === 'serve' ? 'serve' : 'editor';
+}
+
 /** Mounts the home screen; returns its cleanup. */
 export function homeView(root, app) {
   const waiting = h('section', { class: 'card waiting', id: 'waiting', 'aria-label': 'Waiting for you', hidden: true });
@@ -115,7 +124,7 @@ export function homeView(root, app) {
       live.append(h('div', { class: 'instance', dataset: { instance: String(inst.id) } },
         h('div', { class: 'instance-head' },
           h('strong', { text: baseName(inst.workspace) }),
-          h('span', { class: 'badge', text: String(inst.origin || 'editor') }),
+          h('span', { class: 'badge origin', text: originLabel(inst) }),
           h('span', { class: 'muted path', text: String(inst.workspace || '') }),
           h('a', { class: 'button', href: `/n/${encodeURIComponent(inst.id)}?cwd=${encodeURIComponent(inst.workspace || '')}`, 'data-nav': '' }, 'New session')),
         sessions.length ? h('ul', { class: 'rows sessions' }, sessions.map((s) => {
