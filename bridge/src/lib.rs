@@ -76,6 +76,8 @@ pub struct BridgeOptions {
     pub nonce: Option<String>,
     /// Headless: exit this long after the last client left and the last turn ended.
     pub idle_exit: Option<Duration>,
+    /// What started it when not the hub or an editor: `up` (registered as `launcher`).
+    pub launcher: Option<&'static str>,
 }
 
 impl BridgeOptions {
@@ -96,6 +98,7 @@ impl BridgeOptions {
                 .and_then(|_| std::env::current_dir().ok()),
             nonce: var("ZCODE_ACP_SPAWN_NONCE"),
             idle_exit: None,
+            launcher: None,
         }
     }
 
@@ -107,6 +110,7 @@ impl BridgeOptions {
             pin_cwd: Some(cwd),
             nonce: std::env::var("ZCODE_ACP_SPAWN_NONCE").ok().filter(|v| !v.is_empty()),
             idle_exit: Some(cfg.timings.serve_idle),
+            launcher: None,
         }
     }
 }
@@ -143,6 +147,7 @@ pub async fn run(
         idle_exit: opts.idle_exit,
     };
     let (router, events) = router::Router::new(spec, journal, ropts);
+    let nudge = router.status_nudge();
     let limits = server::Limits {
         header_timeout: cfg.timings.header_timeout,
         connections: slots::cap_for(nofile),
@@ -155,7 +160,8 @@ pub async fn run(
         &token,
         port,
         events.clone(),
-        register::Registrant { origin: opts.origin, nonce: opts.nonce.clone() },
+        register::Registrant { origin: opts.origin, nonce: opts.nonce.clone(), launcher: opts.launcher },
+        nudge,
         shutdown.clone(),
         &tracker,
     );

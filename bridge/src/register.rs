@@ -18,6 +18,11 @@
 //!   to 10 min at the default 10 s; tests scale it with `ZCODE_ACP_HEARTBEAT_MS`), reset by
 //!   the first success. No hub is spawned for a 401: the port is held by a live hub, so a new
 //!   one could only find it running.
+//! - A change in what the router lists (a session listed, a turn starting or ending, a new
+//!   title) pokes `nudge`: the next heartbeat goes out at once, not a period later, so the
+//!   hub's list (and a phone's home screen, which watches every listed session for the
+//!   permissions it waits on) follows within a poll. During a backoff (401, no hub) the poke
+//!   is kept for when the wait ends: it never shortens one.
 //! - Nothing is written to the hub's port before `zcode_shared::peer` says a process of this
 //!   user holds it: another user squatting it gets a connection and no token. That counts as
 //!   no hub (a hub is started, throttled; it refuses to run and says why in `logs/hub.log`);
@@ -32,7 +37,7 @@ use hyper_util::rt::TokioIo;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use zcode_shared::config::Config;
@@ -54,23 +59,28 @@ pub struct Registrant {
     pub origin: &'static str,
     /// Pairs a serve bridge's registration with the hub's spawn of it.
     pub nonce: Option<String>,
+    /// `up` for the bridge `zcode-acp up` runs.
+    pub launcher: Option<&'static str>,
 }
 
 impl Registrant {
     /// An editor's bridge.
     pub fn editor() -> Registrant {
-        Registrant { origin: "editor", nonce: None }
+        Registrant { origin: "editor", nonce: None, launcher: None }
     }
 }
 
 /// Starts registering (on `tracker`) the bridge listening on `port`; unregisters when `stop`
-/// fires. Sessions come from the router (`Event::Status` on `events`).
+/// fires. Sessions come from the router (`Event::Status` on `events`); `nudge` (the router's
+/// [`crate::router::Router::status_nudge`]) asks for a heartbeat now.
+#[allow(clippy::too_many_arguments)]
 pub fn spawn(
     cfg: &Config,
     token: &Arc<zcode_shared::token::Live>,
     port: u16,
     events: mpsc::Sender<Event>,
     who: Registrant,
+    nudge: Arc<Notify>,
     stop: CancellationToken,
     tracker: &TaskTracker,
 ) {
@@ -90,7 +100,7 @@ pub fn spawn(
         who,
         events,
     };
-    tracker.spawn(run(ctx, stop));
+    tracker.spawn(run(ctx, nudge, stop));
 }
 
 struct Ctx {
@@ -118,7 +128,7 @@ enum Outcome {
     NotOurs,
 }
 
-async fn run(ctx: Ctx, stop: CancellationToken) {
+async fn run(ctx: Ctx, nudge: Arc<Notify>, stop: CancellationToken) {
     let t = &ctx.cfg.timings;
     let mut schedule = Schedule::new(t.heartbeat, t.hub_spawn_throttle);
     loop {
@@ -136,9 +146,17 @@ async fn run(ctx: Ctx, stop: CancellationToken) {
         if spawn {
             ctx.spawn_hub();
         }
-        tokio::select! {
-            () = stop.cancelled() => break,
-            () = tokio::time::sleep(wait) => {}
+        if outcome == Outcome::Registered {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep(wait) => {}
+                () = nudge.notified() => {}
+            }
+        } else {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep(wait) => {}
+            }
         }
     }
     ctx.unregister().await;
@@ -172,6 +190,7 @@ impl Ctx {
             sessions: sessions.into_iter().map(row).collect(),
             nonce: self.who.nonce.clone(),
             version: Some(zcode_shared::VERSION.to_owned()),
+            launcher: self.who.launcher,
         };
         let body = reg.to_json(&self.token.token());
         Some(match self.post("/api/register", body.to_string()).await {

@@ -445,6 +445,7 @@ fn up(
     let dir = std::fs::canonicalize(std::env::current_dir()?)?;
     let mut opts = zcode_bridge::BridgeOptions::serve(&cfg, dir);
     opts.idle_exit = None;
+    opts.launcher = Some("up");
     let result = run_bridge_until(AgentChoice::new(agent_name, agent), opts, Some(stop));
     drop(tunnel);
     result

@@ -161,7 +161,7 @@ impl Registry {
                 })
                 .map(listed_row)
                 .collect();
-            json!({
+            let mut row = json!({
                 "id": reg.id,
                 "port": reg.port,
                 "pid": reg.pid,
@@ -169,7 +169,12 @@ impl Registry {
                 "workspace": reg.workspace,
                 "origin": reg.origin,
                 "sessions": sessions,
-            })
+            });
+            // Beyond the contract's fields, only when set: `up` for the bridge `zcode-acp up` runs.
+            if let Some(l) = reg.launcher {
+                row["launcher"] = l.into();
+            }
+            row
         });
         Value::Array(rows.collect())
     }

@@ -2,7 +2,9 @@
 //! definition for both sides. The bridge builds a [`Registration`] and sends
 //! [`Registration::to_json`]; the hub validates a body with [`Registration::parse`] (its error
 //! is the 400 answer's text). Fields per ORIGINAL-NOTES: token, id (the bridge's pid), port,
-//! pid, startedAt, workspace, origin (`editor` | `serve`), sessions, nonce?, version.
+//! pid, startedAt, workspace, origin (`editor` | `serve`), sessions, nonce?, version, and
+//! launcher? (`up`: the serve bridge `zcode-acp up` runs, which clients label as such; the
+//! contract's `origin` stays `serve`).
 
 use serde_json::{Map, Value, json};
 
@@ -27,6 +29,8 @@ pub struct Registration {
     pub nonce: Option<String>,
     /// The bridge's version.
     pub version: Option<String>,
+    /// What started a serve bridge when it was not the hub: `up` (else absent).
+    pub launcher: Option<&'static str>,
 }
 
 /// One advertised session.
@@ -95,6 +99,8 @@ impl Registration {
             sessions,
             nonce: text("nonce"),
             version: text("version"),
+            // A label only: a value this hub does not know is dropped, never refused.
+            launcher: (text("launcher").as_deref() == Some("up")).then_some("up"),
         })
     }
 }
@@ -118,6 +124,9 @@ impl Registration {
         }
         if let Some(ver) = &self.version {
             v["version"] = ver.clone().into();
+        }
+        if let Some(l) = self.launcher {
+            v["launcher"] = l.into();
         }
         v
     }
@@ -207,6 +216,7 @@ mod tests {
             started_at: 1_700_000_000_000,
             workspace: "/home/me/project".into(),
             origin: "serve",
+            launcher: Some("up"),
             sessions: vec![
                 SessionRow {
                     session_id: "s-1".into(),

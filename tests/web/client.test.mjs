@@ -259,8 +259,11 @@ describe('web client', () => {
   it('starts a new session on an instance', async () => {
     await page.goto(`${stack.base}/`);
     await page.locator(`[data-instance="${ed.id}"] a.button`, { hasText: 'New session' }).click();
-    await page.waitForURL(/\/s\/\d+\/[^/?]+/);
+    // Created with its first prompt (nothing until then): /n/… becomes /s/… once sent.
+    await page.waitForURL(/\/n\/\d+/);
+    await page.locator('#send:not([disabled])').waitFor();
     await send('first words of a new session');
+    await page.waitForURL(/\/s\/\d+\/[^/?]+/);
     await agentSaid('You said: "first words of a new session"').waitFor();
     const newSid = decodeURIComponent(new URL(page.url()).pathname.split('/')[3]);
     assert.notEqual(newSid, sid);

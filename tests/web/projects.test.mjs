@@ -52,11 +52,13 @@ describe('web client projects', () => {
   it('creates a session in a project', async () => {
     await page.goto(`${stack.base}/`);
     await project().locator('button', { hasText: 'New session' }).click();
-    await page.waitForURL(/\/s\/\d+\/[^/?]+/);
+    await page.waitForURL(/\/n\/\d+/);
     const instance = new URL(page.url()).pathname.split('/')[2];
     assert.notEqual(instance, ed.id, 'a new instance, not the editor\'s');
+    await page.locator('#send:not([disabled])').waitFor();
     await page.fill('#prompt', 'born on the phone');
     await page.press('#prompt', 'Enter');
+    await page.waitForURL(/\/s\/\d+\/[^/?]+/);
     await page.locator('.msg.agent', { hasText: 'You said: "born on the phone"' }).waitFor();
     const list = await stack.api('/api/instances');
     assert.equal(list.find((i) => i.id === instance).origin, 'serve');
@@ -68,10 +70,12 @@ describe('web client projects', () => {
     await browse.locator('.dirs button', { hasText: 'fresh/' }).click();
     await browse.locator('code.path', { hasText: /fresh$/ }).waitFor();
     await browse.locator('button', { hasText: 'Start a session here' }).click();
-    await page.waitForURL(/\/s\/\d+\/[^/?]+/);
+    await page.waitForURL(/\/n\/\d+/);
     assert.equal(new URL(page.url()).searchParams.get('cwd'), path.join(stack.home, 'fresh'));
+    await page.locator('#send:not([disabled])').waitFor();
     await page.fill('#prompt', 'somewhere new');
     await page.press('#prompt', 'Enter');
+    await page.waitForURL(/\/s\/\d+\/[^/?]+/);
     await page.locator('.msg.agent', { hasText: 'You said: "somewhere new"' }).waitFor();
   });
 

@@ -206,6 +206,10 @@ pub struct Router {
     idle_exit: Option<std::time::Duration>,
     /// Since when nobody is connected and no turn runs.
     idle_since: Option<tokio::time::Instant>,
+    /// Poked when what discovery lists changes, so registration tells the hub at once.
+    status_nudge: Arc<tokio::sync::Notify>,
+    /// The listing's signature at the last poke ([`Router::status_signature`]).
+    status_sig: u64,
 }
 
 /// How the router behaves beyond routing.
@@ -244,8 +248,16 @@ impl Router {
             idle_exit: opts.idle_exit,
             idle_since: None,
             stop_at: None,
+            status_nudge: Arc::new(tokio::sync::Notify::new()),
+            status_sig: 0,
         };
         (router, events_tx)
+    }
+
+    /// Notified whenever the listed sessions or their status (running, idle, title) change:
+    /// registration sends a heartbeat then instead of at its next period.
+    pub fn status_nudge(&self) -> Arc<tokio::sync::Notify> {
+        self.status_nudge.clone()
     }
 
     /// Runs until [`Event::Shutdown`] (or every sender is gone), then kills the agent and
@@ -297,6 +309,11 @@ impl Router {
                     let _ = reply.send(root.map(|s| s.cwd.clone()));
                 }
             }
+            let sig = self.status_signature();
+            if sig != self.status_sig {
+                self.status_sig = sig;
+                self.status_nudge.notify_one();
+            }
         }
         for client in self.clients.values() {
             client.kill.cancel();
@@ -326,6 +343,19 @@ impl Router {
         }
         let since = *self.idle_since.get_or_insert_with(tokio::time::Instant::now);
         Some(since + limit)
+    }
+
+    /// What registration advertises, as one number: a session listed or unlisted, a turn
+    /// starting or ending, a new title. Order-free (the map's order may change), and cheap
+    /// enough for every event (no allocation); `updatedAt` is left out, or every streamed frame
+    /// would count as a change.
+    fn status_signature(&self) -> u64 {
+        use std::hash::BuildHasher;
+        let state = std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
+        self.sessions
+            .values()
+            .filter(|s| s.listed())
+            .fold(1, |acc: u64, s| acc.wrapping_add(state.hash_one((&s.id, s.busy(), &s.title))))
     }
 
     fn status(&self) -> Vec<SessionStatus> {

@@ -11,21 +11,28 @@
 
 import { h, clear, $ } from './dom.js';
 import { token, setToken, takeTokenFromFragment, getJson } from './api.js';
-import { homeView } from './home.js';
+import { homeView, newSessionView } from './home.js';
 import { sessionView } from './session.js';
 import { filesView } from './files.js';
 import { startApp } from './push.js';
 
 const view = () => $('#view');
 let cleanup = null;
+/** The first prompt of a session created by the new-session view, for the session view. */
+let handed = null;
 
 export const app = {
   instances: null,
 
-  /** Goes to `path` (a client route). */
-  navigate(path) {
-    history.pushState(null, '', path);
+  /** Goes to `path` (a client route); `replace`: without a new history entry. */
+  navigate(path, { replace = false } = {}) {
+    if (replace) history.replaceState(null, '', path); else history.pushState(null, '', path);
     route();
+  },
+
+  /** Hands the first prompt of a session just created (`/n/…`) to its view. */
+  handOver(instance, sid, text) {
+    handed = { instance: String(instance), sid, text };
   },
 
   /** Replaces the current address without re-rendering. */
@@ -85,8 +92,12 @@ function route() {
   const q = new URLSearchParams(location.search);
   if (parts[0] === 'pair' || !token()) return app.pair(token() ? '' : null);
   const cwd = q.get('cwd') || '';
-  if (parts[0] === 's' && parts.length === 3) return mount((root) => sessionView(root, app, { instance: parts[1], sid: parts[2], cwd }));
-  if (parts[0] === 'n' && parts.length === 2) return mount((root) => sessionView(root, app, { instance: parts[1], sid: null, cwd }));
+  if (parts[0] === 's' && parts.length === 3) {
+    const mine = handed && handed.instance === parts[1] && handed.sid === parts[2] ? handed.text : '';
+    handed = null;
+    return mount((root) => sessionView(root, app, { instance: parts[1], sid: parts[2], cwd, prompt: mine }));
+  }
+  if (parts[0] === 'n' && parts.length === 2) return mount((root) => newSessionView(root, app, { instance: parts[1], cwd }));
   if (parts[0] === 'f' && parts.length === 3) {
     return mount((root) => filesView(root, app, { instance: parts[1], sid: parts[2], cwd, dir: q.get('dir') || '', file: q.get('file') || '' }));
   }
@@ -115,15 +126,16 @@ function pairView(root, message) {
     }
   } },
   h('h2', { text: 'Pair this browser' }),
-  h('p', { text: 'Open the pairing link that `zcode-acp up` or `zcode-acp token` prints on the machine (or scan its QR code), or paste the token here. It is kept in this browser only.' }),
+  h('p', { id: 'pair-help' }, 'Open the pairing link that ', h('code', { text: 'zcode-acp up' }), ' or ', h('code', { text: 'zcode-acp token' }),
+    ' prints on the machine (or scan its QR code), or paste the token here. It is kept in this browser only.'),
   problem, h('div', { class: 'row' }, input, h('button', { type: 'submit', class: 'primary' }, 'Pair')));
-  clear(root).append(form);
+  clear(root, form);
   input.focus();
 }
 
 function showFatal(e) {
   console.warn('view failed', e);
-  clear(view()).append(h('div', { class: 'card' },
+  clear(view(), h('div', { class: 'card' },
     h('p', { class: 'error', role: 'alert', text: `Something went wrong in the page: ${e && e.message ? e.message : e}` }),
     h('button', { type: 'button', onclick: () => route() }, 'Try again'),
     ' ', h('a', { class: 'button', href: '/' }, 'Home')));

@@ -31,10 +31,14 @@ export function append(node, children) {
   return node;
 }
 
-/** Removes every child of `node`; returns it. */
-export function clear(node) {
+/**
+ * Removes every child of `node`, then appends `children` as `append` does (null, undefined
+ * and false skipped: the native `Element.append` would print them as "null"); returns `node`.
+ * Fill a cleared node through here (`clear(box, a, b)`), never `clear(box).append(a, b)`.
+ */
+export function clear(node, ...children) {
   node.replaceChildren();
-  return node;
+  return append(node, children);
 }
 
 /** `$('#id')` within `root` (default: document). */

@@ -16,7 +16,7 @@ export function filesView(root, app, { instance, sid, cwd, dir, file }) {
   const here = (params) => `/f/${encodeURIComponent(instance)}/${encodeURIComponent(sid)}${query({ cwd, ...params })}`;
   const body = h('div', { class: 'files-body' });
   const back = h('a', { class: 'button', href: `/s/${encodeURIComponent(instance)}/${encodeURIComponent(sid)}${query({ cwd })}`, 'data-nav': '' }, '← Session');
-  clear(root).append(h('div', { class: 'files card' }, h('div', { class: 'card-head' }, back, h('h2', { text: file ? baseName(file) : 'Files' })), body));
+  clear(root, h('div', { class: 'files card' }, h('div', { class: 'card-head' }, back, h('h2', { text: file ? baseName(file) : 'Files' })), body));
   app.setTitle(file ? baseName(file) : 'Files');
 
   if (file) showFile(file); else list(dir || '');
@@ -29,7 +29,7 @@ export function filesView(root, app, { instance, sid, cwd, dir, file }) {
       const shown = path || '.';
       const parent = path && path !== '.' ? path.split('/').slice(0, -1).join('/') : null;
       const entries = Array.isArray(r.entries) ? r.entries : [];
-      clear(body).append(
+      clear(body,
         h('div', { class: 'browse-head' },
           h('a', { class: 'button', 'data-nav': '', href: here({ dir: parent || undefined }), hidden: parent === null, 'aria-label': 'Parent directory' }, '↑'),
           h('code', { class: 'path', text: `${rootPath}${shown === '.' ? '' : `/${shown}`}` })),
@@ -50,7 +50,7 @@ export function filesView(root, app, { instance, sid, cwd, dir, file }) {
   function showError(e, retry) {
     const msg = e.status === 403 ? 'Outside the session\'s directory, or the session is not on this instance.'
       : e.status === 404 && e.kind !== 'missing' ? 'Not found.' : e.message;
-    clear(body).append(h('p', { class: 'error', role: 'alert', text: msg }), h('button', { type: 'button', onclick: retry }, 'Retry'));
+    clear(body, h('p', { class: 'error', role: 'alert', text: msg }), h('button', { type: 'button', onclick: retry }, 'Retry'));
   }
 
   function fileUrl(path, extra) {
@@ -70,17 +70,17 @@ export function filesView(root, app, { instance, sid, cwd, dir, file }) {
         const blob = await (await api(fileUrl(path), { raw: true, what: 'Image' })).blob();
         const url = URL.createObjectURL(blob);
         urls.push(url);
-        clear(body).append(actions, h('img', { class: 'preview', src: url, alt: path }));
+        clear(body, actions, h('img', { class: 'preview', src: url, alt: path }));
         return;
       }
       if (TEXTUAL.test(type) || (len < 4 * 1024 * 1024 && await looksTextual(path))) {
-        clear(body).append(actions);
+        clear(body, actions);
         const view = h('div', { class: 'text-view' });
         body.append(view);
         textWindow(path, 1, view);
         return;
       }
-      clear(body).append(actions, h('p', { class: 'muted', text: 'A binary file: download it to open it.' }));
+      clear(body, actions, h('p', { class: 'muted', text: 'A binary file: download it to open it.' }));
     } catch (e) {
       showError(e, () => showFile(path));
     }
@@ -106,16 +106,20 @@ export function filesView(root, app, { instance, sid, cwd, dir, file }) {
       const text = await r.text();
       const lines = text.split('\n');
       if (lines.length && lines[lines.length - 1] === '') lines.pop();
-      const nav = () => h('div', { class: 'actions' },
-        h('button', { type: 'button', disabled: first <= 1, onclick: () => textWindow(path, Math.max(1, first - WINDOW), view) }, `← Lines ${Math.max(1, first - WINDOW)}–${first - 1 || 1}`),
-        h('span', { class: 'muted', text: lines.length ? `Lines ${first}–${first + lines.length - 1}` : 'No more lines' }),
-        h('button', { type: 'button', class: 'next-lines', disabled: lines.length < WINDOW, onclick: () => textWindow(path, first + WINDOW, view) }, `Lines ${first + WINDOW}… →`));
-      clear(view).append(nav(),
+      const last = first + lines.length - 1;
+      // A short read is the end of the file; a full window may be followed by more.
+      const more = lines.length >= WINDOW;
+      const prev = Math.max(1, first - WINDOW);
+      const nav = () => h('div', { class: 'actions pager' },
+        first > 1 ? h('button', { type: 'button', class: 'prev-lines', onclick: () => textWindow(path, prev, view) }, `← Lines ${prev}–${first - 1}`) : null,
+        h('span', { class: 'muted', text: lines.length ? `Lines ${first}–${last}` : 'No more lines' }),
+        more ? h('button', { type: 'button', class: 'next-lines', onclick: () => textWindow(path, last + 1, view) }, `Lines ${last + 1}… →`) : null);
+      clear(view, nav(),
         h('pre', { class: 'lines' }, lines.map((l, i) => h('div', { class: 'line' },
           h('span', { class: 'ln', 'aria-hidden': 'true', text: String(first + i) }), h('span', { text: l })))),
         lines.length > 30 ? nav() : null);
     } catch (e) {
-      clear(view).append(h('p', { class: 'error', role: 'alert', text: e.message }), h('button', { type: 'button', onclick: () => textWindow(path, line, view) }, 'Retry'));
+      clear(view, h('p', { class: 'error', role: 'alert', text: e.message }), h('button', { type: 'button', onclick: () => textWindow(path, line, view) }, 'Retry'));
     }
   }
 

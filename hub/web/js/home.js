@@ -8,8 +8,18 @@ import { getJson } from './api.js';
 import { pool } from './conn.js';
 import { projectsSection, browseSection } from './projects.js';
 import { notifyCard } from './push.js';
+import { composer } from './composer.js';
 
 const POLL_MS = 4000;
+
+/**
+ * What started an instance, in a word: `editor`, `up` (the bridge `zcode-acp up` runs: the
+ * contract's origin is `serve`, its `launcher` says `up`), or `serve` (one the hub started).
+ */
+function originLabel(inst) {
+  if (inst.launcher === 'up') return 'up';
+  return inst.origin === 'serve' ? 'serve' : 'editor';
+}
 
 /** Mounts the home screen; returns its cleanup. */
 export function homeView(root, app) {
@@ -18,7 +28,7 @@ export function homeView(root, app) {
     h('h2', { id: 'instances-h', text: 'Live sessions' }), h('p', { class: 'muted', text: 'Looking for instances…' }));
   const projects = projectsSection(app);
   const browse = browseSection(app);
-  clear(root).append(h('div', { class: 'home' }, waiting, live, projects.node, browse.node, notifyCard()));
+  clear(root, h('div', { class: 'home' }, waiting, live, projects.node, browse.node, notifyCard()));
   app.setTitle('');
 
   let list = app.instances || null;
@@ -41,8 +51,22 @@ export function homeView(root, app) {
       app.setConn('waiting', e.message, e.kind);
       renderError(e);
     }
-    if (!stopped) timer = setTimeout(poll, POLL_MS);
+    schedule();
   }
+
+  // A hidden page does not poll (a phone in a pocket, a background tab): it polls again at
+  // once when shown.
+  function schedule() {
+    clearTimeout(timer);
+    if (!stopped && document.visibilityState !== 'hidden') timer = setTimeout(poll, POLL_MS);
+  }
+
+  function onVisibility() {
+    if (stopped) return;
+    if (document.visibilityState === 'hidden') clearTimeout(timer);
+    else poll();
+  }
+  document.addEventListener('visibilitychange', onVisibility);
 
   function watchAll() {
     const ids = new Set(list.map((i) => String(i.id)));
@@ -88,10 +112,11 @@ export function homeView(root, app) {
     const sig = JSON.stringify([list, [...pool.conns.values()].map((c) => c.pending.size)]);
     if (sig === shown) return;
     shown = sig;
-    clear(live).append(h('div', { class: 'card-head' }, h('h2', { id: 'instances-h', text: 'Live sessions' }),
+    clear(live, h('div', { class: 'card-head' }, h('h2', { id: 'instances-h', text: 'Live sessions' }),
       h('button', { type: 'button', class: 'link', onclick: () => poll() }, 'Refresh')));
     if (!list.length) {
-      live.append(h('p', { class: 'muted', text: 'No instance is running. Start one with `zcode-acp up`, open an agent in your editor, or create a session in a project below.' }));
+      live.append(h('p', { class: 'muted' }, 'No instance is running. Start one with ', h('code', { text: 'zcode-acp up' }),
+        ', open an agent in your editor, or create a session in a project below.'));
       return;
     }
     for (const inst of list) {
@@ -100,7 +125,7 @@ export function homeView(root, app) {
       live.append(h('div', { class: 'instance', dataset: { instance: String(inst.id) } },
         h('div', { class: 'instance-head' },
           h('strong', { text: baseName(inst.workspace) }),
-          h('span', { class: 'badge', text: String(inst.origin || 'editor') }),
+          h('span', { class: 'badge origin', text: originLabel(inst) }),
           h('span', { class: 'muted path', text: String(inst.workspace || '') }),
           h('a', { class: 'button', href: `/n/${encodeURIComponent(inst.id)}?cwd=${encodeURIComponent(inst.workspace || '')}`, 'data-nav': '' }, 'New session')),
         sessions.length ? h('ul', { class: 'rows sessions' }, sessions.map((s) => {
@@ -117,7 +142,7 @@ export function homeView(root, app) {
 
   function renderError(e) {
     shown = '';
-    clear(live).append(h('h2', { id: 'instances-h', text: 'Live sessions' }),
+    clear(live, h('h2', { id: 'instances-h', text: 'Live sessions' }),
       h('p', { class: 'error', role: 'alert', text: e.message }),
       h('button', { type: 'button', onclick: () => poll() }, 'Retry now'),
       list ? h('p', { class: 'muted', text: 'Showing nothing stale: the list comes back as soon as the hub answers.' }) : null);
@@ -128,8 +153,55 @@ export function homeView(root, app) {
   return () => {
     stopped = true;
     clearTimeout(timer);
+    document.removeEventListener('visibilitychange', onVisibility);
     for (const u of unlisten) u.off();
     projects.stop();
     browse.stop();
   };
+}
+
+/**
+ * A new session on `instance` (route `/n/<instance>`), created lazily: the view is an empty
+ * composer, and `session/new` goes out only with the first prompt, so opening "New session"
+ * and leaving leaves no "Untitled session" behind. Once created, the session's own view takes
+ * over (the address becomes `/s/…`) and sends the prompt.
+ */
+export function newSessionView(root, app, { instance, cwd }) {
+  const conn = pool.get(instance);
+  const note = h('p', { class: 'muted', id: 'new-note' }, 'A new session in ', h('code', { class: 'path', text: cwd || '(the instance\'s directory)' }),
+    ': nothing is created until you send the first message.');
+  const problem = h('p', { class: 'error', role: 'alert', hidden: true });
+  const comp = composer({ onSend: (text) => create(text), onCancel: () => {} });
+  clear(root, h('div', { class: 'session-view new-session' },
+    h('div', { class: 'scroller', id: 'transcript-scroller' }, note, problem), comp.node));
+  app.setTitle('New session');
+  let creating = false;
+  const ready = () => {
+    app.setConn(conn.state, conn.message, conn.why);
+    comp.setEnabled(conn.state === 'open' && !creating);
+  };
+  const unlisten = conn.listen((ev) => { if (ev.type === 'state' || ev.type === 'open') ready(); });
+  conn.start();
+  ready();
+  comp.focus();
+
+  async function create(text) {
+    if (creating) return;
+    creating = true;
+    ready();
+    problem.hidden = true;
+    try {
+      const r = await conn.call('session/new', { cwd: cwd || '/', mcpServers: [] });
+      app.handOver(instance, r.sessionId, text);
+      app.navigate(`/s/${encodeURIComponent(instance)}/${encodeURIComponent(r.sessionId)}?cwd=${encodeURIComponent(cwd || '')}`, { replace: true });
+    } catch (e) {
+      creating = false;
+      comp.setText(text);
+      problem.textContent = `Could not start the session: ${e.message}`;
+      problem.hidden = false;
+      ready();
+    }
+  }
+
+  return () => unlisten();
 }

@@ -11,7 +11,7 @@ const CREATE_WAIT_MS = 25000;
 
 /** Explains a failed call in a section, with a retry. */
 function failure(box, e, retry) {
-  clear(box).append(h('p', { class: e.kind === 'missing' ? 'muted' : 'error', role: e.kind === 'missing' ? null : 'alert', text: e.message }),
+  clear(box, h('p', { class: e.kind === 'missing' ? 'muted' : 'error', role: e.kind === 'missing' ? null : 'alert', text: e.message }),
     e.kind === 'missing' ? null : h('button', { type: 'button', onclick: retry }, 'Retry'));
 }
 
@@ -52,7 +52,7 @@ export function projectsSection(app) {
       if (stopped) return;
       clear(body);
       if (!Array.isArray(projects) || !projects.length) {
-        body.append(h('p', { class: 'muted', text: 'No known project yet: a directory becomes one when a session runs in it.' }));
+        body.append(h('p', { class: 'muted', id: 'no-projects', text: 'No known project yet: a directory becomes one when a session runs in it (directories under the system\'s temporary directory are not listed).' }));
         return;
       }
       body.append(h('ul', { class: 'rows projects' }, projects.map((p) => projectRow(p))));
@@ -152,14 +152,18 @@ export function browseSection(app) {
     const entries = (Array.isArray(dir.entries) ? dir.entries : []).filter((e) => hidden.checked || !String(e.name).startsWith('.'));
     const base = String(dir.path || '/').replace(/\/$/, '');
     const create = h('button', {
-      type: 'button', class: 'primary', disabled: !dir.creatable,
-      title: dir.creatable ? '' : 'Only known projects and directories under a configured project root',
+      type: 'button', class: 'primary', disabled: !dir.creatable, 'aria-describedby': dir.creatable ? null : 'create-why',
       onclick: () => createIn(app, dir.path, create),
     }, 'Start a session here');
-    clear(body).append(
+    // Said in the page, not in a tooltip: a phone cannot hover.
+    const why = dir.creatable ? null : h('p', { class: 'muted why', id: 'create-why' },
+      'A session can start only in a known project or under a configured project root: add this directory (or a parent) to ',
+      h('code', { text: 'projectRoots' }), ' in the hub\'s config.json (or ', h('code', { text: 'ZCODE_ACP_PROJECT_ROOTS' }), ').');
+    clear(body,
       h('div', { class: 'browse-head' },
         h('button', { type: 'button', disabled: !dir.parent, 'aria-label': 'Parent directory', onclick: () => open(dir.parent) }, '↑'),
         h('code', { class: 'path', text: String(dir.path || '') }), create),
+      why,
       h('ul', { class: 'rows dirs' }, entries.map((e) => h('li', {},
         h('button', { type: 'button', class: 'link', onclick: () => open(`${base}/${e.name}`) }, `${String(e.name)}/`)))),
       dir.truncated ? h('p', { class: 'muted', text: 'Only the first 2000 directories are listed.' }) : null);

@@ -34,7 +34,7 @@ export function lifecycleError(action, e) {
 }
 
 /** Mounts the view for `instance`/`sid` (sid null: create one in `cwd`); returns cleanup. */
-export function sessionView(root, app, { instance, sid, cwd }) {
+export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   const conn = pool.get(instance);
   const st = {
     sid, cwd, title: app.titleOf(instance, sid) || '', cursor: null, hasMore: false, loadingEarlier: false,
@@ -74,6 +74,7 @@ export function sessionView(root, app, { instance, sid, cwd }) {
   let afterUpdate = 0;
   pollStatus();
   renderToolbar();
+  if (prompt) send(prompt); // the first prompt of a session the new-session view created
 
   function filesUrl(path) {
     return `/f/${encodeURIComponent(instance)}/${encodeURIComponent(st.sid || '')}${query({ cwd: st.cwd, file: path })}`;
