@@ -31,10 +31,14 @@ export function append(node, children) {
   return node;
 }
 
-/** Removes every child of `node`; returns it. */
+/**
+ * Removes every child of `node`. Returns a handle whose `append(...children)` takes children as
+ * `h` does (null/undefined/false skipped): `clear(x).append(a, cond ? b : null)` must never show
+ * the native `Element.append`'s literal "null".
+ */
 export function clear(node) {
   node.replaceChildren();
-  return node;
+  return { node, append: (...children) => append(node, children) };
 }
 
 /** `$('#id')` within `root` (default: document). */
