@@ -57,9 +57,14 @@ export async function phonePage(browser, scheme, token) {
 }
 
 /** What the page shows, checked inside the browser: returns a list of problems. */
-function inspect(scrollers) {
+function inspect({ scrollers, width }) {
   const problems = [];
-  const vw = window.innerWidth;
+  // The phone's width, not innerWidth: a mobile browser lays a too-wide page out wider and
+  // zooms out, so innerWidth grows with the overflow it should reveal.
+  const vw = width;
+  if (window.innerWidth > vw) {
+    problems.push(`the page is laid out ${window.innerWidth}px wide on a ${vw}px phone: something is too wide, the browser zoomed out`);
+  }
   // Word-boundary matches (so "nullable" or "annulled" pass), repeats included ("nullnull").
   const bad = /(?<![\p{L}\p{N}_])(?:null|undefined|NaN)+(?![\p{L}\p{N}_])|\[object Object\]/u;
   const describe = (el) => {
@@ -100,7 +105,7 @@ function inspect(scrollers) {
 
   // 2. Nothing wider than the screen.
   const sw = document.scrollingElement.scrollWidth;
-  if (sw > vw) problems.push(`the page scrolls sideways: scrollWidth ${sw} > innerWidth ${vw}`);
+  if (sw > vw) problems.push(`the page scrolls sideways: scrollWidth ${sw} > the phone's ${vw}`);
   const scrollerSel = scrollers.join(', ');
   const scrollsX = (el) => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
   for (const el of document.body.querySelectorAll('*')) {
@@ -128,16 +133,18 @@ function inspect(scrollers) {
  * every problem found. `opts.console`: regexps of console errors this screen expects (a
  * stopped hub makes the browser log its refused requests); every other console error since
  * the last check fails it. `opts.known`: a note naming a known defect, added to the message.
- * `opts.fullPage`: screenshot the whole page, not only the screen.
+ * `opts.fullPage`: screenshot the whole page, not only the screen; `opts.screenshot: false`: none.
  */
 export async function looksRight(page, name, opts = {}) {
   const errors = watch(page);
   const scheme = await page.evaluate(() => (matchMedia('(prefers-color-scheme: dark)').matches ? 'dark' : 'light'));
-  const vw = await page.evaluate(() => window.innerWidth);
-  assert.equal(vw, PHONE.width, `${name} (${scheme}): checked at ${vw}px wide, not a ${PHONE.width}px phone`);
-  fs.mkdirSync(SHOTS, { recursive: true });
-  await page.screenshot({ path: path.join(SHOTS, `${name}-${scheme}.png`), fullPage: !!opts.fullPage });
-  const problems = await page.evaluate(inspect, SCROLLERS);
+  const vw = page.viewportSize()?.width;
+  assert.equal(vw, PHONE.width, `${name} (${scheme}): checked at ${vw}px wide, not on a ${PHONE.width}px phone`);
+  if (opts.screenshot !== false) {
+    fs.mkdirSync(SHOTS, { recursive: true });
+    await page.screenshot({ path: path.join(SHOTS, `${name}-${scheme}.png`), fullPage: !!opts.fullPage });
+  }
+  const problems = await page.evaluate(inspect, { scrollers: SCROLLERS, width: PHONE.width });
   const expected = opts.console || [];
   const logged = errors.splice(0);
   for (const e of logged) if (!expected.some((re) => re.test(e))) problems.push(`console error: ${e}`);

@@ -63,6 +63,42 @@ describe('web client screens at phone size, light and dark', () => {
     for (const scheme of SCHEMES) await visit(pages[scheme], scheme);
   }
 
+  it('the checker sees each kind of defect, and not what merely resembles one', async () => {
+    const page = await phonePage(browser, 'light');
+    const head = '<meta name="viewport" content="width=device-width, initial-scale=1">'
+      + '<style>body { margin: 0; font: 16px sans-serif } .md pre { overflow-x: auto; white-space: pre }</style>';
+    const bad = [
+      ['<p>null</p>', /visible text "null" in p/],
+      ['<ul><li>a.txt</li></ul><p>nullnull</p>', /visible text "nullnull"/],
+      ['<p>Total: NaN items</p>', /visible text "NaN"/],
+      ['<p>Hello [object Object]</p>', /visible text "\[object Object\]"/],
+      ['<p><span>size </span><b>undefined</b></p>', /visible text "undefined" in p > b/],
+      ['<input placeholder="undefined">', /visible text "undefined" in input/],
+      ['<div id="w" style="width: 500px">wide</div>', /laid out \d+px wide[\s\S]*page scrolls sideways[\s\S]*div#w extends past the right edge/],
+      ['<div id="f" style="position: fixed; left: 300px; width: 200px">off the edge</div>', /div#f extends past the right edge/],
+      ['<div id="s" style="overflow-x: auto"><div style="width: 900px">x</div></div>', /div#s scrolls sideways .* not an intended scroller/],
+      ['<div class="md"><pre id="p" style="overflow: visible">x</pre></div>', /pre#p is named an intended scroller but does not scroll sideways/],
+      ['<script>console.error("boom")</script><p>ok</p>', /console error: boom/],
+      ['<script>throw new Error("bad script")</script><p>ok</p>', /console error: uncaught: bad script/],
+    ];
+    for (const [html, problem] of bad) {
+      await page.setContent(head + html);
+      await assert.rejects(looksRight(page, 'checker', { screenshot: false }), problem, html);
+    }
+    const fine = [
+      '<p>nullable, annulled, Nancy, undefinedness, NaNo, null_ptr</p>',
+      '<p hidden>null</p><p style="display: none">undefined</p><p style="visibility: hidden">NaN</p>',
+      `<div class="md"><pre>${'x'.repeat(300)}</pre></div>`,
+      '<p style="overflow-wrap: anywhere">' + 'y'.repeat(300) + '</p>',
+      '<input value="' + 'z'.repeat(300) + '" style="width: 100%">',
+    ];
+    for (const html of fine) {
+      await page.setContent(head + html);
+      await looksRight(page, 'checker', { screenshot: false });
+    }
+    await page.context().close();
+  });
+
   it('pairing, and a rejected token', async () => {
     for (const scheme of SCHEMES) {
       const page = await phonePage(browser, scheme); // never paired
