@@ -45,6 +45,19 @@ describe('web client screens at phone size, light and dark', () => {
     await ed.prompt(sid, 'hello from the editor');
     // A word longer than the screen (a path, a hash) must wrap inside its bubble.
     await ed.prompt(sid, `look at /${'very-long-directory-name/'.repeat(8)}file.rs and ${'0123456789abcdef'.repeat(6)}`);
+    // Tool cards with long paths, locations and a diff; agent text with a long line and code.
+    const deep = `${'deeply-nested-folder/'.repeat(5)}a-file-with-a-rather-long-name.rs`;
+    const content = `fn main() { let s = "${'x'.repeat(150)}"; } // \`${'y'.repeat(80)}\`\nsecond\n`;
+    let done = false;
+    const tools = ed.prompt(sid, `read:${deep} write:${deep}`).finally(() => { done = true; });
+    while (!done) { // the editor's side of the file access, as the agent asks for it
+      for (const r of ed.requests.filter((q) => !q.taken)) {
+        r.taken = true;
+        ed.answer(r.id, r.method === 'fs/read_text_file' ? { content } : {});
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await tools;
     await stack.listed(ed.id, sid);
     for (const scheme of SCHEMES) pages[scheme] = await phonePage(browser, scheme, stack.token);
   });
@@ -146,7 +159,9 @@ describe('web client screens at phone size, light and dark', () => {
 
   it('session, finished', () => both(async (page) => {
     await page.goto(sessionUrl());
-    await page.locator('#transcript .msg.agent', { hasText: 'You said: "look at' }).waitFor();
+    await page.locator('#transcript .msg.agent', { hasText: 'You said: "read:deeply' }).waitFor();
+    // Open every tool card: their content must fit as well.
+    await page.locator('#transcript .msg.tool details').evaluateAll((ds) => { for (const d of ds) d.open = true; });
     await looksRight(page, 'session-finished');
   }));
 
