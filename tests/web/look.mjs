@@ -19,8 +19,9 @@ export const PHONE = { width: 390, height: 844 };
 
 /**
  * The intended horizontal scrollers: content inside one of these may be wider than the
- * screen (the scroller itself must fit and scroll: `overflow-x: auto | scroll`). Nothing else
- * may extend past the right edge or scroll sideways.
+ * screen (the scroller itself must fit, and scroll with `overflow-x: auto | scroll` when its
+ * content is wider; it may wrap instead). Nothing else may extend past the right edge or
+ * scroll sideways.
  */
 export const SCROLLERS = [
   '.md pre', // a code block in agent text
@@ -113,7 +114,10 @@ function inspect({ scrollers, width }) {
     const marked = el.matches(scrollerSel);
     const inside = el.parentElement && el.parentElement.closest(scrollerSel);
     if (inside && scrollsX(inside)) continue; // content of an intended scroller
-    if (marked && !scrollsX(el)) problems.push(`${describe(el)} is named an intended scroller but does not scroll sideways`);
+    // A scroller may wrap instead; content wider than it must scroll, never spill or be cut.
+    if (marked && el.scrollWidth > el.clientWidth + 1 && !scrollsX(el)) {
+      problems.push(`${describe(el)} is an intended scroller whose content is wider (${el.scrollWidth}px in ${el.clientWidth}px) but it does not scroll sideways`);
+    }
     const rects = [...el.getClientRects()];
     const right = Math.max(...rects.map((r) => r.right));
     if (right > vw + 0.5) {

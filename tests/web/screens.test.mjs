@@ -90,7 +90,7 @@ describe('web client screens at phone size, light and dark', () => {
       ['<div id="w" style="width: 500px">wide</div>', /laid out \d+px wide[\s\S]*page scrolls sideways[\s\S]*div#w extends past the right edge/],
       ['<div id="f" style="position: fixed; left: 300px; width: 200px">off the edge</div>', /div#f extends past the right edge/],
       ['<div id="s" style="overflow-x: auto"><div style="width: 900px">x</div></div>', /div#s scrolls sideways .* not an intended scroller/],
-      ['<div class="md"><pre id="p" style="overflow: visible">x</pre></div>', /pre#p is named an intended scroller but does not scroll sideways/],
+      [`<div class="md"><pre id="p" style="overflow: hidden">${'x'.repeat(300)}</pre></div>`, /pre#p is an intended scroller whose content is wider .* does not scroll sideways/],
       ['<script>console.error("boom")</script><p>ok</p>', /console error: boom/],
       ['<script>throw new Error("bad script")</script><p>ok</p>', /console error: uncaught: bad script/],
     ];
@@ -102,6 +102,7 @@ describe('web client screens at phone size, light and dark', () => {
       '<p>nullable, annulled, Nancy, undefinedness, NaNo, null_ptr</p>',
       '<p hidden>null</p><p style="display: none">undefined</p><p style="visibility: hidden">NaN</p>',
       `<div class="md"><pre>${'x'.repeat(300)}</pre></div>`,
+      `<div class="md"><pre style="overflow: visible; white-space: pre-wrap; overflow-wrap: anywhere">${'x'.repeat(300)}</pre></div>`,
       '<p style="overflow-wrap: anywhere">' + 'y'.repeat(300) + '</p>',
       '<input value="' + 'z'.repeat(300) + '" style="width: 100%">',
     ];
