@@ -301,7 +301,8 @@ async fn verify(tcp: &tokio::net::TcpStream, port: u16) -> Result<(), zcode_shar
 
 /// A router session as the registration advertises it.
 fn row(s: SessionStatus) -> SessionRow {
-    SessionRow { session_id: s.session_id, title: s.title, status: Some(s.status), updated_at: s.updated_at }
+    let status = if s.waiting { "waiting" } else { s.status };
+    SessionRow { session_id: s.session_id, title: s.title, status: Some(status), updated_at: s.updated_at }
 }
 
 /// When to try next, and whether to start a hub first. Pure, so it is unit-tested.

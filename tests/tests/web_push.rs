@@ -435,3 +435,31 @@ fn a_push_service_that_never_answers_delays_no_heartbeat() {
         "the answers came only after the hub gave up on the push service"
     );
 }
+
+/// A real bridge whose session waits on a permission is pushed without waiting for a heartbeat
+/// period: the router's status nudge sends `waiting` at once, and the hub turns it into a push.
+#[test]
+fn a_real_bridge_waiting_on_a_permission_is_pushed_at_once() {
+    let home = Home::new();
+    // A heartbeat period no test outlives: only the nudge can tell the hub in time.
+    let env = [("ZCODE_ACP_HEARTBEAT_MS", "600000")];
+    let hub = Hub::start(&home, &env);
+    let service = PushService::start();
+    let phone = Browser::new("phone");
+    let r = send(
+        hub.port,
+        "POST",
+        "/api/push/subscriptions",
+        &phone.subscription(&service.endpoint("/ok/phone")),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let mut b = zcode_tests::Bridge::start_env(&home, &zcode_tests::demo_agent(0), &env);
+    zcode_tests::initialize(&mut b.editor, json!({}));
+    let sid = zcode_tests::new_session(&mut b.editor, home.path());
+    b.editor.request("session/prompt", zcode_tests::prompt(&sid, "permission please"));
+    let pushed = service.next("the wait on a permission");
+    let payload = phone.decrypt(&pushed.body);
+    assert_eq!(payload["kind"], "waiting", "{payload}");
+    assert!(payload["url"].as_str().is_some_and(|u| u.contains(&sid)), "{payload}");
+    assert_eq!(pushed.header("urgency"), Some("high"));
+}

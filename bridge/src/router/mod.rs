@@ -150,6 +150,10 @@ pub struct SessionStatus {
     pub status: &'static str,
     /// Last activity, epoch ms.
     pub updated_at: u64,
+    /// A permission or elicitation of this session waits for a client. Registration reports
+    /// it (`waiting`, which the hub turns into a push); `/status` keeps the contract's two values.
+    #[serde(skip)]
+    pub waiting: bool,
 }
 
 /// Who serves an agent's terminal.
@@ -352,10 +356,9 @@ impl Router {
     fn status_signature(&self) -> u64 {
         use std::hash::BuildHasher;
         let state = std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
-        self.sessions
-            .values()
-            .filter(|s| s.listed())
-            .fold(1, |acc: u64, s| acc.wrapping_add(state.hash_one((&s.id, s.busy(), &s.title))))
+        self.sessions.values().filter(|s| s.listed()).fold(1, |acc: u64, s| {
+            acc.wrapping_add(state.hash_one((&s.id, s.busy(), s.requests.is_empty(), &s.title)))
+        })
     }
 
     fn status(&self) -> Vec<SessionStatus> {
@@ -368,6 +371,7 @@ impl Router {
                 title: s.title.clone(),
                 status: if s.busy() { "running" } else { "idle" },
                 updated_at: s.updated_at,
+                waiting: !s.requests.is_empty(),
             })
             .collect();
         rows.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.session_id.cmp(&b.session_id)));

@@ -128,7 +128,7 @@ export function notifyCard() {
   let busy = false;
 
   function head(...rest) {
-    clear(card).append(h('h2', { id: 'notify-h', text: 'Notifications' }), ...rest);
+    clear(card, h('h2', { id: 'notify-h', text: 'Notifications' }), ...rest);
   }
 
   async function act(fn, done) {

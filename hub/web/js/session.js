@@ -56,7 +56,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   const toolbar = h('div', { class: 'toolbar' });
   const comp = composer({ onSend: (text) => send(text), onCancel: () => cancelTurn() });
   const view = h('div', { class: 'session-view' }, toolbar, banner, scroller, said, requests, queueBox, comp.node);
-  clear(root).append(view);
+  clear(root, view);
   app.setTitle(st.title || 'Session');
 
   const cards = new Map();
