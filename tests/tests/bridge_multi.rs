@@ -114,6 +114,11 @@ fn prompts_from_two_clients_run_one_after_the_other() {
     let (mut b, sid, mut remote) = shared_session(&home, 3, caps());
 
     let first = b.editor.request("session/prompt", prompt(&sid, "first from the editor"));
+    // The two prompts come over different connections: send the second once the first has
+    // started (its echo reached the remote), or the bridge may well see the remote's first.
+    remote.until("the echo of the first prompt", |m| {
+        m["params"]["update"]["sessionUpdate"] == "user_message_chunk"
+    });
     let second = remote.request("session/prompt", prompt(&sid, "second from the remote"));
     let (r1, before_first) = b.editor.response_to(&first);
     assert_eq!(r1["result"]["stopReason"], "end_turn");
