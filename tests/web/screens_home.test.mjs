@@ -169,7 +169,7 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
     await page.goForward();
     await page.locator('#send:not([disabled])').waitFor();
     await page.fill('#prompt', 'born lazily');
-    await page.press('#prompt', 'Enter');
+    await page.click('#send'); // a phone: Enter is a newline there
     await page.waitForURL(/\/s\/\d+\/[^/?]+/);
     await page.locator('.msg.agent', { hasText: 'You said: "born lazily"' }).waitFor();
     const newSid = decodeURIComponent(new URL(page.url()).pathname.split('/')[3]);
