@@ -125,31 +125,8 @@ fn frames(mut b: &[u8]) -> Vec<(Header, &[u8])> {
     out
 }
 
-/// A data frame (`op` 0, 1 or 2), masked when `mask` is given.
-fn data(op: u8, fin: bool, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
-    let mut f = vec![if fin { 0x80 } else { 0 } | op];
-    let m = if mask.is_some() { 0x80 } else { 0 };
-    match payload.len() {
-        n if n < 126 => f.push(m | n as u8),
-        n if n < 65536 => {
-            f.push(m | 126);
-            f.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            f.push(m | 127);
-            f.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    let body = f.len() + mask.map_or(0, |_| 4);
-    if let Some(k) = mask {
-        f.extend_from_slice(&k);
-    }
-    f.extend_from_slice(payload);
-    if let Some(k) = mask {
-        frame::apply_mask(&mut f[body..], k);
-    }
-    f
-}
+/// A data frame (`op` 0, 1 or 2), masked when `mask` is given: the pipe tests' builder.
+use super::pipe::tests::data;
 
 /// A control frame the peer may send mid-stream.
 #[derive(Clone, Debug)]

@@ -313,11 +313,11 @@ impl Drop for Pipe {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// A data frame as a client sends it (masked) or a bridge does (not).
-    fn data(op: u8, fin: bool, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
+    pub(in crate::relay) fn data(op: u8, fin: bool, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
         let mut f = vec![if fin { 0x80 } else { 0 } | op];
         let m = if mask.is_some() { 0x80 } else { 0 };
         match payload.len() {
