@@ -367,7 +367,7 @@ pub(super) mod tests {
     #[test]
     fn frames_pass_byte_for_byte_whatever_the_chunking() {
         let k = Some([1, 2, 3, 4]);
-        let mut stream = data(1, true, b"{\"jsonrpc\":\"2.0\"}", k);
+        let mut stream = data(1, true, b"{\"id\":1,\"result\":{}}", k);
         stream.extend(data(2, false, &[7u8; 70_000], k));
         stream.extend(frame::control(Op::Ping, b"hi", k));
         stream.extend(data(0, true, &[8u8; 300], k));
