@@ -65,6 +65,17 @@ impl Router {
                     s.running = false;
                     s.updated_at = zcode_shared::time::now_ms();
                 }
+                let (why, error) = match &msg.error {
+                    None => {
+                        let r = msg.result_as::<Value>().unwrap_or_default();
+                        (r["stopReason"].as_str().unwrap_or("unknown").to_owned(), None)
+                    }
+                    Some(e) => {
+                        let e: Value = serde_json::from_str(e.get()).unwrap_or_default();
+                        ("error".to_owned(), Some(e["message"].as_str().unwrap_or("error").to_owned()))
+                    }
+                };
+                self.turn_ended(&session, why, error);
                 self.pump(&session);
             }
         }
@@ -435,6 +446,8 @@ impl Router {
                 if let Some(s) = self.sessions.get_mut(session) {
                     s.running = false;
                 }
+                let why = format!("the agent {reason} during the turn");
+                self.turn_ended(session, "error".into(), Some(why));
             }
             if let Some((c, id)) = p.client {
                 let err = RpcError::internal(format!(

@@ -47,6 +47,8 @@ pub struct Session {
     pub turns: u64,
     /// A turn is in flight (until the agent answers its prompt, even after a cancel).
     pub running: bool,
+    /// When the running turn started and who prompted it (its record at the end).
+    pub turn_start: Option<super::turns::TurnStart>,
     /// Prompts waiting, FIFO.
     pub queue: VecDeque<QueuedPrompt>,
     /// Upstream state.
@@ -80,6 +82,7 @@ impl Session {
             updated_at: zcode_shared::time::now_ms(),
             turns: 0,
             running: false,
+            turn_start: None,
             queue: VecDeque::new(),
             upstream,
             deferred: Vec::new(),
