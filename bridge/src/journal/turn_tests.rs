@@ -7,10 +7,11 @@ use serde_json::{Value, json};
 use std::sync::mpsc as std_mpsc;
 
 fn line(session: &str, update: Value) -> Bytes {
-    Bytes::from(
-        json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session, "update": update}})
-            .to_string(),
-    )
+    let msg = zcode_shared::jsonrpc::notification(
+        "session/update",
+        json!({"sessionId": session, "update": update}),
+    );
+    Bytes::from(msg.to_string())
 }
 
 fn user(session: &str, j: &Journal, text: &str) {
