@@ -53,9 +53,10 @@ fn every_remote_client_learns_how_a_turn_ended_and_a_reload_replays_it_in_order(
         m["params"]["update"]["sessionUpdate"] == "agent_thought_chunk"
     });
     phone.notify("session/cancel", json!({"sessionId": sid}));
-    let (r, _) = phone.response_to(&id);
-    assert_eq!(r["result"]["stopReason"], "cancelled");
+    // The prompter gets the record right before the answer (its next turn may start on it).
     let (end, _) = phone.until("the record on the phone", is_end);
+    let r = phone.recv("the answer to the prompt");
+    assert_eq!((r["id"].clone(), r["result"]["stopReason"].clone()), (id, json!("cancelled")));
     assert_eq!(end["params"]["sessionId"], sid.as_str());
     assert!(end["params"]["promptedBy"].as_str().unwrap().starts_with("remote:"), "{end}");
     let (started, ended) =
@@ -79,8 +80,9 @@ fn every_remote_client_learns_how_a_turn_ended_and_a_reload_replays_it_in_order(
     tablet.until("the editor's record on the tablet", is_end);
 
     // A prompt the agent fails is recorded as `error` with the agent's message.
-    let (r, _) = phone.call("session/prompt", prompt(&sid, "fail"));
+    let (r, seen) = phone.call("session/prompt", prompt(&sid, "fail"));
     assert!(r["error"].is_object(), "{r}");
+    assert!(seen.iter().any(is_end), "the failed turn's record precedes the error");
     let (fend, _) = tablet.until("the failed turn's record", is_end);
     assert_eq!(fend["params"]["stopReason"], "error");
     assert!(!fend["params"]["error"].as_str().unwrap_or("").is_empty(), "{fend}");

@@ -60,7 +60,6 @@ impl Router {
             Purpose::Load { session, mode } => self.on_loaded(&session, pending.client, mode, &msg),
             Purpose::Reattach { session } => self.on_reattached(&session, &msg),
             Purpose::Prompt { session } => {
-                self.answer_client(pending.client, &msg);
                 if let Some(s) = self.sessions.get_mut(&session) {
                     s.running = false;
                     s.updated_at = zcode_shared::time::now_ms();
@@ -75,7 +74,10 @@ impl Router {
                         ("error".to_owned(), Some(e["message"].as_str().unwrap_or("error").to_owned()))
                     }
                 };
+                // The record first: a client that prompted may start its next turn on the
+                // answer, and the record must not land on that one.
                 self.turn_ended(&session, why, error);
+                self.answer_client(pending.client, &msg);
                 self.pump(&session);
             }
         }
