@@ -643,6 +643,7 @@ pub fn http_with_body(
     hub::http(port, method, path, &headers, body.unwrap_or_default())
 }
 
+pub mod history;
 pub mod hub;
 pub mod net;
 
