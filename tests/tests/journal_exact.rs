@@ -1,6 +1,7 @@
 //! Replay returns what was sent, through real bridges: an update that passes byte-exact live
 //! (big integers, number spellings, escapes, unknown kinds and members) comes back with the
-//! same bytes when a second client `session/load`s it from the journal.
+//! same bytes when a second client `session/load`s it from the journal; so does a prompt's
+//! block, echoed to the other clients.
 
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -51,6 +52,33 @@ fn the_issues_update_replays_with_the_bytes_it_was_sent_with() {
     assert!(live.iter().any(|u| u == want), "the live stream changed the update:\n{live:#?}");
     let replay = load_raw(&b, &sid, home.path());
     assert!(replay.iter().any(|u| u == want), "the replay changed the update:\n{replay:#?}");
+}
+
+#[test]
+fn a_prompts_blocks_are_echoed_to_other_clients_and_replayed_byte_for_byte() {
+    let home = Home::new();
+    let (mut b, sid, mut remote) = shared_session(&home, 0, json!({}));
+    let block = r#"{"type":"text","text":"caf\u00e9 1.50","_meta":{"x":[1.50,2e3],"n":123456789012345678901234567890}}"#;
+    let sid_json = Value::from(sid.as_str());
+    remote.send_raw(&format!(
+        r#"{{"jsonrpc":"2.0","id":"p1","method":"session/prompt","params":{{"sessionId":{sid_json},"prompt":[{block}]}}}}"#
+    ));
+    let (r, _) = remote.response_to(&json!("p1"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let want = format!(r#""content":{block}}}"#);
+    let echo = loop {
+        let line = b.editor.recv_raw("the prompt echoed to the editor");
+        match raw_update(&line) {
+            Some(u) if u.contains(r#""sessionUpdate":"user_message_chunk""#) => break u,
+            _ => {}
+        }
+    };
+    assert!(echo.ends_with(&want), "the echo changed the block:\n{echo}\nwant it to end with\n{want}");
+    let replay = load_raw(&b, &sid, home.path());
+    assert!(
+        replay.iter().any(|u| u.contains(r#""user_message_chunk""#) && u.ends_with(&want)),
+        "the replay changed the block:\n{replay:#?}"
+    );
 }
 
 /// A scripted ACP agent: a prompt streams the updates in `UPDATES` exactly as written.

@@ -15,22 +15,40 @@ pub type ClientId = u64;
 /// The editor on stdio.
 pub const EDITOR: ClientId = 0;
 
-/// A remote client's queued writes may not pass this many bytes: past it, it is disconnected.
+/// A remote client's queued live writes may not pass this many bytes: past it, it is
+/// disconnected. Replay batches are bounded separately (see [`Outbox::send_batch`]).
 pub const REMOTE_QUEUE_LIMIT: usize = 8 * 1024 * 1024;
 
-/// Where a client's messages go: a queue drained by the connection's writer task, with a byte
-/// count so a client that stops reading is noticed instead of waited for.
+/// One entry of an outbox: a live message, or a whole replay batch the writer feeds to the
+/// socket line by line as it drains.
+#[derive(Debug)]
+enum Item {
+    Line(Bytes),
+    Batch(Vec<Bytes>),
+}
+
+/// Where a client's messages go: a queue drained by the connection's writer task, with byte
+/// counts so a client that stops reading is noticed instead of waited for.
+///
+/// Live messages and replay batches share one queue, so their order is the order they were
+/// queued (a batch is atomic: nothing interleaves with it). They are bounded apart: the live
+/// bytes waiting (behind a batch too) by `limit`; a replay batch is exempt while it is the
+/// only one waiting, so one slow client can take a replay of any size at its own pace.
 #[derive(Clone, Debug)]
 pub struct Outbox {
-    tx: mpsc::UnboundedSender<Bytes>,
+    tx: mpsc::UnboundedSender<Item>,
     queued: Arc<AtomicUsize>,
+    replay: Arc<AtomicUsize>,
     limit: Option<usize>,
 }
 
 /// The writer's end of an [`Outbox`].
 pub struct OutboxReader {
-    rx: mpsc::UnboundedReceiver<Bytes>,
+    rx: mpsc::UnboundedReceiver<Item>,
     queued: Arc<AtomicUsize>,
+    replay: Arc<AtomicUsize>,
+    /// The rest of the replay batch being written.
+    batch: std::vec::IntoIter<Bytes>,
 }
 
 impl Outbox {
@@ -38,25 +56,65 @@ impl Outbox {
     pub fn new(limit: Option<usize>) -> (Outbox, OutboxReader) {
         let (tx, rx) = mpsc::unbounded_channel();
         let queued = Arc::new(AtomicUsize::new(0));
-        (Outbox { tx, queued: queued.clone(), limit }, OutboxReader { rx, queued })
+        let replay = Arc::new(AtomicUsize::new(0));
+        let reader = OutboxReader {
+            rx,
+            queued: queued.clone(),
+            replay: replay.clone(),
+            batch: Vec::new().into_iter(),
+        };
+        (Outbox { tx, queued, replay, limit }, reader)
     }
 
-    /// Queues one message. `false` when the client is gone or over its limit.
+    /// The live-bytes limit (`None`: never dropped).
+    pub fn limit(&self) -> Option<usize> {
+        self.limit
+    }
+
+    /// Queues one live message. `false` when the client is gone or over its limit.
     pub fn send(&self, line: Bytes) -> bool {
         let total = self.queued.fetch_add(line.len(), Ordering::Relaxed) + line.len();
         if self.limit.is_some_and(|l| total > l) {
             return false;
         }
-        self.tx.send(line).is_ok()
+        self.tx.send(Item::Line(line)).is_ok()
+    }
+
+    /// Queues a replay batch (its lines and the answer), written in one piece and paced by the
+    /// socket. A batch is never refused for its own size: memory is the journal slice, already
+    /// read. A batch queued while another still waits for the writer must fit, with the
+    /// waiting ones, in the limit; `false` when it does not (a client that asks for replays
+    /// faster than it reads them) or the client is gone.
+    pub fn send_batch(&self, lines: Vec<Bytes>) -> bool {
+        let size: usize = lines.iter().map(Bytes::len).sum();
+        let waiting = self.replay.fetch_add(size, Ordering::Relaxed);
+        if waiting > 0 && self.limit.is_some_and(|l| waiting + size > l) {
+            return false;
+        }
+        self.tx.send(Item::Batch(lines)).is_ok()
     }
 }
 
 impl OutboxReader {
-    /// The next message to write; `None` once the router dropped the client.
+    /// The next message to write; `None` once the router dropped the client. Cancel-safe.
     pub async fn recv(&mut self) -> Option<Bytes> {
-        let line = self.rx.recv().await?;
-        self.queued.fetch_sub(line.len(), Ordering::Relaxed);
-        Some(line)
+        loop {
+            if let Some(line) = self.batch.next() {
+                return Some(line);
+            }
+            match self.rx.recv().await? {
+                Item::Line(line) => {
+                    self.queued.fetch_sub(line.len(), Ordering::Relaxed);
+                    return Some(line);
+                }
+                Item::Batch(lines) => {
+                    // Being written now: it no longer counts as waiting.
+                    let size: usize = lines.iter().map(Bytes::len).sum();
+                    self.replay.fetch_sub(size, Ordering::Relaxed);
+                    self.batch = lines.into_iter();
+                }
+            }
+        }
     }
 }
 
@@ -156,6 +214,8 @@ pub struct Client {
     pub holds: u32,
     /// Messages waiting behind a replay.
     pub held: Vec<Bytes>,
+    /// Their bytes, bounded like the live queue.
+    pub held_bytes: usize,
 }
 
 impl Client {
@@ -171,6 +231,7 @@ impl Client {
             copies: HashSet::new(),
             holds: 0,
             held: Vec::new(),
+            held_bytes: 0,
         }
     }
 }
@@ -190,6 +251,60 @@ mod tests {
         assert_eq!(reader2.recv().await.unwrap(), Bytes::from_static(b"1234567890"));
         assert!(out.send(Bytes::from_static(b"1234567890")), "drained bytes no longer count");
         assert!(reader.recv().await.is_some());
+    }
+
+    fn lines(n: usize, size: usize) -> Vec<Bytes> {
+        (0..n).map(|i| Bytes::from(format!("{i:0size$}"))).collect()
+    }
+
+    #[tokio::test]
+    async fn a_replay_batch_past_the_limit_is_taken_at_the_writers_pace_and_live_lines_wait_behind_it() {
+        let (out, mut reader) = Outbox::new(Some(10));
+        assert!(out.send(Bytes::from_static(b"l0")));
+        // 40 bytes of replay, four times the live limit: queued, not refused.
+        assert!(out.send_batch(lines(4, 10)));
+        // Live lines behind the batch are bounded by the limit as before.
+        assert!(out.send(Bytes::from_static(b"l1")));
+        assert!(out.send(Bytes::from_static(b"l2")));
+        let mut got = Vec::new();
+        for _ in 0..7 {
+            got.push(reader.recv().await.unwrap());
+        }
+        let want: Vec<Bytes> = [Bytes::from_static(b"l0")]
+            .into_iter()
+            .chain(lines(4, 10))
+            .chain([Bytes::from_static(b"l1"), Bytes::from_static(b"l2")])
+            .collect();
+        assert_eq!(got, want, "the batch whole, in order, live lines after it");
+        assert!(out.send(Bytes::from_static(b"1234567890")), "everything drained");
+    }
+
+    #[tokio::test]
+    async fn live_lines_queued_behind_a_replay_still_hit_the_limit() {
+        let (out, mut reader) = Outbox::new(Some(10));
+        assert!(out.send_batch(lines(100, 10)));
+        assert_eq!(reader.recv().await.unwrap(), lines(1, 10)[0], "the writer is in the batch");
+        assert!(out.send(Bytes::from_static(b"12345")));
+        assert!(out.send(Bytes::from_static(b"12345")));
+        assert!(!out.send(Bytes::from_static(b"1")), "a client behind on live traffic still goes");
+    }
+
+    #[tokio::test]
+    async fn replays_asked_faster_than_read_are_bounded() {
+        let (out, mut reader) = Outbox::new(Some(10));
+        assert!(out.send_batch(lines(3, 10)), "the first waiting batch may be any size");
+        assert!(!out.send_batch(lines(1, 1)), "a second one behind a big waiting batch is refused");
+        let (out, mut reader2) = Outbox::new(Some(10));
+        assert!(out.send_batch(lines(3, 10)));
+        reader2.recv().await.unwrap();
+        // The first is being written (not waiting): the next may again be any size…
+        assert!(out.send_batch(lines(3, 10)));
+        // …but a third behind it must fit the limit with it.
+        assert!(!out.send_batch(lines(1, 1)));
+        assert!(reader.recv().await.is_some());
+        // The editor's outbox has no limit.
+        let (out, _reader) = Outbox::new(None);
+        assert!(out.send_batch(lines(3, 10)) && out.send_batch(lines(3, 10)) && out.send_batch(lines(3, 10)));
     }
 
     #[test]

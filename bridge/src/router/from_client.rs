@@ -222,7 +222,7 @@ impl Router {
         let params = p.msg.params_value();
         // A prompt is real use: the tasks index revives a tombstoned session.
         self.record_meta(sid);
-        self.echo_prompt(sid, p.client, &params);
+        self.echo_prompt(sid, p.client, &p.msg);
         if first_fresh_turn {
             let title = title_of(&prompt_text(&params));
             if !title.is_empty() {
@@ -232,18 +232,28 @@ impl Router {
     }
 
     /// Sends the prompt to every OTHER attached client as `user_message_chunk`s (`uprompt_`
-    /// messageId) and records it as the start of a turn.
-    fn echo_prompt(&mut self, sid: &str, sender: ClientId, params: &Value) {
+    /// messageId) and records it as the start of a turn. Each block goes as the text it
+    /// arrived as (never re-encoded), so the echo and its replay keep `_meta`, unknown fields
+    /// and number spellings byte for byte.
+    fn echo_prompt(&mut self, sid: &str, sender: ClientId, msg: &RawMessage) {
+        #[derive(serde::Deserialize)]
+        struct Blocks<'a> {
+            #[serde(borrow, default)]
+            prompt: Vec<&'a serde_json::value::RawValue>,
+        }
         self.echo_seq += 1;
         let message_id = format!("uprompt_{}_{}", zcode_shared::time::now_ms(), self.echo_seq);
-        let blocks = params["prompt"].as_array().cloned().unwrap_or_default();
-        for block in blocks {
-            let update =
-                json!({"sessionUpdate": "user_message_chunk", "messageId": message_id, "content": block});
-            let line = Bytes::from(
-                jsonrpc::notification("session/update", json!({"sessionId": sid, "update": update}))
-                    .to_string(),
-            );
+        let raw = msg.params.as_deref().map_or("{}", serde_json::value::RawValue::get);
+        // A prompt that is not an array of blocks was refused by the agent; nothing to echo.
+        let Ok(blocks) = serde_json::from_str::<Blocks<'_>>(raw) else { return };
+        let head = format!(
+            r#"{{"sessionId":{},"update":{{"sessionUpdate":"user_message_chunk","messageId":{},"content":"#,
+            Value::from(sid),
+            Value::from(message_id)
+        );
+        for block in blocks.prompt {
+            let params = format!("{head}{}}}}}", block.get());
+            let line = Bytes::from(jsonrpc::notification_line("session/update", &params));
             self.record(sid, &line);
             self.fan_out(sid, &line, Some(sender));
         }

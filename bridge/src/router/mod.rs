@@ -383,19 +383,37 @@ impl Router {
     fn send_to(&mut self, client: ClientId, line: Bytes) {
         let Some(c) = self.clients.get_mut(&client) else { return };
         if c.holds > 0 {
+            c.held_bytes += line.len();
             c.held.push(line);
+            if c.outbox.limit().is_some_and(|l| c.held_bytes > l) {
+                self.drop_slow(client);
+            }
             return;
         }
         self.push(client, line);
+    }
+
+    /// Queues a replay batch for a client; one that asks for replays faster than it reads them
+    /// is disconnected ([`Outbox::send_batch`]).
+    fn push_batch(&mut self, client: ClientId, lines: Vec<Bytes>) {
+        let Some(c) = self.clients.get(&client) else { return };
+        if !c.outbox.send_batch(lines) {
+            self.drop_slow(client);
+        }
+    }
+
+    fn drop_slow(&mut self, client: ClientId) {
+        let Some(c) = self.clients.get(&client) else { return };
+        tracing::warn!(client, "client is not reading (queue over its limit): disconnecting it");
+        c.kill.cancel();
+        self.on_closed(client);
     }
 
     /// Queues one line to a client now; a remote client over its queue limit is disconnected.
     fn push(&mut self, client: ClientId, line: Bytes) {
         let Some(c) = self.clients.get(&client) else { return };
         if !c.outbox.send(line) {
-            tracing::warn!(client, "client is not reading (queue over its limit): disconnecting it");
-            c.kill.cancel();
-            self.on_closed(client);
+            self.drop_slow(client);
         }
     }
 

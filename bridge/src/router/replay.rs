@@ -1,6 +1,9 @@
 //! Replays from the journal: `session/load` (full, tail, or metadata only) and
 //! `session/load_earlier`. While a replay is read, the client's queue is held, so its live
-//! updates land after the replay batch: never lost, never duplicated, never above it.
+//! updates land after the replay batch: never lost, never duplicated, never above it. The
+//! batch (the lines and the answer) is queued as one outbox item the client's writer feeds to
+//! the socket as it drains, so a slow client takes a big replay at its own pace; live updates
+//! queue behind it under the live limit.
 
 use super::client::ClientKind;
 use super::{ClientId, Event, Router};
@@ -67,17 +70,23 @@ impl Router {
         if !self.clients.contains_key(&client) {
             return;
         }
+        let mut batch = Vec::new();
         let answer = match result {
             Ok(slice) => {
                 if let (Some(title), Some(s)) = (slice.title, self.sessions.get_mut(sid)) {
                     s.title.get_or_insert(title);
                 }
                 let editor = self.clients.get(&client).is_some_and(|c| c.kind == ClientKind::Editor);
-                for (i, line) in slice.lines.into_iter().enumerate() {
-                    if !(editor && slice.remote_only.contains(&i)) {
-                        self.push(client, line);
-                    }
-                }
+                batch = match editor {
+                    true => slice
+                        .lines
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(i, _)| !slice.remote_only.contains(i))
+                        .map(|(_, line)| line)
+                        .collect(),
+                    false => slice.lines,
+                };
                 let mut result = base.unwrap_or_else(|| json!({}));
                 if !result.is_object() {
                     result = json!({});
@@ -103,10 +112,12 @@ impl Router {
             Ok(v) => jsonrpc::response(id, v),
             Err(e) => jsonrpc::error_response(Some(id), &e),
         };
-        self.push(client, bytes::Bytes::from(msg.to_string()));
+        batch.push(bytes::Bytes::from(msg.to_string()));
+        self.push_batch(client, batch);
         let Some(c) = self.clients.get_mut(&client) else { return };
         c.holds = c.holds.saturating_sub(1);
         if c.holds == 0 {
+            c.held_bytes = 0;
             let held = std::mem::take(&mut c.held);
             for line in held {
                 self.push(client, line);
