@@ -230,4 +230,56 @@ mod tests {
         assert_eq!(currency(&json!("usd")), "USD");
         assert_eq!(currency(&json!("<script>")), "?");
     }
+
+    fn answer(id: u64, result: Value) -> RawMessage {
+        RawMessage::parse(
+            &zcode_shared::jsonrpc::response(&zcode_shared::jsonrpc::Id::from(id), result).to_string(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_model_nobody_named_is_unknown_and_a_refused_switch_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let recorder = Recorder::start(dir.path().to_owned(), std::time::Duration::ZERO);
+        let mut t = Tracker::new(recorder.clone());
+        t.answered(1, None, false, &answer(1, json!({"sessionId": "s"})));
+        assert_eq!(t.model("s"), UNKNOWN_MODEL);
+        t.answered(
+            2,
+            Some("s"),
+            true,
+            &answer(2, json!({"stopReason": "end_turn", "usage": {"totalTokens": 7}})),
+        );
+        let set = RawMessage::parse(
+            &zcode_shared::jsonrpc::request(
+                &zcode_shared::jsonrpc::Id::from(3),
+                "session/set_model",
+                json!({"sessionId": "s", "modelId": "m2"}),
+            )
+            .to_string(),
+        )
+        .unwrap();
+        t.sent(3, &set);
+        let refused = RawMessage::parse(
+            &zcode_shared::jsonrpc::error_response(
+                Some(&zcode_shared::jsonrpc::Id::from(3)),
+                &zcode_shared::jsonrpc::RpcError::invalid_params("no such model"),
+            )
+            .to_string(),
+        )
+        .unwrap();
+        t.answered(3, None, false, &refused);
+        assert_eq!(t.model("s"), UNKNOWN_MODEL, "a refused switch changes nothing");
+        t.sent(4, &set);
+        t.answered(4, None, false, &answer(4, json!({})));
+        assert_eq!(t.model("s"), "m2", "an accepted set_model names the model asked for");
+        recorder.flush();
+        let st = zcode_shared::store::Store::open_in(dir.path()).unwrap();
+        let r = st
+            .usage_report(zcode_shared::store::usage::UsageRange::All, zcode_shared::time::now_ms())
+            .unwrap();
+        assert_eq!(r["models"][0]["modelId"], UNKNOWN_MODEL);
+        assert_eq!(r["models"][0]["totalTokens"], 7);
+    }
 }
