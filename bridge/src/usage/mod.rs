@@ -103,10 +103,21 @@ impl Recorder {
     }
 }
 
+/// The most records written in one transaction (an agent flooding `usage_update`s costs one
+/// commit per batch, not one per notification).
+const BATCH_MAX: usize = 1000;
+
 fn run(data_dir: &std::path::Path, rx: &mpsc::Receiver<Op>) {
     let mut store: Option<Store> = None;
     let mut warned = false;
-    for op in rx {
+    while let Ok(first) = rx.recv() {
+        let mut ops = vec![first];
+        while ops.len() < BATCH_MAX {
+            match rx.try_recv() {
+                Ok(op) => ops.push(op),
+                Err(_) => break,
+            }
+        }
         if store.is_none() {
             match Store::open_in(data_dir) {
                 Ok(s) => store = Some(s),
@@ -117,28 +128,40 @@ fn run(data_dir: &std::path::Path, rx: &mpsc::Receiver<Op>) {
                 Err(_) => {}
             }
         }
-        match (op, store.as_mut()) {
-            (Op::Turn(u), Some(st)) => {
-                if let Err(e) = st.write(|w| w.record_turn_usage(&u)) {
-                    tracing::warn!(session = %u.session, "a turn's usage was not recorded: {e}");
+        // The records first, in one transaction; then the reads and flushes, which so see them.
+        if let Some(st) = store.as_mut() {
+            let written = st.write(|w| {
+                for op in &ops {
+                    match op {
+                        Op::Turn(u) => {
+                            w.record_turn_usage(u)?;
+                        }
+                        Op::Context(u) => {
+                            w.record_context_usage(u)?;
+                        }
+                        Op::Report(..) | Op::Flush(_) => {}
+                    }
                 }
+                Ok(())
+            });
+            if let Err(e) = written {
+                tracing::warn!("token usage was not recorded: {e}");
             }
-            (Op::Context(u), Some(st)) => {
-                if let Err(e) = st.write(|w| w.record_context_usage(&u)) {
-                    tracing::warn!(session = %u.session, "a usage update was not recorded: {e}");
+        }
+        for op in ops {
+            match (op, store.as_ref()) {
+                (Op::Report(range, reply), Some(st)) => {
+                    let now = zcode_shared::time::now_ms();
+                    let _ = reply.send(st.read(|s| s.usage_report(range, now)).map_err(|e| e.to_string()));
                 }
+                (Op::Report(_, reply), None) => {
+                    let _ = reply.send(Err("the store cannot be opened (see the bridge's log)".into()));
+                }
+                (Op::Flush(done), _) => {
+                    let _ = done.send(());
+                }
+                (Op::Turn(_) | Op::Context(_), _) => {}
             }
-            (Op::Report(range, reply), Some(st)) => {
-                let now = zcode_shared::time::now_ms();
-                let _ = reply.send(st.read(|s| s.usage_report(range, now)).map_err(|e| e.to_string()));
-            }
-            (Op::Report(_, reply), None) => {
-                let _ = reply.send(Err("the store cannot be opened (see the bridge's log)".into()));
-            }
-            (Op::Flush(done), _) => {
-                let _ = done.send(());
-            }
-            (Op::Turn(_) | Op::Context(_), None) => {}
         }
     }
 }

@@ -62,8 +62,9 @@ const MIGRATIONS: &[&str] = &[
         body TEXT NOT NULL,
         PRIMARY KEY (session_id, kind)
      ) WITHOUT ROWID;",
-    // Token usage recorded by the bridges (see `usage`): one row per turn's usage or
-    // usage_update, and per session its usage turn count and the highest cumulative cost seen.
+    // Token usage recorded by the bridges (see `usage`): one row per turn's usage and per
+    // usage_update that adds cost; per session its usage turn count, the highest cumulative
+    // cost seen and its latest context window.
     "CREATE TABLE usage_events (
         id INTEGER PRIMARY KEY,
         at INTEGER NOT NULL,
@@ -88,7 +89,10 @@ const MIGRATIONS: &[&str] = &[
         session_id TEXT PRIMARY KEY,
         turns INTEGER NOT NULL DEFAULT 0,
         cost_seen REAL,
-        currency TEXT
+        currency TEXT,
+        context_used INTEGER,
+        context_size INTEGER,
+        context_at INTEGER
      ) WITHOUT ROWID;",
 ];
 

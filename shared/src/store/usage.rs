@@ -5,11 +5,12 @@
 //! - `prompt`: one per `session/prompt` answer that carries `usage`. Its token counts are the
 //!   turn's own (the End-Turn Token Usage draft's strawman; every agent seen reports them per
 //!   turn) and are the only tokens ever summed, so nothing is counted twice.
-//! - `update`: one per `usage_update`. That notification describes the SESSION (tokens now in
-//!   the context window, `used`/`size`, and the cumulative `cost`), so its `used` is kept for
-//!   the record but never added to token totals, and only the part of `cost` above the highest
-//!   cumulative cost seen for that session (and currency) is counted: a repeated, replayed
-//!   (`session/load`) or out-of-order notification adds nothing.
+//! - `update`: one per `usage_update` that adds cost. That notification describes the SESSION
+//!   (tokens now in the context window, `used`/`size`, and the cumulative `cost`), so `used` is
+//!   never added to token totals (the latest is kept per session in `usage_sessions`), and only
+//!   the part of `cost` above the highest cumulative cost seen for that session (and currency)
+//!   is counted: a repeated, replayed (`session/load`) or out-of-order notification adds
+//!   nothing, and writes no row.
 //!
 //! Days are UTC days. `7d` is today and the six days before it, `30d` likewise; `all` is all.
 
@@ -156,7 +157,9 @@ impl Writer<'_> {
     }
 
     /// Records a `usage_update`; returns the cost it added (the part of the cumulative cost
-    /// above the highest seen for the session in that currency; 0 when none).
+    /// above the highest seen for the session in that currency; 0 when none). The session's
+    /// latest context window is kept in `usage_sessions`; a row of `usage_events` is written
+    /// only for an update that adds cost, so a chatty agent does not grow the table.
     pub fn record_context_usage(&self, u: &ContextUsage) -> Result<f64, StoreError> {
         let seen: Option<(i64, Option<f64>, Option<String>)> = self
             .tx
@@ -165,35 +168,42 @@ impl Writer<'_> {
             .optional()?;
         let (turns, cost_seen, currency) = seen.unwrap_or((0, None, None));
         let mut added = 0.0;
+        let mut keep = (cost_seen, currency);
         if let Some((amount, cur)) = u.cost.as_ref().filter(|(a, _)| a.is_finite() && *a >= 0.0) {
-            let base = if currency.as_deref() == Some(cur.as_str()) { cost_seen.unwrap_or(0.0) } else { 0.0 };
+            let base = if keep.1.as_deref() == Some(cur.as_str()) { keep.0.unwrap_or(0.0) } else { 0.0 };
             if *amount > base {
                 added = amount - base;
             }
-            self.tx
-                .prepare_cached(
-                    "INSERT INTO usage_sessions (session_id, turns, cost_seen, currency) VALUES (?1, 0, ?2, ?3)
-                     ON CONFLICT(session_id) DO UPDATE SET cost_seen = ?2, currency = ?3",
-                )?
-                .execute(params![u.session, base.max(*amount), cur])?;
+            keep = (Some(base.max(*amount)), Some(cur.clone()));
         }
-        let turn = turns + i64::from(u.running);
         self.tx
             .prepare_cached(
-                "INSERT INTO usage_events (at, session_id, turn, model, source, context_used,
-                    context_size, cost, currency)
-                 VALUES (?1, ?2, ?3, ?4, 'update', ?5, ?6, ?7, ?8)",
+                "INSERT INTO usage_sessions (session_id, turns, cost_seen, currency, context_used,
+                    context_size, context_at)
+                 VALUES (?1, 0, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT(session_id) DO UPDATE SET cost_seen = ?2, currency = ?3,
+                    context_used = ?4, context_size = ?5, context_at = ?6",
             )?
-            .execute(params![
-                int(u.at),
-                u.session,
-                turn,
-                u.model,
-                u.used.map(int),
-                u.size.map(int),
-                (added > 0.0).then_some(added),
-                u.cost.as_ref().map(|(_, c)| c.as_str())
-            ])?;
+            .execute(params![u.session, keep.0, keep.1, u.used.map(int), u.size.map(int), int(u.at)])?;
+        if added > 0.0 {
+            let turn = turns + i64::from(u.running);
+            self.tx
+                .prepare_cached(
+                    "INSERT INTO usage_events (at, session_id, turn, model, source, context_used,
+                        context_size, cost, currency)
+                     VALUES (?1, ?2, ?3, ?4, 'update', ?5, ?6, ?7, ?8)",
+                )?
+                .execute(params![
+                    int(u.at),
+                    u.session,
+                    turn,
+                    u.model,
+                    u.used.map(int),
+                    u.size.map(int),
+                    added,
+                    keep.1
+                ])?;
+        }
         Ok(added)
     }
 }
@@ -218,9 +228,10 @@ fn costs(map: &BTreeMap<String, f64>) -> Value {
 }
 
 impl Store {
-    /// Whether any usage was ever recorded on this machine.
+    /// Whether any usage was ever recorded on this machine (a turn's counts, or a session's
+    /// context window or cost).
     pub fn usage_recorded(&self) -> Result<bool, StoreError> {
-        Ok(self.conn().query_row("SELECT EXISTS (SELECT 1 FROM usage_events)", [], |r| r.get(0))?)
+        Ok(self.conn().query_row("SELECT EXISTS (SELECT 1 FROM usage_sessions)", [], |r| r.get(0))?)
     }
 
     /// The contract's usage payload for `range`, as of `now` (epoch ms).
@@ -427,10 +438,30 @@ mod tests {
             Ok(())
         })
         .unwrap();
+        let rows: i64 = st.conn().query_row("SELECT count(*) FROM usage_events", [], |r| r.get(0)).unwrap();
+        assert_eq!(rows, 2, "only the updates that added cost are rows");
         let r = st.usage_report(UsageRange::All, NOW).unwrap();
         assert_eq!(r["summary"]["cost"], json!([{"currency": "USD", "amount": 0.75}]));
         assert_eq!(r["summary"]["totalTokens"], 0, "context occupancy is never counted as tokens");
         assert_eq!(r["models"][0]["cost"], json!([{"currency": "USD", "amount": 0.75}]));
+    }
+
+    #[test]
+    fn context_alone_is_recorded_but_counts_nothing() {
+        let (_d, mut st) = store();
+        let u = ContextUsage {
+            at: NOW,
+            session: "s".into(),
+            model: "a".into(),
+            used: Some(9),
+            size: Some(10),
+            ..ContextUsage::default()
+        };
+        assert_eq!(st.write(|w| w.record_context_usage(&u)).unwrap(), 0.0);
+        let r = st.usage_report(UsageRange::Week, NOW).unwrap();
+        assert_eq!(r["available"], true, "something was recorded");
+        assert_eq!(r["summary"]["totalTokens"], 0);
+        assert_eq!(r["models"], json!([]));
     }
 
     #[test]
