@@ -202,3 +202,30 @@ fn assert_consecutive(a: &Value, b: &Value) {
     };
     assert_eq!(days(b) - days(a), 1, "{a} then {b}");
 }
+
+#[test]
+fn a_corrupt_store_is_a_503_with_the_reason_and_the_turn_still_ends() {
+    let home = Home::new();
+    std::fs::create_dir_all(home.path().join("data")).unwrap();
+    let db = home.path().join("data").join("zcode-acp.sqlite3");
+    std::fs::write(&db, "definitely not SQLite ".repeat(500)).unwrap();
+    let hub = Hub::start(&home, &[]);
+    let mut b = bridge(&home, 0);
+    initialize(&mut b.editor, json!({}));
+    let sid = new_session(&mut b.editor, &cwd(&home));
+    turn(
+        &mut b,
+        &sid,
+        &json!({"costs": [0.5], "usage": {"totalTokens": 10, "inputTokens": 5, "outputTokens": 5}}),
+    );
+    for (port, path) in [(hub.port, "/api/settings/usage?range=all"), (b.port, "/settings/usage?range=all")] {
+        let (status, v) = get(port, path);
+        assert_eq!(status, 503, "{path}: {v}");
+        assert_eq!(v["ok"], false);
+        assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{path}: {v}");
+    }
+    assert!(
+        std::fs::read_to_string(&db).unwrap().starts_with("definitely not SQLite"),
+        "the file was overwritten"
+    );
+}
