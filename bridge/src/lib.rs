@@ -8,6 +8,7 @@
 //! - [`local`]: the bridge's own `fs/*` and `terminal/*` service, confined to session directories.
 //! - [`chat`]: `zcode-acp chat`, a terminal ACP client on a bridge of its own.
 //! - [`demo`]: the built-in scripted ACP agent (the embedded default and the tests' fixture).
+//! - [`usage`]: token usage recorded from ACP, and `/settings/usage`.
 
 pub mod chat;
 pub mod demo;
@@ -22,6 +23,7 @@ pub mod slots;
 pub mod stall;
 pub mod stdio;
 pub mod upstream;
+pub mod usage;
 
 pub use router::AgentSpec;
 
@@ -141,10 +143,12 @@ pub async fn run(
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();
     let journal = open_journal(cfg);
+    let usage = usage::Recorder::start(cfg.paths.data_dir.clone(), cfg.timings.usage_backdate);
     let ropts = router::RouterOptions {
         origin: opts.origin,
         pin_cwd: opts.pin_cwd.clone(),
         idle_exit: opts.idle_exit,
+        usage: usage.clone(),
     };
     let (router, events) = router::Router::new(spec, journal, ropts);
     let nudge = router.status_nudge();
@@ -153,7 +157,14 @@ pub async fn run(
         connections: slots::cap_for(nofile),
         write_stall: cfg.timings.ping,
     };
-    let ctx = server::Ctx::new(events.clone(), token.clone(), shutdown.clone(), tracker.clone(), limits);
+    let ctx = server::Ctx::new(
+        events.clone(),
+        token.clone(),
+        shutdown.clone(),
+        tracker.clone(),
+        limits,
+        usage.clone(),
+    );
     tracker.spawn(server::serve(listener, ctx));
     register::spawn(
         cfg,
@@ -175,6 +186,7 @@ pub async fn run(
     });
     drop(events);
     router.run().await;
+    let _ = tokio::task::spawn_blocking(move || usage.flush()).await;
 
     shutdown.cancel();
     tracker.close();

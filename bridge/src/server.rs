@@ -78,6 +78,8 @@ pub struct Ctx {
     pub tracker: TaskTracker,
     /// The server's limits.
     pub limits: Limits,
+    /// Token usage (`/settings/usage`).
+    pub usage: crate::usage::Recorder,
     next_client: AtomicU64,
 }
 
@@ -101,8 +103,9 @@ impl Ctx {
         shutdown: CancellationToken,
         tracker: TaskTracker,
         limits: Limits,
+        usage: crate::usage::Recorder,
     ) -> Arc<Ctx> {
-        Arc::new(Ctx { events, token, shutdown, tracker, limits, next_client: AtomicU64::new(1) })
+        Arc::new(Ctx { events, token, shutdown, tracker, limits, usage, next_client: AtomicU64::new(1) })
     }
 }
 
@@ -179,6 +182,7 @@ async fn handle(
         (&Method::GET | &Method::HEAD, "/status") => status(&ctx, req.method() == Method::HEAD).await,
         (&Method::GET, "/fs/list") => session_files(&req, &ctx, false).await,
         (&Method::GET | &Method::HEAD, "/fs/file") => session_files(&req, &ctx, true).await,
+        (&Method::GET, "/settings/usage") => crate::usage::http::usage(req.uri().query(), &ctx.usage).await,
         _ => text(StatusCode::NOT_FOUND, "not found"),
     })
 }

@@ -43,6 +43,7 @@ const PNG: &str = "image/png";
 const ASSETS: &[Asset] = &[
     Asset { path: "/index.html", mime: HTML, body: include_bytes!("../web/index.html") },
     Asset { path: "/app.css", mime: "text/css; charset=utf-8", body: include_bytes!("../web/app.css") },
+    Asset { path: "/usage.css", mime: "text/css; charset=utf-8", body: include_bytes!("../web/usage.css") },
     Asset { path: "/icon.svg", mime: "image/svg+xml", body: include_bytes!("../web/icon.svg") },
     Asset {
         path: "/manifest.webmanifest",
@@ -74,6 +75,7 @@ const ASSETS: &[Asset] = &[
     Asset { path: "/js/composer.js", mime: JS, body: include_bytes!("../web/js/composer.js") },
     Asset { path: "/js/files.js", mime: JS, body: include_bytes!("../web/js/files.js") },
     Asset { path: "/js/push.js", mime: JS, body: include_bytes!("../web/js/push.js") },
+    Asset { path: "/js/usage.js", mime: JS, body: include_bytes!("../web/js/usage.js") },
 ];
 
 /// The strong validator of each asset, in [`ASSETS`] order.

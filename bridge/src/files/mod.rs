@@ -9,7 +9,7 @@
 #[cfg(test)]
 pub(crate) mod fuzz;
 mod mime;
-mod query;
+pub(crate) mod query;
 pub(crate) mod resolve;
 
 use bytes::Bytes;

@@ -36,6 +36,7 @@ impl Router {
             return tracing::debug!(id = ?msg.id, "agent answered a request the bridge did not send: dropped");
         };
         let ok = msg.error.is_none();
+        self.usage_answered(n, &pending, &msg);
         match pending.purpose {
             Purpose::Initialize => self.on_agent_initialized(&msg),
             Purpose::Forward => self.answer_client(pending.client, &msg),
@@ -386,6 +387,7 @@ impl Router {
             }
             Upstream::Live(_) => {
                 self.note_title(&sid, &msg);
+                self.usage_update(&sid, &msg);
                 self.record(&sid, &line);
                 self.fan_out(&sid, &line, None);
             }

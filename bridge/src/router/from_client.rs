@@ -325,7 +325,8 @@ impl Router {
         }
         let method = msg.method().to_owned();
         let purpose = if method == "session/list" { Purpose::List } else { Purpose::Forward };
-        self.agent.forward(&msg, Pending { client: Some((client, id)), method, purpose });
+        let n = self.agent.forward(&msg, Pending { client: Some((client, id)), method, purpose });
+        self.usage_sent(n, &msg);
     }
 
     /// Holds a message until the agent is ready, starting it if needed.

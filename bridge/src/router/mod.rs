@@ -16,6 +16,7 @@ mod listing;
 mod replay;
 mod session;
 mod turns;
+mod usage_hook;
 
 pub use agent::AgentSpec;
 pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
@@ -215,6 +216,8 @@ pub struct Router {
     status_nudge: Arc<tokio::sync::Notify>,
     /// The listing's signature at the last poke ([`Router::status_signature`]).
     status_sig: u64,
+    /// Token usage recording ([`crate::usage`]).
+    usage: crate::usage::Tracker,
 }
 
 /// How the router behaves beyond routing.
@@ -226,6 +229,8 @@ pub struct RouterOptions {
     pub pin_cwd: Option<std::path::PathBuf>,
     /// Exit after this long with no client and no turn (headless serve bridges).
     pub idle_exit: Option<std::time::Duration>,
+    /// Where token usage is recorded.
+    pub usage: crate::usage::Recorder,
 }
 
 impl Router {
@@ -255,6 +260,7 @@ impl Router {
             stop_at: None,
             status_nudge: Arc::new(tokio::sync::Notify::new()),
             status_sig: 0,
+            usage: crate::usage::Tracker::new(opts.usage),
         };
         (router, events_tx)
     }

@@ -147,12 +147,14 @@ pub struct Timings {
     pub hub_spawn_throttle: Duration,
     /// A request's headers must reach a bridge's loopback server within this long.
     pub header_timeout: Duration,
+    /// Test knob: a bridge stamps the token usage it records this long in the past (0).
+    pub usage_backdate: Duration,
 }
 
 /// (env var, file key, default ms, setter) for each timing knob.
 type Knob = (&'static str, &'static str, u64, fn(&mut Timings) -> &mut Duration);
 
-const KNOBS: [Knob; 8] = [
+const KNOBS: [Knob; 9] = [
     ("ZCODE_ACP_HEARTBEAT_MS", "timings.heartbeatMs", 10_000, |t| &mut t.heartbeat),
     ("ZCODE_ACP_INSTANCE_TTL_MS", "timings.instanceTtlMs", 30_000, |t| &mut t.instance_ttl),
     ("ZCODE_ACP_PROBE_GRACE_MS", "timings.probeGraceMs", 8_000, |t| &mut t.probe_grace),
@@ -161,6 +163,7 @@ const KNOBS: [Knob; 8] = [
     ("ZCODE_ACP_SERVE_IDLE_MS", "timings.serveIdleMs", 600_000, |t| &mut t.serve_idle),
     ("ZCODE_ACP_HUB_SPAWN_THROTTLE_MS", "timings.hubSpawnThrottleMs", 60_000, |t| &mut t.hub_spawn_throttle),
     ("ZCODE_ACP_HEADER_TIMEOUT_MS", "timings.headerTimeoutMs", 10_000, |t| &mut t.header_timeout),
+    ("ZCODE_ACP_USAGE_BACKDATE_MS", "timings.usageBackdateMs", 0, |t| &mut t.usage_backdate),
 ];
 
 impl Default for Timings {
@@ -174,6 +177,7 @@ impl Default for Timings {
             serve_idle: Duration::ZERO,
             hub_spawn_throttle: Duration::ZERO,
             header_timeout: Duration::ZERO,
+            usage_backdate: Duration::ZERO,
         };
         for (_, _, ms, field) in KNOBS {
             *field(&mut t) = Duration::from_millis(ms);

@@ -1,5 +1,6 @@
 //! The machine's SQLite store: the journal (session history) and the tasks index (sessions
-//! and their projects). This module tree is the only place in the workspace with SQL in it.
+//! and their projects), and token usage ([`usage`]). This module tree is the only place in the
+//! workspace with SQL in it.
 //!
 //! One file per machine (`<data dir>/zcode-acp.sqlite3`), WAL mode, `busy_timeout` 5 s, every
 //! write in `BEGIN IMMEDIATE`, so several bridges write at once without "database is locked".
@@ -10,6 +11,7 @@
 mod journal;
 mod tasks;
 mod turns;
+pub mod usage;
 
 pub use journal::{MessageRow, NewMessage, SessionCounters, SessionMeta};
 pub use tasks::{IndexView, ProjectRow, SessionRow};
@@ -74,6 +76,38 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (session_id, turn)
      ) WITHOUT ROWID;
      CREATE INDEX turns_by_end ON turns(ended_at);",
+    // 3: token usage recorded by the bridges (see `usage`): one row per turn's usage and per
+    // usage_update that adds cost; per session its usage turn count, the highest cumulative
+    // cost seen and its latest context window.
+    "CREATE TABLE usage_events (
+        id INTEGER PRIMARY KEY,
+        at INTEGER NOT NULL,
+        session_id TEXT NOT NULL,
+        turn INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        source TEXT NOT NULL,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        reasoning_tokens INTEGER NOT NULL DEFAULT 0,
+        cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+        cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+        total_tokens INTEGER NOT NULL DEFAULT 0,
+        tool_calls INTEGER NOT NULL DEFAULT 0,
+        context_used INTEGER,
+        context_size INTEGER,
+        cost REAL,
+        currency TEXT
+     );
+     CREATE INDEX usage_events_by_time ON usage_events(at);
+     CREATE TABLE usage_sessions (
+        session_id TEXT PRIMARY KEY,
+        turns INTEGER NOT NULL DEFAULT 0,
+        cost_seen REAL,
+        currency TEXT,
+        context_used INTEGER,
+        context_size INTEGER,
+        context_at INTEGER
+     ) WITHOUT ROWID;",
 ];
 
 /// What went wrong with the store.
