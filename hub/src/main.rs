@@ -80,6 +80,16 @@ enum Command {
     /// Stop this home's hub (exit status 0 when it stopped or none was running, 1 when it
     /// could not be stopped)
     Stop,
+    /// Internal: how `up --tunnel` runs its tunnel tool (it gets SIGTERM when `up` dies)
+    #[command(hide = true)]
+    TunnelExec {
+        /// The pid of the `up` it belongs to
+        #[arg(long)]
+        parent: u32,
+        /// The tool and its arguments
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Print the remote token (or replace it with --rotate)
     Token {
         /// Replace the token with a new random one
@@ -112,6 +122,7 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Chat { cwd, resume, agent } => chat(cwd, resume, agent),
         Command::Up { public_url, tunnel, agent_name, agent } => up(public_url, tunnel, agent_name, agent),
         Command::Stop => stop::stop(),
+        Command::TunnelExec { parent, command } => tunnel::exec_tool(parent, &command),
     }
 }
 

@@ -2,6 +2,12 @@
 //! / `tailscale funnel` in front of the hub, for phones. The tool runs in its own process group
 //! for as long as `up` does and is killed with it; its public `https://` URL is read from what
 //! it prints.
+//!
+//! "Killed with it" holds also when `up` itself is killed (SIGKILL, a crash), which no drop
+//! runs for: the tool is started through `zcode-acp tunnel-exec --parent <up's pid> -- tool …`,
+//! which asks the kernel for SIGTERM when its parent dies (`PR_SET_PDEATHSIG`, kept across
+//! `exec`) and then becomes the tool (same pid, same pipes). The parent is `up`'s main
+//! thread, which lives as long as `up` does (the death signal follows the thread that forked).
 
 use anyhow::{Context, bail};
 use nix::sys::signal::{Signal, killpg};
@@ -93,6 +99,20 @@ impl Kind {
     }
 }
 
+/// `zcode-acp tunnel-exec --parent <pid> -- <tool> <args>`: becomes `tool` with SIGTERM as its
+/// parent-death signal; returns only when that fails.
+pub fn exec_tool(parent: u32, command: &[String]) -> anyhow::Result<std::process::ExitCode> {
+    let Some((program, args)) = command.split_first() else { bail!("no tool to run") };
+    nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).context("cannot ask for a parent-death signal")?;
+    // `up` may have died before the request above: then nothing would ever signal the tool.
+    if nix::unistd::getppid().as_raw() as u32 != parent {
+        return Ok(std::process::ExitCode::FAILURE);
+    }
+    let err = Command::new(program).args(args).exec();
+    eprintln!("zcode-acp: cannot start `{program}`: {err}");
+    Ok(std::process::ExitCode::from(127))
+}
+
 /// A running tunnel tool: killed (its whole process group) when dropped.
 pub struct Tunnel {
     child: Child,
@@ -106,7 +126,9 @@ impl Tunnel {
     pub fn start(kind: Kind, port: u16, stop: &CancellationToken) -> anyhow::Result<Option<Tunnel>> {
         let program = kind.program();
         let args = kind.args(port);
-        let mut child = match Command::new(program)
+        let exe = std::env::current_exe().context("cannot find this program to start the tunnel")?;
+        let mut child = match Command::new(exe)
+            .args(["tunnel-exec", "--parent", &std::process::id().to_string(), "--", program])
             .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -116,9 +138,6 @@ impl Tunnel {
             .spawn()
         {
             Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                bail!("`{program}` is not installed (not found on PATH): {}", kind.install_hint())
-            }
             Err(e) => return Err(e).with_context(|| format!("cannot start `{program}`")),
         };
         let (tx, rx) = mpsc::channel::<String>();

@@ -9,8 +9,17 @@
 // Push: the hub sends a small JSON payload, {title, body, url, tag}; the `push` handler shows
 // it as a system notification, and a click opens (or focuses) the session it names. Nothing
 // secret is kept here: no token, no transcript.
+//
+// When the browser renews the push subscription (`pushsubscriptionchange`), the worker takes
+// the new one (or subscribes again with the old one's key) and hands it to the page, which
+// holds the token the hub's route needs: every open window is told at once, and the renewal is
+// also kept in a small cache so a window opened later sends it (push.js).
 
 const CACHE = 'zcode-acp-shell-v1';
+/** What the worker hands to a page that opens later (a renewed subscription); kept across versions. */
+const STATE = 'zcode-acp-state';
+/** The key, in STATE, of a renewal no page has sent to the hub yet. */
+const RENEWED = '/push-renewed';
 const SHELL = [
   '/',
   '/app.css',
@@ -46,7 +55,7 @@ self.addEventListener('install', (event) => {
 
 self.addEventListener('activate', (event) => {
   event.waitUntil((async () => {
-    for (const key of await caches.keys()) if (key !== CACHE) await caches.delete(key);
+    for (const key of await caches.keys()) if (key !== CACHE && key !== STATE) await caches.delete(key);
     await self.clients.claim();
   })());
 });
@@ -122,18 +131,48 @@ self.addEventListener('push', (event) => {
   event.waitUntil(self.registration.showNotification(title, options));
 });
 
+/**
+ * Keeps `event` alive until `work` ends. A trusted event is extended with `waitUntil`; one
+ * dispatched by script cannot be (the browser throws), and its work simply runs.
+ */
+function extend(event, work) {
+  try { event.waitUntil(work); } catch { /* not a browser-dispatched event */ }
+}
+
 self.addEventListener('notificationclick', (event) => {
   event.notification.close();
   const path = sameOriginPath(event.notification.data && event.notification.data.url);
-  const target = new URL(path, self.location.origin).href;
-  event.waitUntil((async () => {
-    const windows = await self.clients.matchAll({ type: 'window', includeUncontrolled: true });
-    const same = windows.find((c) => c.url === target) || windows.find((c) => new URL(c.url).origin === self.location.origin);
-    if (same) {
-      const focused = await same.focus();
-      if (same.url !== target && 'navigate' in focused) await focused.navigate(target).catch(() => {});
-      return;
-    }
-    await self.clients.openWindow(target);
-  })());
+  extend(event, openSession(new URL(path, self.location.origin).href));
 });
+
+/** Shows `target` (a page of the app): in a window of the app if one is open, else a new one. */
+async function openSession(target) {
+  const windows = await self.clients.matchAll({ type: 'window', includeUncontrolled: true });
+  const same = windows.find((c) => c.url === target) || windows.find((c) => new URL(c.url).origin === self.location.origin);
+  if (!same) {
+    await self.clients.openWindow(target);
+    return;
+  }
+  let win = same;
+  // Focus needs the click's user activation; without it the window still goes to the session.
+  try { win = (await same.focus()) || same; } catch { /* not focusable from here */ }
+  if (win.url !== target && 'navigate' in win) await win.navigate(target).catch(() => {});
+}
+
+self.addEventListener('pushsubscriptionchange', (event) => {
+  extend(event, renewed(event.oldSubscription || null, event.newSubscription || null));
+});
+
+/** Hands a renewed subscription to the pages (and keeps it for one that opens later). */
+async function renewed(old, fresh) {
+  let sub = fresh;
+  if (!sub) {
+    const key = old && old.options && old.options.applicationServerKey;
+    if (!key) return; // nothing to renew with: the user subscribes again from the home screen
+    sub = await self.registration.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key });
+  }
+  const note = { type: 'zcode-push-renewed', subscription: sub.toJSON(), old: old ? old.endpoint : null };
+  const state = await caches.open(STATE);
+  await state.put(RENEWED, new Response(JSON.stringify(note), { headers: { 'Content-Type': 'application/json' } }));
+  for (const c of await self.clients.matchAll({ type: 'window', includeUncontrolled: true })) c.postMessage(note);
+}

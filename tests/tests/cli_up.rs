@@ -275,6 +275,22 @@ fn up_tunnel_tailscale_pairs_through_tailscale_serve_and_ends_it() {
 }
 
 #[test]
+fn the_tunnel_dies_with_a_killed_up() {
+    let home = Home::new();
+    let tools = tempfile::tempdir().unwrap();
+    stand_in(tools.path(), "cloudflared", "", CLOUDFLARED_STDERR);
+    let mut up = Up::start(&home, &["--tunnel", "cloudflare"], Some(&path_with(tools.path())));
+    up.url();
+    let tool_pid: u32 =
+        std::fs::read_to_string(tools.path().join("cloudflared.pid")).unwrap().trim().parse().unwrap();
+    assert!(alive(tool_pid), "the tunnel is not running");
+    // SIGKILL: no drop, no signal handler runs in `up`.
+    up.child.kill().unwrap();
+    up.child.wait().unwrap();
+    assert!(wait_gone(tool_pid, WAIT), "the tunnel outlived a killed up");
+}
+
+#[test]
 fn a_missing_tunnel_tool_is_one_line_and_starts_nothing() {
     let home = Home::new();
     let empty = tempfile::tempdir().unwrap();

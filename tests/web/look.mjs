@@ -1,6 +1,7 @@
 // The look of a screen, checked the way a phone user would notice it going wrong: no visible
 // `null`, `undefined`, `NaN` or `[object Object]`; nothing wider than the screen (apart from
-// the horizontal scrollers named in SCROLLERS); no console error; and a screenshot under
+// the horizontal scrollers named in SCROLLERS); a connection pill that says something in
+// words; cards not touching the screen's edges; no centred path; no console error; and a screenshot under
 // target/web-screenshots/<screen>-<light|dark>.png for a person to look at.
 //
 //   const page = await phonePage(browser, 'dark', stack.token);   // 390×844, watched
@@ -103,6 +104,25 @@ function inspect({ scrollers, width }) {
   }
   const title = bad.exec(document.title);
   if (title) problems.push(`the tab title shows "${title[0]}": ${JSON.stringify(document.title)}`);
+
+  // The connection pill names a state in words on every screen ("…" said nothing).
+  const pill = document.querySelector('#conn');
+  if (pill && shown(pill) && !/\p{L}{2,}/u.test(pill.textContent)) {
+    problems.push(`the connection pill says nothing: ${JSON.stringify(pill.textContent)}`);
+  }
+  // Cards keep a gap from the screen's edges; paths read from their start (left-aligned).
+  for (const el of document.querySelectorAll('.card')) {
+    if (!shown(el)) continue;
+    const r = el.getBoundingClientRect();
+    if (r.left < 4 || r.right > vw - 4) {
+      problems.push(`${describe(el)} touches the screen's edge (left ${Math.round(r.left)}, right ${Math.round(r.right)} of ${vw})`);
+    }
+  }
+  for (const el of document.querySelectorAll('.path')) {
+    if (shown(el) && getComputedStyle(el).textAlign === 'center') {
+      problems.push(`${describe(el)} is centred: a path reads from its start: ${JSON.stringify((el.textContent || '').slice(0, 80))}`);
+    }
+  }
 
   // 2. Nothing wider than the screen.
   const sw = document.scrollingElement.scrollWidth;

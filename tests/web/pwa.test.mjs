@@ -222,6 +222,79 @@ describe('installable web app', { timeout: 120000 }, () => {
     await context.close();
   });
 
+  /** The page's service worker, as Playwright sees it (to run code in the real worker). */
+  async function workerOf(context) {
+    return until('the service worker', () => context.serviceWorkers().find((w) => w.url().endsWith('/sw.js')));
+  }
+
+  it('a click on a notification opens the session it names in the open window', async () => {
+    const context = await browser.newContext({ viewport: PHONE });
+    await context.grantPermissions(['notifications']);
+    const page = await context.newPage();
+    const errors = watchConsole(page);
+    await openControlled(page, `${stack.base}/#token=${stack.token}`);
+    await page.locator('#instances').waitFor();
+    const sw = await workerOf(context);
+    const url = '/s/42/sess_click?cwd=%2Ftmp';
+    await sw.evaluate((u) => self.registration.showNotification('fix-tests waits for you', { tag: 'sess_click', data: { url: u } }), url);
+    // No browser API clicks a system notification: the real worker's own handler runs on a
+    // notificationclick event dispatched in it, with the notification the worker showed.
+    await sw.evaluate(async () => {
+      const [n] = (await self.registration.getNotifications()).filter((x) => x.tag === 'sess_click');
+      self.dispatchEvent(new NotificationEvent('notificationclick', { notification: n }));
+    });
+    await page.waitForURL(`${stack.base}${url}`);
+    await page.locator('#prompt, .conn-banner, .top-note').first().waitFor();
+    await until('the notification closed', async () => (await sw.evaluate(async () => (await self.registration.getNotifications()).length)) === 0);
+    assert.deepEqual(errors.filter((e) => !/Failed to load resource|WebSocket/.test(e)), []);
+    await context.close();
+  });
+
+  it('a renewed push subscription (pushsubscriptionchange) reaches the hub, now or when the app next opens', async () => {
+    const context = await browser.newContext({ viewport: PHONE });
+    await context.grantPermissions(['notifications']);
+    const seen = [];
+    await context.route('**/api/push/subscriptions', async (r) => {
+      const req = r.request();
+      seen.push({ method: req.method(), auth: req.headers().authorization, body: JSON.parse(req.postData() || 'null') });
+      return r.fulfill({ status: 204, body: '' });
+    });
+    const page = await context.newPage();
+    const errors = watchConsole(page);
+    await openControlled(page, `${stack.base}/#token=${stack.token}`);
+    await page.evaluate(() => localStorage.setItem('zcode-acp.notifyTurnEnd', '1'));
+    const sw = await workerOf(context);
+    // Chromium never fires pushsubscriptionchange (nor can its push service be reached here):
+    // the event is dispatched in the real worker with stand-ins for the two subscriptions.
+    const change = (old, fresh) => sw.evaluate(([o, f]) => {
+      const e = new ExtendableEvent('pushsubscriptionchange');
+      Object.defineProperty(e, 'oldSubscription', { value: { endpoint: o, options: {} } });
+      Object.defineProperty(e, 'newSubscription', { value: { endpoint: f, toJSON: () => ({ endpoint: f, expirationTime: null, keys: { p256dh: 'BNEW', auth: 'ANEW' } }) } });
+      self.dispatchEvent(e);
+    }, [old, fresh]);
+    await change('https://push.example/old', 'https://push.example/new');
+    const bearer = `Bearer ${stack.token}`;
+    await until('the renewal sent to the hub', () => seen.length >= 2);
+    assert.deepEqual(seen, [
+      { method: 'POST', auth: bearer, body: { endpoint: 'https://push.example/new', expirationTime: null, keys: { p256dh: 'BNEW', auth: 'ANEW' }, notifyTurnEnd: true } },
+      { method: 'DELETE', auth: bearer, body: { endpoint: 'https://push.example/old' } },
+    ]);
+
+    // With no window open, the worker keeps the renewal; the next window sends it.
+    await page.close();
+    await until('no window left', async () => (await sw.evaluate(async () => (await self.clients.matchAll({ type: 'window' })).length)) === 0);
+    await change('https://push.example/new', 'https://push.example/newer');
+    await until('the renewal kept', () => sw.evaluate(async () => Boolean(await (await caches.open('zcode-acp-state')).match('/push-renewed'))));
+    assert.equal(seen.length, 2, 'nothing reached the hub without a page (the worker has no token)');
+    const again = await context.newPage();
+    await again.goto(`${stack.base}/`);
+    await until('the kept renewal sent', () => seen.length >= 4);
+    assert.deepEqual(seen.slice(2).map((x) => [x.method, x.body.endpoint]), [['POST', 'https://push.example/newer'], ['DELETE', 'https://push.example/new']]);
+    await until('the kept renewal dropped', async () => !(await sw.evaluate(async () => Boolean(await (await caches.open('zcode-acp-state')).match('/push-renewed')))));
+    assert.deepEqual(errors, []);
+    await context.close();
+  });
+
   it('counts what waits in the tab title and the app badge', async () => {
     const ed = await stack.bridge();
     const sid = await ed.newSession(stack.project);

@@ -119,6 +119,7 @@ describe('web client screens at phone size, light and dark', () => {
       await page.goto(`${stack.base}/`);
       await page.locator('#token-input').waitFor();
       await looksRight(page, 'pairing');
+      assert.equal((await page.locator('#conn').textContent()).trim(), 'not paired');
       await page.goto(`${stack.base}/#token=not-the-token`);
       await page.locator('#pair-error', { hasText: 'rejected' }).waitFor();
       await looksRight(page, 'pairing-rejected', { console: [STATUS(401)] });
@@ -147,6 +148,23 @@ describe('web client screens at phone size, light and dark', () => {
     await row.evaluate((n) => n.scrollIntoView({ block: 'center' }));
     await looksRight(page, 'history');
   }));
+
+  it('the headless bridge a history listing starts is not shown as an empty live instance', async () => {
+    // The listing incubated a headless bridge for the project (the contract's incubator).
+    let incubator = null;
+    await until('the history\'s headless bridge to register', async () => {
+      const list = await stack.api('/api/instances');
+      incubator = list.find((i) => i.origin === 'serve' && i.launcher !== 'up' && !(i.sessions || []).length);
+      return !!incubator;
+    });
+    await both(async (page) => {
+      await page.goto(`${stack.base}/`);
+      await page.locator(`[data-instance="${ed.id}"] [data-session="${sid}"]`).waitFor();
+      assert.equal(await page.locator(`[data-instance="${incubator.id}"]`).count(), 0,
+        'an instance with "No live session" that nobody started appeared on home');
+      assert.equal(await page.locator('#instances', { hasText: 'No live session on this instance' }).count(), 0);
+    });
+  });
 
   it('browse', () => both(async (page) => {
     const browse = page.locator('#browse');
@@ -188,12 +206,16 @@ describe('web client screens at phone size, light and dark', () => {
   it('files', () => both(async (page) => {
     await page.goto(filesUrl());
     await page.locator('[data-name="notes.txt"]').waitFor();
+    await looksRight(page, 'files', { screenshot: false });
+    // The listing came from the hub: the pill says so (it said "…" here).
+    await page.locator('#conn', { hasText: 'online' }).waitFor();
     await looksRight(page, 'files');
   }));
 
   it('file view: a long file, a short one, and one with lines wider than the screen', () => both(async (page) => {
     await page.goto(filesUrl('&file=notes.txt'));
     await page.locator('.lines .line', { hasText: 'log line 200' }).waitFor();
+    await page.locator('#conn', { hasText: 'online' }).waitFor();
     await looksRight(page, 'file-view');
     await page.goto(filesUrl('&file=short.txt'));
     await page.locator('.lines .line', { hasText: 'three' }).waitFor();
@@ -219,6 +241,13 @@ describe('web client screens at phone size, light and dark', () => {
     await stack.stopHub();
     await both(async (page) => {
       await page.locator('#instances .error', { hasText: /hub|reach|network/i }).waitFor();
+      // Nothing stale that invites a tap which cannot work: the projects and the directory
+      // browser say they come back with the hub.
+      await page.locator('#projects .offline').waitFor();
+      await page.locator('#browse .offline').waitFor();
+      assert.equal(await page.locator('#projects .project').count(), 0, 'stale projects shown');
+      assert.equal(await page.locator('#browse button:not([disabled])', { hasText: 'Start a session here' }).count(), 0,
+        '"Start a session here" enabled with the hub stopped');
       await looksRight(page, 'hub-stopped-home', { console: CUT });
       // The client is loaded: it opens a session without the hub (one of an instance this page
       // has no connection to yet, whose bridge may have been seen leaving: the hub is asked).

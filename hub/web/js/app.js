@@ -47,16 +47,21 @@ export const app = {
     document.title = title ? `${title} · zcode-acp` : 'zcode-acp';
   },
 
-  /** The header's connection indicator: state open | connecting | waiting | failed. */
+  /**
+   * The header's connection indicator: state open | connecting (also `idle`: not started
+   * yet) | waiting | failed | unpaired. Every screen sets it: a session from its WebSocket,
+   * home and files from their last request to the hub, pairing as `unpaired`.
+   */
   setConn(state, message, why) {
     const c = $('#conn');
     c.dataset.state = state;
     c.dataset.why = why || '';
     const label = state === 'open' ? 'online'
-      : state === 'connecting' ? 'connecting'
-        : why === 'auth' ? 'token rejected'
-          : why === 'gone' ? 'instance gone'
-            : why === 'down' ? 'hub offline' : state === 'idle' ? '…' : 'offline';
+      : state === 'connecting' || state === 'idle' ? 'connecting'
+        : state === 'unpaired' ? 'not paired'
+          : why === 'auth' ? 'token rejected'
+            : why === 'gone' ? 'instance gone'
+              : why === 'down' ? 'hub offline' : 'offline';
     c.textContent = label;
     c.title = message || label;
     c.setAttribute('aria-label', `Connection: ${message || label}`);
@@ -110,7 +115,7 @@ function route() {
 
 function pairView(root, message) {
   app.setTitle('Pair');
-  app.setConn('idle', 'Not paired');
+  app.setConn('unpaired', 'Not paired');
   const input = h('input', { type: 'password', id: 'token-input', autocomplete: 'off', spellcheck: 'false', 'aria-label': 'Token', placeholder: 'Paste the token' });
   const problem = h('p', { class: 'error', role: 'alert', id: 'pair-error', hidden: !message, text: message || '' });
   const form = h('form', { class: 'card pair', onsubmit: async (e) => {

@@ -19,12 +19,22 @@ export function filesView(root, app, { instance, sid, cwd, dir, file }) {
   clear(root, h('div', { class: 'files card' }, h('div', { class: 'card-head' }, back, h('h2', { text: file ? baseName(file) : 'Files' })), body));
   app.setTitle(file ? baseName(file) : 'Files');
 
+  app.setConn('connecting', 'Reaching the hub');
   if (file) showFile(file); else list(dir || '');
+
+  /** The pill says what the last request to the hub found. */
+  function reached(e) {
+    if (!e) return app.setConn('open', 'Hub reachable');
+    // An answer with an HTTP status came from the hub, even when it is an error.
+    if (e.status && e.kind !== 'network' && e.kind !== 'down' && e.kind !== 'gateway') return app.setConn('open', 'Hub reachable');
+    return app.setConn('waiting', e.message, e.kind === 'network' ? 'down' : e.kind);
+  }
 
   async function list(path) {
     body.replaceChildren(h('p', { class: 'muted', text: 'Listing…' }));
     try {
       const r = await getJson(`${base}/list${query({ sessionId: sid, path })}`, 'Files');
+      reached();
       const rootPath = String(r.root || '');
       const shown = path || '.';
       const parent = path && path !== '.' ? path.split('/').slice(0, -1).join('/') : null;
@@ -48,6 +58,7 @@ export function filesView(root, app, { instance, sid, cwd, dir, file }) {
   }
 
   function showError(e, retry) {
+    reached(e);
     const msg = e.status === 403 ? 'Outside the session\'s directory, or the session is not on this instance.'
       : e.status === 404 && e.kind !== 'missing' ? 'Not found.' : e.message;
     clear(body, h('p', { class: 'error', role: 'alert', text: msg }), h('button', { type: 'button', onclick: retry }, 'Retry'));
@@ -61,6 +72,7 @@ export function filesView(root, app, { instance, sid, cwd, dir, file }) {
     body.replaceChildren(h('p', { class: 'muted', text: 'Opening…' }));
     try {
       const head = await api(fileUrl(path), { method: 'HEAD', raw: true, what: 'File' });
+      reached();
       const type = (head.headers.get('content-type') || '').toLowerCase();
       const len = Number(head.headers.get('content-length'));
       const actions = h('div', { class: 'actions' },

@@ -22,6 +22,12 @@ function originLabel(inst) {
   return inst.origin === 'serve' ? 'serve' : 'editor';
 }
 
+/** A headless instance the hub started (not `up`'s) with no live session. */
+function isIncubator(inst) {
+  const sessions = Array.isArray(inst.sessions) ? inst.sessions : [];
+  return originLabel(inst) === 'serve' && !sessions.length;
+}
+
 /** Mounts the home screen; returns its cleanup. */
 export function homeView(root, app) {
   const waiting = h('section', { class: 'card waiting', id: 'waiting', 'aria-label': 'Waiting for you', hidden: true });
@@ -44,12 +50,18 @@ export function homeView(root, app) {
       if (!Array.isArray(list)) throw new Error('The instance list is not a list (a proxy page?).');
       app.instances = list;
       app.setConn('open', 'Hub reachable');
+      projects.online();
+      browse.online();
       watchAll();
       renderLive();
     } catch (e) {
       if (stopped) return;
       if (e.kind === 'auth') return app.pair(e.message);
-      app.setConn('waiting', e.message, e.kind);
+      app.setConn('waiting', e.message, e.kind === 'network' ? 'down' : e.kind);
+      if (e.kind === 'network' || e.kind === 'gateway' || e.kind === 'garbage') {
+        projects.offline(e);
+        browse.offline(e);
+      }
       renderError(e);
     }
     schedule();
@@ -115,12 +127,15 @@ export function homeView(root, app) {
     shown = sig;
     clear(live, h('div', { class: 'card-head' }, h('h2', { id: 'instances-h', text: 'Live sessions' }),
       h('button', { type: 'button', class: 'link', onclick: () => poll() }, 'Refresh')));
-    if (!list.length) {
+    // A headless bridge the hub started to serve a project's history (or one whose sessions
+    // all ended) holds nothing to open: its history is under Projects.
+    const shownList = list.filter((inst) => !isIncubator(inst));
+    if (!shownList.length) {
       live.append(h('p', { class: 'muted' }, 'No instance is running. Start one with ', h('code', { text: 'zcode-acp up' }),
         ', open an agent in your editor, or create a session in a project below.'));
       return;
     }
-    for (const inst of list) {
+    for (const inst of shownList) {
       const conn = pool.conns.get(String(inst.id));
       const sessions = Array.isArray(inst.sessions) ? inst.sessions : [];
       live.append(h('div', { class: 'instance', dataset: { instance: String(inst.id) } },

@@ -45,10 +45,12 @@ export function projectsSection(app) {
     h('div', { class: 'card-head' }, h('h2', { id: 'projects-h', text: 'Projects' }),
       h('button', { type: 'button', class: 'link', onclick: () => load() }, 'Refresh')), body);
   let stopped = false;
+  let away = false;
 
   async function load() {
     try {
       const projects = await getJson('/api/projects', 'Projects');
+      if (away) return;
       if (stopped) return;
       clear(body);
       if (!Array.isArray(projects) || !projects.length) {
@@ -124,7 +126,29 @@ export function projectsSection(app) {
   }
 
   load();
-  return { node, stop: () => { stopped = true; } };
+  return { node, stop: () => { stopped = true; }, ...awayWhileDown(body, 'Projects', () => { away = true; }, () => { away = false; load(); }) };
+}
+
+/**
+ * `offline(e)`/`online()` for a card whose content the hub serves: while the hub does not
+ * answer, the card says so instead of showing a stale list with buttons that cannot work;
+ * when it answers again, the card loads afresh.
+ */
+function awayWhileDown(body, what, leave, come) {
+  let down = false;
+  return {
+    offline() {
+      if (down) return;
+      down = true;
+      leave();
+      clear(body, h('p', { class: 'muted offline', text: `${what} come back when the hub answers again.` }));
+    },
+    online() {
+      if (!down) return;
+      down = false;
+      come();
+    },
+  };
 }
 
 /** The directory browser card: `{node, stop}`. */
@@ -136,19 +160,20 @@ export function browseSection(app) {
       h('label', { class: 'muted check' }, hidden, 'show hidden')), body);
   let current = null;
   let stopped = false;
+  let away = false;
 
   async function open(path) {
     body.replaceChildren(h('p', { class: 'muted', text: 'Listing…' }));
     try {
       current = await getJson(`/api/fs/list${query({ path })}`, 'Browse');
-      if (!stopped) show(current);
+      if (!stopped && !away) show(current);
     } catch (e) {
       if (!stopped) failure(body, e, () => open(path));
     }
   }
 
   function show(dir) {
-    if (!dir) return;
+    if (!dir || away) return;
     const entries = (Array.isArray(dir.entries) ? dir.entries : []).filter((e) => hidden.checked || !String(e.name).startsWith('.'));
     const base = String(dir.path || '/').replace(/\/$/, '');
     const create = h('button', {
@@ -170,5 +195,6 @@ export function browseSection(app) {
   }
 
   open('');
-  return { node, stop: () => { stopped = true; } };
+  const reopen = () => { away = false; open(current ? String(current.path || '') : ''); };
+  return { node, stop: () => { stopped = true; }, ...awayWhileDown(body, 'Directories', () => { away = true; }, reopen) };
 }

@@ -23,8 +23,52 @@ export function pushSupported() {
 export function startApp() {
   if (window.isSecureContext && 'serviceWorker' in navigator) {
     navigator.serviceWorker.register('/sw.js', { scope: '/' }).catch((e) => console.warn('service worker not registered', e));
+    navigator.serviceWorker.addEventListener('message', (e) => {
+      if (e.data && e.data.type === 'zcode-push-renewed') sendRenewed(e.data);
+    });
+    pendingRenewal();
   }
   watchWaiting();
+}
+
+/** Whether this device asked for turn ends too (not secret: kept to renew its subscription). */
+const TURN_END_KEY = 'zcode-acp.notifyTurnEnd';
+
+/**
+ * The browser renewed this device's push subscription (the worker's `pushsubscriptionchange`):
+ * the hub gets the new one, with this device's choice about turn ends, and forgets the old.
+ */
+let sending = null;
+async function sendRenewed(note) {
+  if (sending) return sending;
+  sending = (async () => {
+    try {
+      const sub = note && note.subscription;
+      if (!sub || typeof sub.endpoint !== 'string') return;
+      const notifyTurnEnd = localStorage.getItem(TURN_END_KEY) === '1';
+      await api('/api/push/subscriptions', { method: 'POST', json: { ...sub, notifyTurnEnd }, what: 'Renewing the notification subscription' });
+      if (typeof note.old === 'string' && note.old !== sub.endpoint) {
+        await api('/api/push/subscriptions', { method: 'DELETE', json: { endpoint: note.old }, what: 'Removing the old subscription' }).catch(() => {});
+      }
+      const state = await caches.open('zcode-acp-state');
+      await state.delete('/push-renewed');
+    } catch (e) {
+      console.warn('the renewed push subscription could not be sent to the hub yet', e && e.message);
+    } finally {
+      sending = null;
+    }
+  })();
+  return sending;
+}
+
+/** A renewal the worker kept while no page was open: sent now. */
+async function pendingRenewal() {
+  try {
+    if (!('caches' in window)) return;
+    const state = await caches.open('zcode-acp-state');
+    const r = await state.match('/push-renewed');
+    if (r) await sendRenewed(await r.json());
+  } catch { /* nothing kept */ }
 }
 
 // The waiting count: permissions and questions pending on every connection of the page (the
@@ -109,6 +153,7 @@ async function subscribe(notifyTurnEnd) {
     }
   }
   await api('/api/push/subscriptions', { method: 'POST', json: { ...sub.toJSON(), notifyTurnEnd }, what: 'Saving the subscription' });
+  try { localStorage.setItem(TURN_END_KEY, notifyTurnEnd ? '1' : '0'); } catch { /* a renewal then asks without turn ends */ }
 }
 
 /** Unsubscribes this device, here and at the hub. */
