@@ -53,14 +53,21 @@ impl Router {
                     }
                     self.answer_client(pending.client, &msg);
                     self.flush_orphans(&sid);
+                    self.hook_session_start(&sid, &pending.method);
                 } else {
                     self.answer_client(pending.client, &msg);
                 }
             }
-            Purpose::Load { session, mode } => self.on_loaded(&session, pending.client, mode, &msg),
+            Purpose::Load { session, mode } => {
+                self.on_loaded(&session, pending.client, mode, &msg);
+                if ok {
+                    self.hook_session_start(&session, &pending.method);
+                }
+            }
             Purpose::Reattach { session } => self.on_reattached(&session, &msg),
             Purpose::Prompt { session } => {
                 self.answer_client(pending.client, &msg);
+                self.hook_stop(&session, &msg);
                 if let Some(s) = self.sessions.get_mut(&session) {
                     s.running = false;
                     s.updated_at = zcode_shared::time::now_ms();
@@ -222,6 +229,9 @@ impl Router {
         for c in targets {
             self.deliver_copy(key, c);
         }
+        if method == "session/request_permission" {
+            self.hook_permission(key);
+        }
     }
 
     fn new_request(
@@ -375,6 +385,7 @@ impl Router {
                 self.note_title(&sid, &msg);
                 self.record(&sid, &line);
                 self.fan_out(&sid, &line, None);
+                self.hook_update(&sid, &msg, &line);
             }
         }
     }

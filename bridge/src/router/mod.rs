@@ -11,6 +11,7 @@ mod agent;
 pub mod client;
 mod from_agent;
 mod from_client;
+mod hooks;
 mod lifecycle;
 mod listing;
 mod replay;
@@ -18,6 +19,7 @@ mod session;
 
 pub use agent::AgentSpec;
 pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
+pub use hooks::HookReport;
 pub use lifecycle::{Lifecycle, LifecycleReply};
 
 use crate::journal::{Journal, ReadError, Slice};
@@ -123,6 +125,8 @@ pub enum Event {
         /// Where the answer goes.
         reply: oneshot::Sender<Option<std::path::PathBuf>>,
     },
+    /// Hooks finished (`crate::hooks`).
+    Hook(HookReport),
     /// Stop: kill the agent, close every client.
     Shutdown,
 }
@@ -214,6 +218,8 @@ pub struct Router {
     status_nudge: Arc<tokio::sync::Notify>,
     /// The listing's signature at the last poke ([`Router::status_signature`]).
     status_sig: u64,
+    /// Hooks: the tree read at agent start, prompts and tool calls they follow.
+    hooks: hooks::Gate,
 }
 
 /// How the router behaves beyond routing.
@@ -225,6 +231,8 @@ pub struct RouterOptions {
     pub pin_cwd: Option<std::path::PathBuf>,
     /// Exit after this long with no client and no turn (headless serve bridges).
     pub idle_exit: Option<std::time::Duration>,
+    /// `config.json`, whose `hooks` tree is read at every agent start (`None`: no hooks).
+    pub hooks_config: Option<std::path::PathBuf>,
 }
 
 impl Router {
@@ -254,6 +262,7 @@ impl Router {
             stop_at: None,
             status_nudge: Arc::new(tokio::sync::Notify::new()),
             status_sig: 0,
+            hooks: hooks::Gate::new(opts.hooks_config),
         };
         (router, events_tx)
     }
@@ -306,6 +315,7 @@ impl Router {
                 Event::Status(reply) => {
                     let _ = reply.send(self.status());
                 }
+                Event::Hook(report) => self.on_hook(report),
                 Event::Lifecycle { session, op, reply } => self.on_lifecycle(&session, op, reply),
                 Event::SessionRoot { session, reply } => {
                     let root =
