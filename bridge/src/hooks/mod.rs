@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod decide;
+pub mod http;
 pub mod payload;
 pub mod routes;
 pub mod run;

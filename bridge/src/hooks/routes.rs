@@ -137,6 +137,39 @@ pub fn route(
     }
 }
 
+/// Serializes this process's writers (a lock across processes is the settings store's).
+static WRITE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Serves one request on `config_file` (blocking: run it off the async workers): reads the
+/// file, applies the route, writes the file back (temp file + rename, every other key kept)
+/// when it changed. `None`: not one of the three routes. Else (status, JSON body).
+pub fn serve_file(
+    method: &str,
+    rest: &str,
+    config_file: &std::path::Path,
+    body: &Value,
+) -> Option<(u16, Value)> {
+    let _guard = WRITE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let fail = |status: u16, error: String| Some((status, json!({"ok": false, "error": error})));
+    let mut raw = match zcode_shared::config::RawConfig::read(config_file) {
+        Ok(r) => r,
+        Err(e) => return fail(500, e.to_string()),
+    };
+    let mut root = raw.root().clone();
+    match route(method, rest, &mut root, body)? {
+        Err(r) => fail(r.status, r.error),
+        Ok(false) => Some((200, answer(&root, false))),
+        Ok(true) => {
+            let hooks = root.get("hooks").cloned().unwrap_or_else(|| json!({}));
+            if let Err(e) = raw.set("hooks", hooks).and_then(|()| raw.write()) {
+                return fail(500, e.to_string());
+            }
+            tracing::info!(file = %config_file.display(), "hooks tree written: the agent picks it up when it restarts");
+            Some((200, answer(&root, true)))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
