@@ -31,6 +31,24 @@ pub struct Outcome {
     pub error: Option<String>,
 }
 
+/// Process groups of hooks that may still run, killed when the bridge stops ([`kill_all`]).
+static LIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+fn live() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn forget(pgid: Pid) {
+    live().retain(|p| *p != pgid.as_raw());
+}
+
+/// Kills every hook still running (the bridge is stopping: nothing will read their result).
+pub fn kill_all() {
+    for pgid in live().drain(..) {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+}
+
 /// How long output still flowing after the shell exited is waited for: children that hold
 /// the pipes (a notifier sent to the background) do not hold up the result.
 const DRAIN_GRACE: Duration = Duration::from_millis(100);
@@ -69,6 +87,9 @@ pub async fn run(
         }
     };
     let pgid = child.id().and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw);
+    if let Some(p) = pgid {
+        live().push(p.as_raw());
+    }
     if let Some(mut input) = child.stdin.take() {
         tokio::spawn(async move {
             // A hook that does not read its stdin closes the pipe: not an error.
@@ -94,17 +115,21 @@ pub async fn run(
                     let _ = r.await;
                 }
             };
-            if tokio::time::timeout(DRAIN_GRACE.min(deadline - tokio::time::Instant::now()), pipes)
-                .await
-                .is_err()
-            {
+            let grace = DRAIN_GRACE.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+            let drained = tokio::time::timeout(grace, pipes).await.is_ok();
+            match pgid {
                 // Its children still run: they get the rest of the timeout, then the group goes.
-                if let Some(pgid) = pgid {
+                Some(pgid) if !drained => {
                     tokio::spawn(async move {
                         tokio::time::sleep_until(deadline).await;
-                        let _ = killpg(pgid, Signal::SIGKILL);
+                        if live().contains(&pgid.as_raw()) {
+                            let _ = killpg(pgid, Signal::SIGKILL);
+                        }
+                        forget(pgid);
                     });
                 }
+                Some(pgid) => forget(pgid),
+                None => {}
             }
         }
         Ok(Err(e)) => outcome.error = Some(format!("waiting for the hook failed: {e}")),
@@ -112,6 +137,7 @@ pub async fn run(
             outcome.timed_out = true;
             if let Some(pgid) = pgid {
                 let _ = killpg(pgid, Signal::SIGKILL);
+                forget(pgid);
             }
             let _ = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
         }

@@ -333,6 +333,7 @@ impl Router {
             client.kill.cancel();
         }
         self.local.kill_all();
+        crate::hooks::run::kill_all();
         self.agent.terminate().await;
         let journal = self.journal.clone();
         let _ = tokio::task::spawn_blocking(move || journal.flush()).await;
