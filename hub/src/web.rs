@@ -74,6 +74,7 @@ const ASSETS: &[Asset] = &[
     Asset { path: "/js/composer.js", mime: JS, body: include_bytes!("../web/js/composer.js") },
     Asset { path: "/js/files.js", mime: JS, body: include_bytes!("../web/js/files.js") },
     Asset { path: "/js/push.js", mime: JS, body: include_bytes!("../web/js/push.js") },
+    Asset { path: "/js/hooks.js", mime: JS, body: include_bytes!("../web/js/hooks.js") },
 ];
 
 /// The strong validator of each asset, in [`ASSETS`] order.
