@@ -2,6 +2,7 @@
 //! the ACP SDK example agent: each event fires once with its stdin, matchers, the deciding
 //! events (UserPromptSubmit blocks or adds context; PermissionRequest allows, denies, or loses
 //! to a phone that answers first), disabled trees, and hooks that hang or flood.
+#![allow(clippy::unwrap_used)] // Setup helpers outside #[test] fns: a failed unwrap is a failed test.
 
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -287,7 +288,7 @@ fn a_prompt_hook_refuses_prompts_or_adds_context() {
             !seen.iter().any(|m| m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"),
             "the agent never saw it"
         );
-        let (records, _) = runs(&mut remote, 1, seen.into_iter().filter(|m| is_run(m)).collect());
+        let (records, _) = runs(&mut remote, 1, seen.into_iter().filter(is_run).collect());
         assert_eq!(
             (records[0]["decision"].as_str(), records[0]["reason"].as_str()),
             (Some("block"), Some(reason))

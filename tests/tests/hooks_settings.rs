@@ -2,6 +2,7 @@
 //! `/api/settings/hooks…`, a bridge's loopback `/settings/hooks…`, the hub's per-instance
 //! relay): read complete, written only where allowed, every other key kept, malformed writes
 //! refused, and a running bridge taking the new tree when its agent restarts (`needs-restart`).
+#![allow(clippy::unwrap_used)] // Setup helpers outside #[test] fns: a failed unwrap is a failed test.
 
 use serde_json::{Value, json};
 use std::path::Path;
