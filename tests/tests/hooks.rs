@@ -298,6 +298,9 @@ fn a_prompt_hook_refuses_prompts_or_adds_context() {
     assert_eq!(resp["result"]["stopReason"], "end_turn", "{resp}");
     // The demo agent answers with the prompt's first line: the context block came first.
     assert!(agent_text(&seen).contains("You said: \"CTX-42\""), "{}", agent_text(&seen));
+    // The context is the agent's only: the session's title is the user's prompt.
+    let title = seen.iter().find(|m| m["params"]["update"]["sessionUpdate"] == "session_info_update");
+    assert_eq!(title.map(|m| m["params"]["update"]["title"].clone()), Some(json!("hello there")));
 }
 
 #[test]

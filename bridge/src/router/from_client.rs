@@ -206,10 +206,10 @@ impl Router {
         }
         let generation = self.agent.generation;
         let Some(p) = self.sessions.get_mut(sid).and_then(|s| s.queue.pop_front()) else { return };
-        let Some(p) = self.hook_prompt(sid, p) else { return };
+        let Some((p, upstream)) = self.hook_prompt(sid, p) else { return };
         let Some(s) = self.sessions.get_mut(sid) else { return };
         self.agent.forward(
-            &p.msg,
+            upstream.as_ref().unwrap_or(&p.msg),
             Pending {
                 client: Some((p.client, p.id.clone())),
                 method: "session/prompt".into(),

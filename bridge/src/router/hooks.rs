@@ -12,7 +12,7 @@ use crate::hooks::payload::{self, Tool};
 use crate::hooks::{HookEvent, Job, Record, Tree};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -65,8 +65,9 @@ pub struct Gate {
     tools: HashMap<(String, String), Tool>,
     /// Prompts held while their UserPromptSubmit hooks run, by session.
     checking: HashMap<String, QueuedPrompt>,
-    /// Prompts their hooks let through, back in the queue: not checked twice.
-    approved: HashSet<(String, ClientId, Id)>,
+    /// Prompts their hooks let through, back in the queue (not checked twice), with the params
+    /// the agent gets when hooks added context.
+    approved: HashMap<(String, ClientId, Id), Option<Box<serde_json::value::RawValue>>>,
     /// Observing runs in flight per session.
     observing: HashMap<String, Arc<AtomicUsize>>,
 }
@@ -195,17 +196,23 @@ impl Router {
         self.observe(job);
     }
 
-    /// A prompt about to start: returned to go on now, or held while its UserPromptSubmit
-    /// hooks run (the session counts as running meanwhile).
-    pub(super) fn hook_prompt(&mut self, sid: &str, p: QueuedPrompt) -> Option<QueuedPrompt> {
-        if self.hooks.approved.remove(&(sid.to_owned(), p.client, p.id.clone())) {
-            return Some(p);
+    /// A prompt about to start: returned to go on now (with the message the agent gets, when
+    /// hooks added context to it; the prompt itself is what clients and the journal see), or
+    /// held while its UserPromptSubmit hooks run (the session counts as running meanwhile).
+    pub(super) fn hook_prompt(
+        &mut self,
+        sid: &str,
+        p: QueuedPrompt,
+    ) -> Option<(QueuedPrompt, Option<RawMessage>)> {
+        if let Some(params) = self.hooks.approved.remove(&(sid.to_owned(), p.client, p.id.clone())) {
+            let upstream = params.map(|params| RawMessage { params: Some(params), ..p.msg.clone() });
+            return Some((p, upstream));
         }
         let text = prompt_text(&p.msg.params_value());
         let Some(job) = self.job(HookEvent::UserPromptSubmit, sid, &[], |m| {
             m.insert("prompt".into(), json!(text));
         }) else {
-            return Some(p);
+            return Some((p, None));
         };
         if let Some(s) = self.sessions.get_mut(sid) {
             s.running = true;
@@ -285,7 +292,7 @@ impl Router {
             extra.insert("reason".into(), json!(reason));
         }
         self.journal_runs(sid, records, &extra);
-        let Some(mut p) = self.hooks.checking.remove(sid) else { return }; // cancelled meanwhile
+        let Some(p) = self.hooks.checking.remove(sid) else { return }; // cancelled meanwhile
         if let Some(s) = self.sessions.get_mut(sid) {
             s.running = false;
         }
@@ -301,15 +308,15 @@ impl Router {
                 self.reply(p.client, &p.id, Err(err));
             }
             PromptVerdict::Pass(context) => {
-                if !context.is_empty() {
+                let upstream = (!context.is_empty()).then(|| {
                     let mut params = p.msg.params_value();
                     let mut blocks: Vec<Value> =
                         context.into_iter().map(|c| json!({"type": "text", "text": c})).collect();
                     blocks.extend(params["prompt"].as_array().cloned().unwrap_or_default());
                     params["prompt"] = Value::Array(blocks);
-                    p.msg = RawMessage { params: Some(jsonrpc::raw(&params)), ..p.msg };
-                }
-                self.hooks.approved.insert((sid.to_owned(), p.client, p.id.clone()));
+                    jsonrpc::raw(&params)
+                });
+                self.hooks.approved.insert((sid.to_owned(), p.client, p.id.clone()), upstream);
                 if let Some(s) = self.sessions.get_mut(sid) {
                     s.queue.push_front(p);
                 }
