@@ -30,6 +30,7 @@ const SHELL = [
   '/js/files.js',
   '/js/push.js',
   '/js/hooks.js',
+  '/js/hooks_settings.js',
 ];
 // How long a request for the shell waits for the hub before the cached copy is used (a tunnel
 // that hangs rather than refuses).

@@ -7,6 +7,7 @@
 //         /s/<instance>/<sid>    a session   (?cwd=)
 //         /n/<instance>          a new session on an instance (?cwd=)
 //         /f/<instance>/<sid>    its files   (?cwd=&dir= or &file=)
+//         /settings/hooks        the hooks tree (config.json)
 //         /pair                  pairing (paste a token)
 
 import { h, clear, $ } from './dom.js';
@@ -15,6 +16,7 @@ import { homeView, newSessionView } from './home.js';
 import { sessionView } from './session.js';
 import { filesView } from './files.js';
 import { startApp } from './push.js';
+import { hooksSettingsView } from './hooks_settings.js';
 
 const view = () => $('#view');
 let cleanup = null;
@@ -101,6 +103,7 @@ function route() {
   if (parts[0] === 'f' && parts.length === 3) {
     return mount((root) => filesView(root, app, { instance: parts[1], sid: parts[2], cwd, dir: q.get('dir') || '', file: q.get('file') || '' }));
   }
+  if (parts[0] === 'settings' && parts[1] === 'hooks') return mount((root) => hooksSettingsView(root, app));
   if (location.pathname !== '/') history.replaceState(null, '', '/');
   return mount((root) => homeView(root, app));
 }
