@@ -13,6 +13,7 @@
 pub mod chat;
 pub mod demo;
 pub mod files;
+pub mod hooks;
 pub mod journal;
 pub mod lifecycle;
 pub mod local;
@@ -149,6 +150,7 @@ pub async fn run(
         pin_cwd: opts.pin_cwd.clone(),
         idle_exit: opts.idle_exit,
         usage: usage.clone(),
+        hooks_config: Some(cfg.paths.config_file.clone()),
     };
     let (router, events) = router::Router::new(spec, journal, ropts);
     let nudge = router.status_nudge();

@@ -177,6 +177,11 @@ async fn handle(
         }
         return Ok(text(StatusCode::NOT_FOUND, "not found"));
     }
+    if req.uri().path().starts_with("/settings/hooks") {
+        return Ok(crate::hooks::http::route(req)
+            .await
+            .unwrap_or_else(|| text(StatusCode::NOT_FOUND, "not found")));
+    }
     Ok(match (req.method(), req.uri().path()) {
         (&Method::GET, "/acp") => upgrade(req, ctx),
         (&Method::GET | &Method::HEAD, "/status") => status(&ctx, req.method() == Method::HEAD).await,

@@ -76,6 +76,8 @@ const ASSETS: &[Asset] = &[
     Asset { path: "/js/files.js", mime: JS, body: include_bytes!("../web/js/files.js") },
     Asset { path: "/js/push.js", mime: JS, body: include_bytes!("../web/js/push.js") },
     Asset { path: "/js/usage.js", mime: JS, body: include_bytes!("../web/js/usage.js") },
+    Asset { path: "/js/hooks.js", mime: JS, body: include_bytes!("../web/js/hooks.js") },
+    Asset { path: "/js/hooks_settings.js", mime: JS, body: include_bytes!("../web/js/hooks_settings.js") },
 ];
 
 /// The strong validator of each asset, in [`ASSETS`] order.

@@ -40,6 +40,8 @@ const SHELL = [
   '/js/push.js',
   '/js/usage.js',
   '/usage.css',
+  '/js/hooks.js',
+  '/js/hooks_settings.js',
 ];
 // How long a request for the shell waits for the hub before the cached copy is used (a tunnel
 // that hangs rather than refuses).

@@ -54,11 +54,17 @@ impl Router {
                     }
                     self.answer_client(pending.client, &msg);
                     self.flush_orphans(&sid);
+                    self.hook_session_start(&sid, &pending.method);
                 } else {
                     self.answer_client(pending.client, &msg);
                 }
             }
-            Purpose::Load { session, mode } => self.on_loaded(&session, pending.client, mode, &msg),
+            Purpose::Load { session, mode } => {
+                self.on_loaded(&session, pending.client, mode, &msg);
+                if ok {
+                    self.hook_session_start(&session, &pending.method);
+                }
+            }
             Purpose::Reattach { session } => self.on_reattached(&session, &msg),
             Purpose::Prompt { session } => {
                 if let Some(s) = self.sessions.get_mut(&session) {
@@ -79,6 +85,7 @@ impl Router {
                 // answer, and the record must not land on that one.
                 self.turn_ended(&session, why, error);
                 self.answer_client(pending.client, &msg);
+                self.hook_stop(&session, &msg);
                 self.pump(&session);
             }
         }
@@ -236,6 +243,9 @@ impl Router {
         for c in targets {
             self.deliver_copy(key, c);
         }
+        if method == "session/request_permission" {
+            self.hook_permission(key);
+        }
     }
 
     fn new_request(
@@ -390,6 +400,7 @@ impl Router {
                 self.usage_update(&sid, &msg);
                 self.record(&sid, &line);
                 self.fan_out(&sid, &line, None);
+                self.hook_update(&sid, &msg, &line);
             }
         }
     }

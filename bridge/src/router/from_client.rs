@@ -82,6 +82,13 @@ impl Router {
 
     /// Starts the agent if it is down; a spawn failure fails everything waiting for it.
     pub(super) fn start_agent(&mut self) {
+        if matches!(self.agent.state, super::agent::LinkState::Down) {
+            if let Err(e) = self.hooks_reload() {
+                let reason = format!("was not started: {e}");
+                tracing::error!("the agent {reason}");
+                return self.agent_down(&reason);
+            }
+        }
         if let Err(reason) = self.agent.ensure_started(&self.events_tx) {
             tracing::error!("the agent {reason}");
             self.agent_down(&reason);
@@ -198,14 +205,12 @@ impl Router {
             return;
         }
         let generation = self.agent.generation;
-        let Some(client) = self.sessions.get(sid).and_then(|s| s.queue.front()).map(|p| p.client) else {
-            return;
-        };
-        let start = self.turn_start(client);
+        let Some(p) = self.sessions.get_mut(sid).and_then(|s| s.queue.pop_front()) else { return };
+        let Some((p, upstream)) = self.hook_prompt(sid, p) else { return };
+        let start = self.turn_start(p.client);
         let Some(s) = self.sessions.get_mut(sid) else { return };
-        let Some(p) = s.queue.pop_front() else { return };
         self.agent.forward(
-            &p.msg,
+            upstream.as_ref().unwrap_or(&p.msg),
             Pending {
                 client: Some((p.client, p.id.clone())),
                 method: "session/prompt".into(),
@@ -362,6 +367,7 @@ impl Router {
         if self.agent.ready() && (live || !self.sessions.contains_key(&sid)) {
             self.agent.write(msg.to_line());
         }
+        self.hook_cancel(&sid);
         let keys: Vec<u64> = self.sessions.get(&sid).map(|s| s.requests.clone()).unwrap_or_default();
         for key in keys {
             let answer = match self.requests.get(&key).map(|r| r.msg.method()) {

@@ -11,6 +11,7 @@ mod agent;
 pub mod client;
 mod from_agent;
 mod from_client;
+mod hooks;
 mod lifecycle;
 mod listing;
 mod replay;
@@ -20,6 +21,7 @@ mod usage_hook;
 
 pub use agent::AgentSpec;
 pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
+pub use hooks::HookReport;
 pub use lifecycle::{Lifecycle, LifecycleReply};
 
 use crate::journal::{Journal, ReadError, Slice};
@@ -125,6 +127,8 @@ pub enum Event {
         /// Where the answer goes.
         reply: oneshot::Sender<Option<std::path::PathBuf>>,
     },
+    /// Hooks finished (`crate::hooks`).
+    Hook(HookReport),
     /// Stop: kill the agent, close every client.
     Shutdown,
 }
@@ -218,6 +222,8 @@ pub struct Router {
     status_sig: u64,
     /// Token usage recording ([`crate::usage`]).
     usage: crate::usage::Tracker,
+    /// Hooks: the tree read at agent start, prompts and tool calls they follow.
+    hooks: hooks::Gate,
 }
 
 /// How the router behaves beyond routing.
@@ -231,6 +237,8 @@ pub struct RouterOptions {
     pub idle_exit: Option<std::time::Duration>,
     /// Where token usage is recorded.
     pub usage: crate::usage::Recorder,
+    /// `config.json`, whose `hooks` tree is read at every agent start (`None`: no hooks).
+    pub hooks_config: Option<std::path::PathBuf>,
 }
 
 impl Router {
@@ -261,6 +269,7 @@ impl Router {
             status_nudge: Arc::new(tokio::sync::Notify::new()),
             status_sig: 0,
             usage: crate::usage::Tracker::new(opts.usage),
+            hooks: hooks::Gate::new(opts.hooks_config),
         };
         (router, events_tx)
     }
@@ -313,6 +322,7 @@ impl Router {
                 Event::Status(reply) => {
                     let _ = reply.send(self.status());
                 }
+                Event::Hook(report) => self.on_hook(report),
                 Event::Lifecycle { session, op, reply } => self.on_lifecycle(&session, op, reply),
                 Event::SessionRoot { session, reply } => {
                     let root =
@@ -330,6 +340,7 @@ impl Router {
             client.kill.cancel();
         }
         self.local.kill_all();
+        crate::hooks::run::kill_all();
         self.agent.terminate().await;
         let journal = self.journal.clone();
         let _ = tokio::task::spawn_blocking(move || journal.flush()).await;

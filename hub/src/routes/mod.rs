@@ -16,6 +16,7 @@
 //! | `GET /api/projects`, `GET /api/projects/sessions`, `POST /api/projects/delete`, `GET /api/fs/list` | [`projects`] |
 //! | `GET /api/push/vapid-public-key`, `POST|DELETE /api/push/subscriptions` | [`push`] |
 //! | `GET /api/settings/usage` | [`usage`] |
+//! | `GET /api/settings/hooks`, `PUT /api/settings/hooks/{event}/{index}`, `POST /api/settings/hooks/enabled` | [`settings_hooks`] |
 //! | `GET /acp?instance={id}` (WebSocket) | [`acp`] |
 //! | `GET|HEAD` of any other path (no token) | [`crate::web`]: the web client |
 
@@ -27,6 +28,7 @@ pub mod projects;
 pub mod push;
 pub mod register;
 pub mod usage;
+pub mod settings_hooks;
 
 use crate::Hub;
 use crate::auth;
@@ -116,6 +118,10 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         (&Method::POST, "/api/push/subscriptions") => return push::subscribe(req, hub).await,
         (&Method::DELETE, "/api/push/subscriptions") => return push::unsubscribe(req, hub).await,
         _ => {}
+    }
+    if let Some(rest) = path.strip_prefix("/api/settings/hooks") {
+        let rest = rest.to_owned();
+        return settings_hooks::route(req, hub, &rest).await;
     }
     if let Some(tail) = path.strip_prefix("/api/instances/") {
         return match tail.split_once('/') {

@@ -8,6 +8,7 @@
 //         /n/<instance>          a new session on an instance (?cwd=)
 //         /f/<instance>/<sid>    its files   (?cwd=&dir= or &file=)
 //         /usage                 token usage (?range=7d|30d|all)
+//         /settings/hooks        the hooks tree (config.json)
 //         /pair                  pairing (paste a token)
 
 import { h, clear, $ } from './dom.js';
@@ -17,6 +18,7 @@ import { sessionView } from './session.js';
 import { filesView } from './files.js';
 import { startApp } from './push.js';
 import { usageView } from './usage.js';
+import { hooksSettingsView } from './hooks_settings.js';
 
 const view = () => $('#view');
 let cleanup = null;
@@ -109,6 +111,7 @@ function route() {
     return mount((root) => filesView(root, app, { instance: parts[1], sid: parts[2], cwd, dir: q.get('dir') || '', file: q.get('file') || '' }));
   }
   if (parts[0] === 'usage' && parts.length === 1) return mount((root) => usageView(root, app, { range: q.get('range') }));
+  if (parts[0] === 'settings' && parts[1] === 'hooks') return mount((root) => hooksSettingsView(root, app));
   if (location.pathname !== '/') history.replaceState(null, '', '/');
   return mount((root) => homeView(root, app));
 }

@@ -27,6 +27,7 @@
 import { h, clear } from './dom.js';
 import { render as markdown } from './md.js';
 import { STATE_KINDS, TURN_END } from './conn.js';
+import { hookItem, hookNode } from './hooks.js';
 
 const TEXT_KINDS = { user_message_chunk: 'user', agent_message_chunk: 'agent', agent_thought_chunk: 'thought' };
 const IMAGE_TYPES = /^image\/(png|jpeg|gif|webp)$/;
@@ -216,6 +217,12 @@ export class Transcript {
       item.ended = null;
       return item;
     }
+    if (u.sessionUpdate === 'zcode_hook_run') {
+      const item = hookItem(u, ctx);
+      ctx.run = null;
+      add(item);
+      return item;
+    }
     // An update of a kind this client does not show still ends a run of text, as in the journal.
     if (typeof u.sessionUpdate === 'string' && !STATE_KINDS.has(u.sessionUpdate)) ctx.run = null;
     return null;
@@ -366,6 +373,7 @@ export function renderItem(it, t) {
         h('summary', { text: 'Thinking' }), h('div', { class: 'md' }, markdown(it.text)));
       case 'tool': return toolNode(it, t);
       case 'plan': return planNode(it);
+      case 'hook': return hookNode(it);
       default: return h('div', { hidden: true });
     }
   } catch (e) {

@@ -1,0 +1,233 @@
+//! Running one hook: `sh -c <command>` in the session's directory, in its own process group,
+//! the event as JSON on stdin, stdout and stderr kept up to a cap (the rest is read and
+//! dropped, so a chatty hook never blocks on a full pipe), the whole group killed at the
+//! timeout. A hook whose shell has exited but whose children still hold its output is not
+//! waited for: its result is taken and the group is killed when the timeout comes.
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+/// What a hook did.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    /// Its exit code (`None`: killed by a signal, timed out, or never started).
+    pub exit: Option<i32>,
+    /// Killed at its timeout.
+    pub timed_out: bool,
+    /// From start to result.
+    pub duration: Duration,
+    /// Its stdout, lossily decoded, at most the cap.
+    pub stdout: String,
+    /// Its stderr, likewise.
+    pub stderr: String,
+    /// Some output was dropped at the cap.
+    pub truncated: bool,
+    /// It could not be started (the reason).
+    pub error: Option<String>,
+}
+
+/// Process groups of hooks that may still run, killed when the bridge stops ([`kill_all`]).
+static LIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+fn live() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn forget(pgid: Pid) {
+    live().retain(|p| *p != pgid.as_raw());
+}
+
+/// Kills every hook still running (the bridge is stopping: nothing will read their result).
+pub fn kill_all() {
+    for pgid in live().drain(..) {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+}
+
+/// How long output still flowing after the shell exited is waited for: children that hold
+/// the pipes (a notifier sent to the background) do not hold up the result.
+const DRAIN_GRACE: Duration = Duration::from_millis(100);
+
+/// Runs `command` (see the module docs). `env` is added to the bridge's environment, from
+/// which the token is removed.
+pub async fn run(
+    command: &str,
+    cwd: &Path,
+    stdin: Vec<u8>,
+    env: &[(&'static str, String)],
+    timeout: Duration,
+    cap: usize,
+) -> Outcome {
+    let started = Instant::now();
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(cwd)
+        .env_remove(super::TOKEN_VAR)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return Outcome {
+                error: Some(format!("cannot start sh in {}: {e}", cwd.display())),
+                ..Outcome::default()
+            };
+        }
+    };
+    let pgid = child.id().and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw);
+    if let Some(p) = pgid {
+        live().push(p.as_raw());
+    }
+    if let Some(mut input) = child.stdin.take() {
+        tokio::spawn(async move {
+            // A hook that does not read its stdin closes the pipe: not an error.
+            let _ = input.write_all(&stdin).await;
+        });
+    }
+    let out = Arc::new(Mutex::new(Capped::new(cap)));
+    let err = Arc::new(Mutex::new(Capped::new(cap)));
+    let readers = (
+        child.stdout.take().map(|s| tokio::spawn(drain(s, out.clone()))),
+        child.stderr.take().map(|s| tokio::spawn(drain(s, err.clone()))),
+    );
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut outcome = Outcome::default();
+    match tokio::time::timeout_at(deadline, child.wait()).await {
+        Ok(Ok(status)) => {
+            outcome.exit = status.code();
+            let pipes = async {
+                if let Some(r) = readers.0 {
+                    let _ = r.await;
+                }
+                if let Some(r) = readers.1 {
+                    let _ = r.await;
+                }
+            };
+            let grace = DRAIN_GRACE.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+            let drained = tokio::time::timeout(grace, pipes).await.is_ok();
+            match pgid {
+                // Its children still run: they get the rest of the timeout, then the group goes.
+                Some(pgid) if !drained => {
+                    tokio::spawn(async move {
+                        tokio::time::sleep_until(deadline).await;
+                        if live().contains(&pgid.as_raw()) {
+                            let _ = killpg(pgid, Signal::SIGKILL);
+                        }
+                        forget(pgid);
+                    });
+                }
+                Some(pgid) => forget(pgid),
+                None => {}
+            }
+        }
+        Ok(Err(e)) => outcome.error = Some(format!("waiting for the hook failed: {e}")),
+        Err(_) => {
+            outcome.timed_out = true;
+            if let Some(pgid) = pgid {
+                let _ = killpg(pgid, Signal::SIGKILL);
+                forget(pgid);
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
+        }
+    }
+    outcome.duration = started.elapsed();
+    let (o, e) = (take(&out), take(&err));
+    outcome.truncated = o.1 || e.1;
+    outcome.stdout = o.0;
+    outcome.stderr = e.0;
+    outcome
+}
+
+/// Output kept up to a cap.
+struct Capped {
+    bytes: Vec<u8>,
+    cap: usize,
+    dropped: bool,
+}
+
+impl Capped {
+    fn new(cap: usize) -> Capped {
+        Capped { bytes: Vec::new(), cap, dropped: false }
+    }
+}
+
+fn take(c: &Mutex<Capped>) -> (String, bool) {
+    let c = c.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    (String::from_utf8_lossy(&c.bytes).into_owned(), c.dropped)
+}
+
+/// Reads a pipe to its end, keeping what fits under the cap.
+async fn drain(mut pipe: impl AsyncRead + Unpin, into: Arc<Mutex<Capped>>) {
+    let mut buf = vec![0u8; 8192];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let mut c = into.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let room = c.cap.saturating_sub(c.bytes.len());
+                let keep = room.min(n);
+                c.bytes.extend_from_slice(&buf[..keep]);
+                c.dropped |= keep < n;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn stdin_env_cwd_exit_and_the_output_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = run(
+            "cat; echo \" $X $(pwd)\"; echo oops >&2; exit 3",
+            dir.path(),
+            b"{\"a\":1}".to_vec(),
+            &[("X", "x-value".into())],
+            Duration::from_secs(20),
+            1024,
+        )
+        .await;
+        assert_eq!(o.exit, Some(3));
+        let pwd = std::fs::canonicalize(dir.path()).unwrap();
+        assert_eq!(o.stdout, format!("{{\"a\":1}} x-value {}\n", pwd.display()));
+        assert_eq!(o.stderr, "oops\n");
+        assert!(!o.truncated && !o.timed_out);
+
+        let flood = run("yes | head -c 1000000", dir.path(), vec![], &[], Duration::from_secs(20), 100).await;
+        assert_eq!(flood.exit, Some(0), "the flood is read to its end: {flood:?}");
+        assert_eq!(flood.stdout.len(), 100);
+        assert!(flood.truncated);
+    }
+
+    #[tokio::test]
+    async fn a_timeout_kills_the_whole_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let o =
+            run("(sleep 1; touch late) & sleep 30", dir.path(), vec![], &[], Duration::from_millis(200), 64)
+                .await;
+        assert!(o.timed_out && o.exit.is_none(), "{o:?}");
+        // The background child was in the group: 1.5 s later it has not touched its file.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(!dir.path().join("late").exists(), "a child of the hook outlived its timeout");
+    }
+
+    #[tokio::test]
+    async fn a_missing_directory_is_an_error_not_a_panic() {
+        let o = run("true", Path::new("/nonexistent/dir"), vec![], &[], Duration::from_secs(5), 64).await;
+        assert!(o.error.as_deref().is_some_and(|e| e.contains("/nonexistent/dir")), "{o:?}");
+    }
+}

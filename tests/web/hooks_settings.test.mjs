@@ -1,0 +1,78 @@
+// The hooks tree on the phone (/settings/hooks): all seven events and every entry shown, the
+// tree and one entry toggled, an entry's command and timeout edited — each change lands in
+// config.json (other keys kept) and the screen says it applies when an agent restarts.
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { Stack, launchBrowser, watchConsole, until, SHOTS } from './harness.mjs';
+
+const PHONE = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 };
+
+describe('hooks settings', () => {
+  let stack; let browser; let file;
+  const read = () => JSON.parse(fs.readFileSync(file, 'utf8'));
+
+  before(async () => {
+    [stack, browser] = await Promise.all([Stack.start(), launchBrowser()]);
+    file = path.join(stack.home, 'config.json');
+    fs.writeFileSync(file, JSON.stringify({ custom: 1, hooks: { timeoutMs: 5000, events: {
+      PreToolUse: [{ matcher: '^read$', hooks: [{ type: 'command', command: 'echo pre', note: 'kept' }] }],
+      Stop: [{ hooks: [{ type: 'command', command: 'echo stop' }, { type: 'command', command: 'echo second', enabled: false }] }],
+    } } }));
+  });
+
+  after(async () => {
+    await browser?.close();
+    await stack?.stop();
+  });
+
+  it('shows the tree and edits what the contract allows', async () => {
+    const context = await browser.newContext(PHONE);
+    context.setDefaultTimeout(15000);
+    const page = await context.newPage();
+    const errors = watchConsole(page);
+    await page.goto(`${stack.base}/#token=${stack.token}`);
+    await page.locator('#view').waitFor();
+    await page.goto(`${stack.base}/settings/hooks`);
+    await page.locator('#hooks-enabled').waitFor();
+    assert.equal(await page.locator('.hook-event').count(), 7);
+    assert.equal(await page.locator('.hook-entry').count(), 3);
+    assert.equal(await page.locator('[data-event="PreToolUse"] .hook-entry').textContent().then((t) => t.includes('tools matching ^read$')), true);
+    assert.equal(await page.locator('[data-event="Stop"] .hook-enabled').nth(1).isChecked(), false);
+    fs.mkdirSync(SHOTS, { recursive: true });
+    for (const scheme of ['light', 'dark']) {
+      await page.emulateMedia({ colorScheme: scheme });
+      const text = await page.evaluate(() => document.body.innerText);
+      assert.doesNotMatch(text, /\b(null|undefined|NaN)\b|\[object Object\]/, text);
+      const over = await page.evaluate(() => document.scrollingElement.scrollWidth - window.innerWidth);
+      assert.ok(over <= 0, `the page is ${over}px wider than the screen`);
+      await page.screenshot({ path: path.join(SHOTS, `settings-hooks-390-${scheme}.png`), fullPage: true });
+    }
+
+    await page.locator('#hooks-enabled').uncheck();
+    await until('the tree to be off in config.json', () => read().hooks.enabled === false);
+    await page.locator('#hooks-status', { hasText: 'applies when an agent restarts' }).waitFor();
+
+    await page.locator('[data-event="Stop"] .hook-enabled').nth(1).check();
+    await until('the second Stop hook to be on', () => read().hooks.events.Stop[0].hooks[1].enabled === true);
+
+    const pre = page.locator('[data-event="PreToolUse"] .hook-entry');
+    await pre.locator('.hook-command').fill('echo edited');
+    await pre.locator('.hook-timeout').fill('1500');
+    await pre.locator('.hook-save').click();
+    await until('the edit to land', () => read().hooks.events.PreToolUse[0].hooks[0].command === 'echo edited');
+    const entry = read().hooks.events.PreToolUse[0].hooks[0];
+    assert.deepEqual(entry, { type: 'command', command: 'echo edited', note: 'kept', timeoutMs: 1500 });
+    assert.equal(read().custom, 1);
+
+    // A refused edit says why and changes nothing.
+    await pre.locator('.hook-command').fill('   ');
+    await pre.locator('.hook-save').click();
+    await page.locator('#hooks-status.error', { hasText: 'command' }).waitFor();
+    assert.equal(read().hooks.events.PreToolUse[0].hooks[0].command, 'echo edited');
+    assert.deepEqual(errors.filter((e) => !e.includes('400')), []);
+    await context.close();
+  });
+});
