@@ -4,6 +4,7 @@
 //! - [`upstream`]: the agent process.
 //! - [`stdio`]: the editor's connection; [`server`]: the loopback WebSocket + HTTP server,
 //!   bounded by [`slots`] (connections) and [`stall`] (a remote client's writes).
+//! - [`settings`]: the loopback settings mount (`/settings/*`, `/backend/restart`).
 //! - [`register`]: registration and heartbeats with the hub (which it starts when none runs).
 //! - [`local`]: the bridge's own `fs/*` and `terminal/*` service, confined to session directories.
 //! - [`chat`]: `zcode-acp chat`, a terminal ACP client on a bridge of its own.
@@ -18,6 +19,7 @@ pub mod local;
 pub mod register;
 pub mod router;
 pub mod server;
+pub mod settings;
 pub mod slots;
 pub mod stall;
 pub mod stdio;
@@ -141,10 +143,12 @@ pub async fn run(
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();
     let journal = open_journal(cfg);
+    let settings = zcode_shared::settings::Settings::new(cfg.paths.clone(), &zcode_shared::env::ProcessEnv);
     let ropts = router::RouterOptions {
         origin: opts.origin,
         pin_cwd: opts.pin_cwd.clone(),
         idle_exit: opts.idle_exit,
+        settings: Some(settings.clone()),
     };
     let (router, events) = router::Router::new(spec, journal, ropts);
     let nudge = router.status_nudge();
@@ -153,7 +157,15 @@ pub async fn run(
         connections: slots::cap_for(nofile),
         write_stall: cfg.timings.ping,
     };
-    let ctx = server::Ctx::new(events.clone(), token.clone(), shutdown.clone(), tracker.clone(), limits);
+    let mounted = settings::Mounted { settings, handle: router.settings_handle() };
+    let ctx = server::Ctx::new(
+        events.clone(),
+        token.clone(),
+        shutdown.clone(),
+        tracker.clone(),
+        limits,
+        Some(mounted),
+    );
     tracker.spawn(server::serve(listener, ctx));
     register::spawn(
         cfg,

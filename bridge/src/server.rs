@@ -71,6 +71,8 @@ pub struct Ctx {
     pub tracker: TaskTracker,
     /// The server's limits.
     pub limits: Limits,
+    /// The settings mount (`/settings/*`).
+    pub settings: Option<crate::settings::Mounted>,
     next_client: AtomicU64,
 }
 
@@ -94,8 +96,9 @@ impl Ctx {
         shutdown: CancellationToken,
         tracker: TaskTracker,
         limits: Limits,
+        settings: Option<crate::settings::Mounted>,
     ) -> Arc<Ctx> {
-        Arc::new(Ctx { events, token, shutdown, tracker, limits, next_client: AtomicU64::new(1) })
+        Arc::new(Ctx { events, token, shutdown, tracker, limits, settings, next_client: AtomicU64::new(1) })
     }
 }
 
@@ -160,6 +163,10 @@ async fn handle(
         return Ok(text(StatusCode::UNAUTHORIZED, "unauthorized"));
     }
     slot.trust();
+    if let (Some(rest), Some(m)) = (req.uri().path().strip_prefix("/settings/"), &ctx.settings) {
+        let rest = rest.to_owned();
+        return Ok(crate::settings::route(req, m, &rest).await);
+    }
     if req.uri().path().starts_with("/sessions/") {
         if let Some(resp) = crate::lifecycle::route(req, &ctx.events).await {
             return Ok(resp);
@@ -170,6 +177,7 @@ async fn handle(
         (&Method::GET, "/acp") => upgrade(req, ctx),
         (&Method::GET | &Method::HEAD, "/status") => status(&ctx, req.method() == Method::HEAD).await,
         (&Method::GET, "/fs/list") => session_files(&req, &ctx, false).await,
+        (&Method::POST, "/backend/restart") => crate::settings::restart(&ctx.events).await,
         (&Method::GET | &Method::HEAD, "/fs/file") => session_files(&req, &ctx, true).await,
         _ => text(StatusCode::NOT_FOUND, "not found"),
     })

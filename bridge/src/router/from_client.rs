@@ -82,9 +82,12 @@ impl Router {
 
     /// Starts the agent if it is down; a spawn failure fails everything waiting for it.
     pub(super) fn start_agent(&mut self) {
+        let generation = self.agent.generation;
         if let Err(reason) = self.agent.ensure_started(&self.events_tx) {
             tracing::error!("the agent {reason}");
             self.agent_down(&reason);
+        } else if self.agent.generation != generation {
+            self.settings_agent_spawned();
         }
     }
 
@@ -103,6 +106,7 @@ impl Router {
             method: msg.method().to_owned(),
             purpose: Purpose::NewSession { cwd, dirs },
         };
+        let msg = self.settings.with_mcp(msg);
         self.agent.forward(&msg, pending);
     }
 
@@ -146,7 +150,7 @@ impl Router {
         session.loader = Some(client);
         self.sessions.insert(sid.clone(), session);
         self.record_meta(&sid);
-        let mut upstream_msg = msg;
+        let mut upstream_msg = self.settings.with_mcp(msg);
         upstream_msg.method = Some(method.clone());
         let pending =
             Pending { client: Some((client, id)), method, purpose: Purpose::Load { session: sid, mode } };
@@ -265,6 +269,7 @@ impl Router {
     /// into a restarted agent) and returns `false`.
     fn session_ready(&mut self, sid: &str) -> bool {
         let generation = self.agent.generation;
+        let servers = self.settings_reload_servers();
         let Some(s) = self.sessions.get_mut(sid) else { return true };
         match s.upstream {
             Upstream::Live(g) if g == generation => true,
@@ -278,7 +283,7 @@ impl Router {
                     return false;
                 };
                 s.upstream = Upstream::Reattaching;
-                let params = json!({"sessionId": sid, "cwd": s.cwd, "mcpServers": []});
+                let params = json!({"sessionId": sid, "cwd": s.cwd, "mcpServers": servers});
                 tracing::info!(session = sid, method, "reloading the session into the restarted agent");
                 self.agent.request_value(
                     method,

@@ -15,6 +15,7 @@ mod lifecycle;
 mod listing;
 mod replay;
 mod session;
+pub mod settings;
 
 pub use agent::AgentSpec;
 pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
@@ -123,6 +124,8 @@ pub enum Event {
         /// Where the answer goes.
         reply: oneshot::Sender<Option<std::path::PathBuf>>,
     },
+    /// The settings API: a backend restart and its steps.
+    Settings(settings::SettingsEvent),
     /// Stop: kill the agent, close every client.
     Shutdown,
 }
@@ -214,6 +217,8 @@ pub struct Router {
     status_nudge: Arc<tokio::sync::Notify>,
     /// The listing's signature at the last poke ([`Router::status_signature`]).
     status_sig: u64,
+    /// MCP servers and default model from the settings, pending restarts, backend restart.
+    settings: settings::SettingsState,
 }
 
 /// How the router behaves beyond routing.
@@ -225,6 +230,8 @@ pub struct RouterOptions {
     pub pin_cwd: Option<std::path::PathBuf>,
     /// Exit after this long with no client and no turn (headless serve bridges).
     pub idle_exit: Option<std::time::Duration>,
+    /// Where the settings API's files are (`None`: the bridge adds no settings).
+    pub settings: Option<zcode_shared::settings::Settings>,
 }
 
 impl Router {
@@ -254,6 +261,7 @@ impl Router {
             stop_at: None,
             status_nudge: Arc::new(tokio::sync::Notify::new()),
             status_sig: 0,
+            settings: settings::SettingsState::new(opts.settings),
         };
         (router, events_tx)
     }
@@ -262,6 +270,11 @@ impl Router {
     /// registration sends a heartbeat then instead of at its next period.
     pub fn status_nudge(&self) -> Arc<tokio::sync::Notify> {
         self.status_nudge.clone()
+    }
+
+    /// What the loopback settings mount reads (the agent's report, pending restarts).
+    pub fn settings_handle(&self) -> settings::SettingsHandle {
+        self.settings.handle()
     }
 
     /// Runs until [`Event::Shutdown`] (or every sender is gone), then kills the agent and
@@ -307,12 +320,14 @@ impl Router {
                     let _ = reply.send(self.status());
                 }
                 Event::Lifecycle { session, op, reply } => self.on_lifecycle(&session, op, reply),
+                Event::Settings(ev) => self.on_settings(ev),
                 Event::SessionRoot { session, reply } => {
                     let root =
                         self.sessions.get(&session).filter(|s| s.upstream != session::Upstream::Loading);
                     let _ = reply.send(root.map(|s| s.cwd.clone()));
                 }
             }
+            self.settings_restart_progress();
             let sig = self.status_signature();
             if sig != self.status_sig {
                 self.status_sig = sig;

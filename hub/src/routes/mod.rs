@@ -15,6 +15,7 @@
 //! | `POST /api/instances` | [`create`] (a new bridge for a project) |
 //! | `GET /api/projects`, `GET /api/projects/sessions`, `POST /api/projects/delete`, `GET /api/fs/list` | [`projects`] |
 //! | `GET /api/push/vapid-public-key`, `POST|DELETE /api/push/subscriptions` | [`push`] |
+//! | `* /api/settings/{rest}`, `POST /api/backend/restart` (501) | [`settings`] |
 //! | `GET /acp?instance={id}` (WebSocket) | [`acp`] |
 //! | `GET|HEAD` of any other path (no token) | [`crate::web`]: the web client |
 
@@ -25,6 +26,7 @@ pub mod instances;
 pub mod projects;
 pub mod push;
 pub mod register;
+pub mod settings;
 
 use crate::Hub;
 use crate::auth;
@@ -113,6 +115,13 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         (&Method::POST, "/api/push/subscriptions") => return push::subscribe(req, hub).await,
         (&Method::DELETE, "/api/push/subscriptions") => return push::unsubscribe(req, hub).await,
         _ => {}
+    }
+    if let Some(rest) = path.strip_prefix("/api/settings/") {
+        let rest = rest.to_owned();
+        return settings::route(req, hub, &rest).await;
+    }
+    if path == "/api/backend/restart" {
+        return settings::hub_restart();
     }
     if let Some(tail) = path.strip_prefix("/api/instances/") {
         return match tail.split_once('/') {

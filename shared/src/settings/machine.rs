@@ -27,7 +27,7 @@ pub fn backups(config: &Path, subagents: Option<&Path>) -> Vec<(PathBuf, PathBuf
             out.extend(safe::backups_of(&f).into_iter().map(|b| (b, f.clone())));
         }
     }
-    out.sort_by(|a, b| stamp(&b.0).cmp(&stamp(&a.0)));
+    out.sort_by_key(|b| std::cmp::Reverse(stamp(&b.0)));
     out
 }
 
@@ -91,7 +91,7 @@ pub fn reset_write(action: &str, body: &Value) -> Refusal {
             return Refusal::bad("`resetType` must be FIVE_HOUR or WEEK");
         }
         for k in ["nonce", "idempotencyKey"] {
-            if !body[k].as_str().is_some_and(|s| !s.is_empty()) {
+            if body[k].as_str().is_none_or(str::is_empty) {
                 return Refusal::bad(format!("`{k}` is required"));
             }
         }

@@ -162,7 +162,7 @@ pub fn backups_of(path: &Path) -> Vec<PathBuf> {
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .map(|e| e.path())
         .collect();
-    out.sort_by(|a, b| stamp_key(a).cmp(&stamp_key(b)));
+    out.sort_by_key(|p| stamp_key(p));
     out
 }
 
