@@ -74,6 +74,12 @@ const ASSETS: &[Asset] = &[
     Asset { path: "/js/composer.js", mime: JS, body: include_bytes!("../web/js/composer.js") },
     Asset { path: "/js/files.js", mime: JS, body: include_bytes!("../web/js/files.js") },
     Asset { path: "/js/push.js", mime: JS, body: include_bytes!("../web/js/push.js") },
+    Asset { path: "/js/settings.js", mime: JS, body: include_bytes!("../web/js/settings.js") },
+    Asset {
+        path: "/settings.css",
+        mime: "text/css; charset=utf-8",
+        body: include_bytes!("../web/settings.css"),
+    },
 ];
 
 /// The strong validator of each asset, in [`ASSETS`] order.

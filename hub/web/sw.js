@@ -29,6 +29,8 @@ const SHELL = [
   '/js/composer.js',
   '/js/files.js',
   '/js/push.js',
+  '/js/settings.js',
+  '/settings.css',
 ];
 // How long a request for the shell waits for the hub before the cached copy is used (a tunnel
 // that hangs rather than refuses).

@@ -7,6 +7,7 @@
 //         /s/<instance>/<sid>    a session   (?cwd=)
 //         /n/<instance>          a new session on an instance (?cwd=)
 //         /f/<instance>/<sid>    its files   (?cwd=&dir= or &file=)
+//         /settings[/<instance>] settings (settings.js)
 //         /pair                  pairing (paste a token)
 
 import { h, clear, $ } from './dom.js';
@@ -14,6 +15,7 @@ import { token, setToken, takeTokenFromFragment, getJson } from './api.js';
 import { homeView, newSessionView } from './home.js';
 import { sessionView } from './session.js';
 import { filesView } from './files.js';
+import { settingsView } from './settings.js';
 import { startApp } from './push.js';
 
 const view = () => $('#view');
@@ -101,6 +103,7 @@ function route() {
   if (parts[0] === 'f' && parts.length === 3) {
     return mount((root) => filesView(root, app, { instance: parts[1], sid: parts[2], cwd, dir: q.get('dir') || '', file: q.get('file') || '' }));
   }
+  if (parts[0] === 'settings' && parts.length <= 2) return mount((root) => settingsView(root, app, { instance: parts[1] || '' }));
   if (location.pathname !== '/') history.replaceState(null, '', '/');
   return mount((root) => homeView(root, app));
 }
