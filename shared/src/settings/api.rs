@@ -192,7 +192,8 @@ fn read(s: &Settings, host: &Host, segs: &[&str], query: Option<&str>) -> Result
                 ));
             }
         },
-        ["quota"] => {
+        // The hub answers `quota` itself (its route's hook), before this function is called.
+        ["quota"] if host.mount == Mount::Bridge => {
             return Err(Refusal::missing("quota is account-level: GET /api/settings/quota on the hub"));
         }
         _ => return Err(Refusal::missing("unknown settings route")),
