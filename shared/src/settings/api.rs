@@ -62,6 +62,9 @@ pub fn handle(
     query: Option<&str>,
     body: &[u8],
 ) -> Reply {
+    // The directories are the agent's own: a bridge names its agent.
+    let scoped = Settings { agent: host.agent.as_ref().map(|a| a.key.clone()), ..s.clone() };
+    let s = &scoped;
     let segs: Option<Vec<String>> = path.trim_end_matches('/').split('/').map(decode).collect();
     let Some(segs) = segs else {
         return Reply::refused(Refusal::bad("malformed percent-encoding in the path"));

@@ -37,27 +37,33 @@ pub struct Settings {
     pub paths: Paths,
     /// `$HOME`, for the agent's own directories' defaults.
     pub home: Option<PathBuf>,
+    /// The agent whose directories these are (its key), when a bridge answers.
+    pub agent: Option<String>,
 }
 
 impl Settings {
     /// From the resolved paths and the environment's `HOME`.
     pub fn new(paths: Paths, env: &dyn Env) -> Settings {
         let home = env.get("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
-        Settings { paths, home }
+        Settings { paths, home, agent: None }
     }
 
-    /// The subagents directory: `settings.subagentsDir` in config.json, else `~/.claude/agents`.
+    /// The subagents directory: `settings.agents.<agent>.subagentsDir` in config.json, else
+    /// `settings.subagentsDir`, else `~/.claude/agents`.
     pub fn subagents_dir(&self, root: &raw::Ordered) -> Option<PathBuf> {
         self.dir(root, "subagentsDir", ".claude/agents")
     }
 
-    /// The skills directory: `settings.skillsDir` in config.json, else `~/.claude/skills`.
+    /// The skills directory: `settings.agents.<agent>.skillsDir`, else `settings.skillsDir`,
+    /// else `~/.claude/skills`.
     pub fn skills_dir(&self, root: &raw::Ordered) -> Option<PathBuf> {
         self.dir(root, "skillsDir", ".claude/skills")
     }
 
     fn dir(&self, root: &raw::Ordered, key: &str, default: &str) -> Option<PathBuf> {
-        let configured = root.value("settings").and_then(|s| s[key].as_str().map(str::to_owned));
+        let section = root.value("settings").unwrap_or_default();
+        let per_agent = self.agent.as_ref().and_then(|a| section["agents"][a.as_str()][key].as_str());
+        let configured = per_agent.or(section[key].as_str()).map(str::to_owned);
         match configured {
             Some(p) if p.starts_with("~/") => Some(self.home.as_ref()?.join(&p[2..])),
             Some(p) if p.starts_with('/') => Some(PathBuf::from(p)),

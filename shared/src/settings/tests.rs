@@ -16,7 +16,7 @@ fn setup() -> T {
     let paths = Paths::under(&dir.path().join("zhome"));
     std::fs::create_dir_all(dir.path().join("zhome")).unwrap();
     let home = dir.path().join("home");
-    let s = Settings { paths, home: Some(home) };
+    let s = Settings { paths, home: Some(home), agent: None };
     T { _dir: dir, s, host: Host { mount: Mount::Bridge, agent: None, pending_restart: 0 } }
 }
 
@@ -259,4 +259,20 @@ fn not_on_this_machine_and_mount_differences() {
     assert_eq!(t.call("PATCH", "mcp/x", "{}").0, 405);
     let big = format!("{{\"command\": \"{}\"}}", "a".repeat(super::MAX_BODY));
     assert_eq!(t.call("PUT", "mcp/x", &big).0, 413);
+}
+
+#[test]
+fn directories_are_named_per_agent() {
+    let mut t = setup();
+    let own = t._dir.path().join("own-agents");
+    std::fs::create_dir_all(&own).unwrap();
+    std::fs::write(own.join("x.md"), "---\nname: x\ndescription: d\n---\n").unwrap();
+    let cfg = json!({"settings": {"agents": {"demo": {"subagentsDir": own}}}});
+    std::fs::write(&t.s.paths.config_file, cfg.to_string()).unwrap();
+    let ids = |t: &T| -> Vec<Value> {
+        t.call("GET", "agents", "").1["agents"].as_array().unwrap().iter().map(|a| a["id"].clone()).collect()
+    };
+    assert_eq!(ids(&t), [json!("general-purpose"), json!("Explore")], "another agent: the default directory");
+    t.host.agent = Some(ReportedAgent { key: "demo".into(), ..ReportedAgent::default() });
+    assert_eq!(ids(&t), [json!("x"), json!("general-purpose"), json!("Explore")]);
 }
