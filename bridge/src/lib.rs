@@ -4,6 +4,7 @@
 //! - [`upstream`]: the agent process.
 //! - [`stdio`]: the editor's connection; [`server`]: the loopback WebSocket + HTTP server,
 //!   bounded by [`slots`] (connections) and [`stall`] (a remote client's writes).
+//! - [`settings`]: the loopback settings mount (`/settings/*`, `/backend/restart`).
 //! - [`register`]: registration and heartbeats with the hub (which it starts when none runs).
 //! - [`local`]: the bridge's own `fs/*` and `terminal/*` service, confined to session directories.
 //! - [`chat`]: `zcode-acp chat`, a terminal ACP client on a bridge of its own.
@@ -20,6 +21,7 @@ pub mod local;
 pub mod register;
 pub mod router;
 pub mod server;
+pub mod settings;
 pub mod slots;
 pub mod stall;
 pub mod stdio;
@@ -145,12 +147,14 @@ pub async fn run(
     let tracker = TaskTracker::new();
     let journal = open_journal(cfg);
     let usage = usage::Recorder::start(cfg.paths.data_dir.clone(), cfg.timings.usage_backdate);
+    let settings = zcode_shared::settings::Settings::new(cfg.paths.clone(), &zcode_shared::env::ProcessEnv);
     let ropts = router::RouterOptions {
         origin: opts.origin,
         pin_cwd: opts.pin_cwd.clone(),
         idle_exit: opts.idle_exit,
         usage: usage.clone(),
         hooks_config: Some(cfg.paths.config_file.clone()),
+        settings: Some(settings.clone()),
     };
     let (router, events) = router::Router::new(spec, journal, ropts);
     let nudge = router.status_nudge();
@@ -159,6 +163,7 @@ pub async fn run(
         connections: slots::cap_for(nofile),
         write_stall: cfg.timings.ping,
     };
+    let mounted = settings::Mounted { settings, handle: router.settings_handle() };
     let ctx = server::Ctx::new(
         events.clone(),
         token.clone(),
@@ -166,6 +171,7 @@ pub async fn run(
         tracker.clone(),
         limits,
         usage.clone(),
+        Some(mounted),
     );
     tracker.spawn(server::serve(listener, ctx));
     register::spawn(

@@ -80,6 +80,8 @@ pub struct Ctx {
     pub limits: Limits,
     /// Token usage (`/settings/usage`).
     pub usage: crate::usage::Recorder,
+    /// The settings mount (`/settings/*`).
+    pub settings: Option<crate::settings::Mounted>,
     next_client: AtomicU64,
 }
 
@@ -104,8 +106,9 @@ impl Ctx {
         tracker: TaskTracker,
         limits: Limits,
         usage: crate::usage::Recorder,
+        settings: Option<crate::settings::Mounted>,
     ) -> Arc<Ctx> {
-        Arc::new(Ctx { events, token, shutdown, tracker, limits, usage, next_client: AtomicU64::new(1) })
+        Arc::new(Ctx { events, token, shutdown, tracker, limits, usage, settings, next_client: AtomicU64::new(1) })
     }
 }
 
@@ -182,12 +185,19 @@ async fn handle(
             .await
             .unwrap_or_else(|| text(StatusCode::NOT_FOUND, "not found")));
     }
+    if req.method() == Method::GET && req.uri().path() == "/settings/usage" {
+        return Ok(crate::usage::http::usage(req.uri().query(), &ctx.usage).await);
+    }
+    if let (Some(rest), Some(m)) = (req.uri().path().strip_prefix("/settings/"), &ctx.settings) {
+        let rest = rest.to_owned();
+        return Ok(crate::settings::route(req, m, &rest).await);
+    }
     Ok(match (req.method(), req.uri().path()) {
         (&Method::GET, "/acp") => upgrade(req, ctx),
         (&Method::GET | &Method::HEAD, "/status") => status(&ctx, req.method() == Method::HEAD).await,
         (&Method::GET, "/fs/list") => session_files(&req, &ctx, false).await,
+        (&Method::POST, "/backend/restart") => crate::settings::restart(&ctx.events).await,
         (&Method::GET | &Method::HEAD, "/fs/file") => session_files(&req, &ctx, true).await,
-        (&Method::GET, "/settings/usage") => crate::usage::http::usage(req.uri().query(), &ctx.usage).await,
         _ => text(StatusCode::NOT_FOUND, "not found"),
     })
 }

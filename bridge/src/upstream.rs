@@ -153,6 +153,25 @@ impl AgentProcess {
         let _ = killpg(pgid, Signal::SIGKILL);
     }
 
+    /// SIGTERM to its process group, SIGKILL after a short grace; whether the group is gone
+    /// within 2 s more (a backend restart reports a group that refused to die).
+    pub async fn stop(self) -> bool {
+        let Some(pgid) = self.group() else { return true };
+        self.ending.store(true, Ordering::Relaxed);
+        let gone = || matches!(killpg(pgid, None), Err(nix::errno::Errno::ESRCH));
+        let _ = killpg(pgid, Signal::SIGTERM);
+        let until = tokio::time::Instant::now() + KILL_GRACE;
+        while !gone() && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = killpg(pgid, Signal::SIGKILL);
+        let until = tokio::time::Instant::now() + Duration::from_secs(2);
+        while !gone() && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        gone()
+    }
+
     fn group(&self) -> Option<Pid> {
         i32::try_from(self.pid).ok().filter(|p| *p > 0).map(Pid::from_raw)
     }

@@ -78,6 +78,12 @@ const ASSETS: &[Asset] = &[
     Asset { path: "/js/usage.js", mime: JS, body: include_bytes!("../web/js/usage.js") },
     Asset { path: "/js/hooks.js", mime: JS, body: include_bytes!("../web/js/hooks.js") },
     Asset { path: "/js/hooks_settings.js", mime: JS, body: include_bytes!("../web/js/hooks_settings.js") },
+    Asset { path: "/js/settings.js", mime: JS, body: include_bytes!("../web/js/settings.js") },
+    Asset {
+        path: "/settings.css",
+        mime: "text/css; charset=utf-8",
+        body: include_bytes!("../web/settings.css"),
+    },
 ];
 
 /// The strong validator of each asset, in [`ASSETS`] order.

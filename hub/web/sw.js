@@ -42,6 +42,8 @@ const SHELL = [
   '/usage.css',
   '/js/hooks.js',
   '/js/hooks_settings.js',
+  '/js/settings.js',
+  '/settings.css',
 ];
 // How long a request for the shell waits for the hub before the cached copy is used (a tunnel
 // that hangs rather than refuses).

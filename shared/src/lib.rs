@@ -12,6 +12,7 @@
 //! - [`rlimit`]: the open-file limit both servers raise at start.
 //! - [`text`]: request text made inert for terminals (control sequences out, clean titles).
 //! - [`store`]: the SQLite store (journal and tasks index): the only SQL in the workspace.
+//! - [`settings`]: the settings API's sections and their safe, locked writes.
 
 pub mod config;
 pub mod env;
@@ -21,6 +22,7 @@ pub mod paths;
 pub mod peer;
 pub mod registration;
 pub mod rlimit;
+pub mod settings;
 pub mod store;
 pub mod text;
 pub mod time;

@@ -213,6 +213,19 @@ impl AgentLink {
         self.exited()
     }
 
+    /// The agent's program (its key's fallback).
+    pub fn command(&self) -> &str {
+        &self.spec.command
+    }
+
+    /// Takes the process out for a restart: the link is down (later events of this
+    /// generation are stale); returns the process to stop and the requests in flight.
+    pub fn take_for_restart(&mut self) -> (Option<AgentProcess>, Vec<Pending>) {
+        let process = self.process.take();
+        self.generation += 1;
+        (process, self.exited())
+    }
+
     /// Terminates the agent's process group and waits for it (shutdown).
     pub async fn terminate(&mut self) {
         if let Some(p) = self.process.take() {

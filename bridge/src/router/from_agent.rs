@@ -53,6 +53,7 @@ impl Router {
                         self.attach(*c, &sid);
                     }
                     self.answer_client(pending.client, &msg);
+                    self.settings_session_started(&sid, &msg.result_as::<Value>().unwrap_or_default());
                     self.flush_orphans(&sid);
                     self.hook_session_start(&sid, &pending.method);
                 } else {
@@ -133,6 +134,7 @@ impl Router {
             caps["_meta"]["zcode"] = json!({});
         }
         caps["_meta"]["zcode"]["fs"] = json!(true);
+        self.settings_agent_ready(&agent);
         self.agent.state = LinkState::Ready { for_clients: for_clients.clone(), agent };
         for (c, id) in self.take_waiting_inits(Init::Done) {
             self.reply(c, &id, Ok(for_clients.clone()));
@@ -455,7 +457,7 @@ impl Router {
     }
 
     /// Answers every request that was in flight with an error naming the cause.
-    fn fail_pending(&mut self, pending: Vec<Pending>, reason: &str) {
+    pub(super) fn fail_pending(&mut self, pending: Vec<Pending>, reason: &str) {
         for p in pending {
             if let Purpose::Prompt { session } = &p.purpose {
                 if let Some(s) = self.sessions.get_mut(session) {

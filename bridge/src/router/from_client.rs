@@ -89,9 +89,12 @@ impl Router {
                 return self.agent_down(&reason);
             }
         }
+        let generation = self.agent.generation;
         if let Err(reason) = self.agent.ensure_started(&self.events_tx) {
             tracing::error!("the agent {reason}");
             self.agent_down(&reason);
+        } else if self.agent.generation != generation {
+            self.settings_agent_spawned();
         }
     }
 
@@ -110,6 +113,7 @@ impl Router {
             method: msg.method().to_owned(),
             purpose: Purpose::NewSession { cwd, dirs },
         };
+        let msg = self.settings.with_mcp(msg);
         self.agent.forward(&msg, pending);
     }
 
@@ -153,7 +157,7 @@ impl Router {
         session.loader = Some(client);
         self.sessions.insert(sid.clone(), session);
         self.record_meta(&sid);
-        let mut upstream_msg = msg;
+        let mut upstream_msg = self.settings.with_mcp(msg);
         upstream_msg.method = Some(method.clone());
         let pending =
             Pending { client: Some((client, id)), method, purpose: Purpose::Load { session: sid, mode } };
@@ -285,6 +289,7 @@ impl Router {
     /// into a restarted agent) and returns `false`.
     fn session_ready(&mut self, sid: &str) -> bool {
         let generation = self.agent.generation;
+        let servers = self.settings_reload_servers();
         let Some(s) = self.sessions.get_mut(sid) else { return true };
         match s.upstream {
             Upstream::Live(g) if g == generation => true,
@@ -298,7 +303,7 @@ impl Router {
                     return false;
                 };
                 s.upstream = Upstream::Reattaching;
-                let params = json!({"sessionId": sid, "cwd": s.cwd, "mcpServers": []});
+                let params = json!({"sessionId": sid, "cwd": s.cwd, "mcpServers": servers});
                 tracing::info!(session = sid, method, "reloading the session into the restarted agent");
                 self.agent.request_value(
                     method,

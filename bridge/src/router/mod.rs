@@ -18,6 +18,7 @@ mod replay;
 mod session;
 mod turns;
 mod usage_hook;
+pub mod settings;
 
 pub use agent::AgentSpec;
 pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
@@ -129,6 +130,8 @@ pub enum Event {
     },
     /// Hooks finished (`crate::hooks`).
     Hook(HookReport),
+    /// The settings API: a backend restart and its steps.
+    Settings(settings::SettingsEvent),
     /// Stop: kill the agent, close every client.
     Shutdown,
 }
@@ -224,6 +227,8 @@ pub struct Router {
     usage: crate::usage::Tracker,
     /// Hooks: the tree read at agent start, prompts and tool calls they follow.
     hooks: hooks::Gate,
+    /// MCP servers and default model from the settings, pending restarts, backend restart.
+    settings: settings::SettingsState,
 }
 
 /// How the router behaves beyond routing.
@@ -239,6 +244,8 @@ pub struct RouterOptions {
     pub usage: crate::usage::Recorder,
     /// `config.json`, whose `hooks` tree is read at every agent start (`None`: no hooks).
     pub hooks_config: Option<std::path::PathBuf>,
+    /// Where the settings API's files are (`None`: the bridge adds no settings).
+    pub settings: Option<zcode_shared::settings::Settings>,
 }
 
 impl Router {
@@ -270,6 +277,7 @@ impl Router {
             status_sig: 0,
             usage: crate::usage::Tracker::new(opts.usage),
             hooks: hooks::Gate::new(opts.hooks_config),
+            settings: settings::SettingsState::new(opts.settings),
         };
         (router, events_tx)
     }
@@ -278,6 +286,11 @@ impl Router {
     /// registration sends a heartbeat then instead of at its next period.
     pub fn status_nudge(&self) -> Arc<tokio::sync::Notify> {
         self.status_nudge.clone()
+    }
+
+    /// What the loopback settings mount reads (the agent's report, pending restarts).
+    pub fn settings_handle(&self) -> settings::SettingsHandle {
+        self.settings.handle()
     }
 
     /// Runs until [`Event::Shutdown`] (or every sender is gone), then kills the agent and
@@ -324,12 +337,14 @@ impl Router {
                 }
                 Event::Hook(report) => self.on_hook(report),
                 Event::Lifecycle { session, op, reply } => self.on_lifecycle(&session, op, reply),
+                Event::Settings(ev) => self.on_settings(ev),
                 Event::SessionRoot { session, reply } => {
                     let root =
                         self.sessions.get(&session).filter(|s| s.upstream != session::Upstream::Loading);
                     let _ = reply.send(root.map(|s| s.cwd.clone()));
                 }
             }
+            self.settings_restart_progress();
             let sig = self.status_signature();
             if sig != self.status_sig {
                 self.status_sig = sig;

@@ -17,6 +17,7 @@
 //! | `GET /api/push/vapid-public-key`, `POST|DELETE /api/push/subscriptions` | [`push`] |
 //! | `GET /api/settings/usage` | [`usage`] |
 //! | `GET /api/settings/hooks`, `PUT /api/settings/hooks/{event}/{index}`, `POST /api/settings/hooks/enabled` | [`settings_hooks`] |
+//! | `* /api/settings/{rest}`, `POST /api/backend/restart` (501) | [`settings`] |
 //! | `GET /acp?instance={id}` (WebSocket) | [`acp`] |
 //! | `GET|HEAD` of any other path (no token) | [`crate::web`]: the web client |
 
@@ -29,6 +30,7 @@ pub mod push;
 pub mod register;
 pub mod usage;
 pub mod settings_hooks;
+pub mod settings;
 
 use crate::Hub;
 use crate::auth;
@@ -122,6 +124,13 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
     if let Some(rest) = path.strip_prefix("/api/settings/hooks") {
         let rest = rest.to_owned();
         return settings_hooks::route(req, hub, &rest).await;
+    }
+    if let Some(rest) = path.strip_prefix("/api/settings/") {
+        let rest = rest.to_owned();
+        return settings::route(req, hub, &rest).await;
+    }
+    if path == "/api/backend/restart" {
+        return settings::hub_restart();
     }
     if let Some(tail) = path.strip_prefix("/api/instances/") {
         return match tail.split_once('/') {

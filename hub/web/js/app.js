@@ -9,6 +9,7 @@
 //         /f/<instance>/<sid>    its files   (?cwd=&dir= or &file=)
 //         /usage                 token usage (?range=7d|30d|all)
 //         /settings/hooks        the hooks tree (config.json)
+//         /settings[/<instance>] settings (settings.js)
 //         /pair                  pairing (paste a token)
 
 import { h, clear, $ } from './dom.js';
@@ -16,6 +17,7 @@ import { token, setToken, takeTokenFromFragment, getJson } from './api.js';
 import { homeView, newSessionView } from './home.js';
 import { sessionView } from './session.js';
 import { filesView } from './files.js';
+import { settingsView } from './settings.js';
 import { startApp } from './push.js';
 import { usageView } from './usage.js';
 import { hooksSettingsView } from './hooks_settings.js';
@@ -112,6 +114,7 @@ function route() {
   }
   if (parts[0] === 'usage' && parts.length === 1) return mount((root) => usageView(root, app, { range: q.get('range') }));
   if (parts[0] === 'settings' && parts[1] === 'hooks') return mount((root) => hooksSettingsView(root, app));
+  if (parts[0] === 'settings' && parts.length <= 2) return mount((root) => settingsView(root, app, { instance: parts[1] || '' }));
   if (location.pathname !== '/') history.replaceState(null, '', '/');
   return mount((root) => homeView(root, app));
 }

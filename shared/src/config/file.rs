@@ -72,10 +72,15 @@ impl RawConfig {
             }
             Err(source) => return Err(ConfigError::Unreadable { path: path.to_owned(), source }),
         };
+        RawConfig::parse(path, &text)
+    }
+
+    /// Parses `text` as the contents of `path` (an empty text is an empty config).
+    pub fn parse(path: &Path, text: &str) -> Result<RawConfig, ConfigError> {
         if text.trim().is_empty() {
             return Ok(RawConfig { path: path.to_owned(), root: Map::new() });
         }
-        match serde_json::from_str::<Value>(&text) {
+        match serde_json::from_str::<Value>(text) {
             Ok(Value::Object(root)) => Ok(RawConfig { path: path.to_owned(), root }),
             Ok(other) => Err(ConfigError::Syntax {
                 path: path.to_owned(),

@@ -1,0 +1,66 @@
+//! `/api/settings/*`: the hub's own settings mount, the same routes and semantics as a
+//! bridge's `/settings/*` ([`zcode_shared::settings::api`]); the hub has no agent, so
+//! `pending-restart` answers 409 (pointing at the per-instance spelling) and
+//! `POST /api/backend/restart` 501. `/api/instances/{id}/settings/*` is the relay's.
+
+use crate::Hub;
+use crate::http::{Resp, json};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::{Request, StatusCode};
+use std::sync::Arc;
+use std::time::Duration;
+use zcode_shared::settings::{Host, MAX_BODY, Mount, Settings, api};
+
+/// How long a settings body may take to arrive.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `* /api/settings/{rest}`.
+pub async fn route(req: Request<Incoming>, hub: &Arc<Hub>, rest: &str) -> Resp {
+    // HOOK (quota, not built here): `GET /api/settings/quota` must answer what `/api/quota`
+    // answers; until that route exists it falls through to the shared 404.
+    let method = req.method().as_str().to_owned();
+    let query = req.uri().query().map(str::to_owned);
+    let rest = rest.to_owned();
+    let body = match read_body(req).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let settings = Settings::new(hub.cfg.paths.clone(), &zcode_shared::env::ProcessEnv);
+    let host = Host { mount: Mount::Hub, agent: None, pending_restart: 0 };
+    let reply = tokio::task::spawn_blocking(move || {
+        api::handle(&settings, &host, &method, &rest, query.as_deref(), &body)
+    })
+    .await;
+    match reply {
+        Ok(r) => json(StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), &r.body),
+        Err(_) => refuse(StatusCode::INTERNAL_SERVER_ERROR, "the settings write failed"),
+    }
+}
+
+/// `POST /api/backend/restart`: the hub runs no agent; the restart is per instance.
+pub fn hub_restart() -> Resp {
+    refuse(
+        StatusCode::NOT_IMPLEMENTED,
+        "the hub runs no agent: POST /api/instances/{id}/backend/restart restarts that bridge's",
+    )
+}
+
+fn refuse(status: StatusCode, error: &str) -> Resp {
+    json(status, &serde_json::json!({"ok": false, "error": error}))
+}
+
+/// The body, at most 256 KiB (413 announced or actual), within 10 s (408).
+async fn read_body(req: Request<Incoming>) -> Result<Vec<u8>, Resp> {
+    let too_big = || refuse(StatusCode::PAYLOAD_TOO_LARGE, "body too large (256 KiB at most)");
+    if crate::http::content_length(req.headers()).is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(too_big());
+    }
+    let body = Limited::new(req.into_body(), MAX_BODY);
+    match tokio::time::timeout(BODY_TIMEOUT, body.collect()).await {
+        Err(_) => Err(refuse(StatusCode::REQUEST_TIMEOUT, "body too slow")),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_big()),
+        Ok(Err(_)) => Err(refuse(StatusCode::BAD_REQUEST, "body could not be read")),
+        Ok(Ok(c)) => Ok(c.to_bytes().to_vec()),
+    }
+}

@@ -1,0 +1,274 @@
+// The Settings screen (/settings, /settings/<instance>): MCP servers, the default model per
+// agent, subagents, skills and backups, through the contract's settings API. With an instance
+// chosen, everything goes through its bridge (`/api/instances/{id}/settings/*`: the models its
+// agent reports, whether the agent takes each MCP server, its pending restart); without one,
+// through the hub's own mount. After a `needs-restart` write the screen offers to restart that
+// instance's agent, showing how many running turns it would cancel before the user confirms.
+
+import { h, clear, toast, modal, baseName } from './dom.js';
+import { api, getJson } from './api.js';
+
+/** Mounts the screen; returns its cleanup. */
+export function settingsView(root, app, { instance }) {
+  app.setTitle('Settings');
+  let stopped = false;
+  let current = instance || '';
+  const picker = h('select', { id: 'settings-instance', 'aria-label': 'Settings of' });
+  const banner = h('section', { class: 'card restart', id: 'restart-card', hidden: true, 'aria-live': 'polite' });
+  const body = h('div', { class: 'settings-body' }, h('p', { class: 'muted', text: 'Loading the settings…' }));
+  clear(root, h('div', { class: 'home settings' },
+    h('section', { class: 'card' }, h('div', { class: 'card-head' }, h('h2', { text: 'Settings' })),
+      h('label', { class: 'field' }, h('span', { text: 'Agent' }), picker)),
+    banner, body));
+
+  const base = () => (current ? `/api/instances/${encodeURIComponent(current)}/settings` : '/api/settings');
+
+  async function call(method, path, json, what) {
+    const r = await api(`${base()}/${path}`, { method, json, what: what || 'Settings', expectJson: true });
+    if (r && r.effect === 'needs-restart') await refreshPending();
+    return r;
+  }
+
+  async function fillPicker() {
+    let list = [];
+    try { list = await getJson('/api/instances', 'The instance list'); } catch (e) { if (e.kind === 'auth') return app.pair(e.message); }
+    if (stopped) return;
+    app.instances = Array.isArray(list) ? list : app.instances;
+    const opts = [h('option', { value: '', text: 'This machine (no agent)' })];
+    for (const inst of Array.isArray(list) ? list : []) {
+      const label = `${baseName(inst.workspace || '') || 'instance'} · ${inst.launcher === 'up' ? 'up' : inst.origin || ''} (${inst.id})`;
+      opts.push(h('option', { value: String(inst.id), text: label }));
+    }
+    if (current && !opts.some((o) => o.value === current)) opts.push(h('option', { value: current, text: `instance ${current} (gone?)` }));
+    clear(picker, ...opts);
+    picker.value = current;
+  }
+
+  picker.addEventListener('change', () => {
+    current = picker.value;
+    app.replace(current ? `/settings/${encodeURIComponent(current)}` : '/settings');
+    load();
+  });
+
+  async function refreshPending() {
+    if (!current) {
+      clear(banner, h('p', { text: 'Saved. MCP servers and subagents are read when an agent starts: choose an agent above to restart it.' }));
+      banner.hidden = false;
+      return;
+    }
+    try {
+      const p = await getJson(`${base()}/pending-restart`, 'Pending restart');
+      showRestart(Boolean(p.pendingRestart));
+    } catch { showRestart(false); }
+  }
+
+  function showRestart(pending) {
+    banner.hidden = !pending;
+    if (!pending) return;
+    clear(banner, h('p', { text: 'Some changes are read only when the agent starts.' }),
+      h('button', { type: 'button', class: 'primary', id: 'restart-agent', onclick: restartAgent }, 'Restart the agent'));
+  }
+
+  async function restartAgent() {
+    let running = 0;
+    try {
+      const st = await getJson(`/api/instances/${encodeURIComponent(current)}/status`, 'The instance status');
+      running = (st.sessions || []).filter((s) => s.status === 'running').length;
+    } catch { /* the restart itself will say what is wrong */ }
+    const what = running === 1 ? '1 running turn' : `${running} running turns`;
+    const ok = await modal('Restart the agent?',
+      h('p', { id: 'restart-preview', text: `This cancels ${what} on this instance (cancelledTurns: ${running}), stops the agent and starts it again with the new settings on the next request. Conversations stay attached.` }),
+      [{ label: 'Cancel', value: '' }, { label: 'Restart', value: 'go', kind: 'danger' }]);
+    if (ok !== 'go') return;
+    try {
+      const r = await api(`/api/instances/${encodeURIComponent(current)}/backend/restart`, { method: 'POST', json: {}, what: 'Restart', expectJson: true });
+      toast(r.closed ? `Agent restarted (cancelled ${r.cancelledTurns} turn${r.cancelledTurns === 1 ? '' : 's'}).` : 'The old agent did not stop: try again.', r.closed ? 'info' : 'error');
+    } catch (e) { toast(e.message, 'error'); }
+    refreshPending();
+  }
+
+  async function load() {
+    clear(body, h('p', { class: 'muted', text: 'Loading the settings…' }));
+    let all;
+    try {
+      all = await getJson(`${base()}/all`, 'The settings');
+    } catch (e) {
+      if (e.kind === 'auth') return app.pair(e.message);
+      app.setConn('waiting', e.message, e.kind);
+      return clear(body, h('section', { class: 'card' }, h('p', { class: 'error', role: 'alert', text: e.message }),
+        h('button', { type: 'button', onclick: load }, 'Try again')));
+    }
+    if (stopped) return;
+    app.setConn('open', 'Hub reachable');
+    clear(body, mcpCard(all.mcp || {}), modelsCard(all.models || {}), agentsCard(all.agents), skillsCard(all.skills), backupsCard(all.backups || {}));
+    if (current) showRestart(Boolean(all.pendingRestart));
+  }
+
+  /** Runs a write; shows its error; reloads. */
+  async function write(method, path, json, done) {
+    try {
+      await call(method, path, json);
+      if (done) toast(done);
+    } catch (e) {
+      toast(e.message, 'error');
+    }
+    load();
+  }
+
+  function mcpCard(mcp) {
+    const rows = (mcp.servers || []).map((s) => h('li', { dataset: { mcp: s.name } },
+      h('span', { class: 'title' }, h('strong', { text: s.name }), ' ', h('span', { class: 'muted', text: `${s.type || ''} ${s.command || s.url || ''}` }),
+        s.agentAccepts === false ? h('span', { class: 'error block', text: `Not given to this agent: ${s.agentSkipReason || ''}` }) : null,
+        s.error ? h('span', { class: 'error block', text: s.error }) : null),
+      toggle(`Enable ${s.name}`, s.enabled !== false, (on) => write('POST', 'mcp/enable', { name: s.name, enable: on })),
+      h('button', { type: 'button', onclick: () => editServer(s) }, 'Edit'),
+      h('button', { type: 'button', class: 'danger', onclick: () => confirmThen(`Delete ${s.name}?`, () => write('DELETE', `mcp/${encodeURIComponent(s.name)}`)) }, 'Delete')));
+    return h('section', { class: 'card', id: 'mcp-card' },
+      h('div', { class: 'card-head' }, h('h2', { text: 'MCP servers' }), h('button', { type: 'button', id: 'mcp-add', onclick: () => editServer(null) }, 'Add')),
+      rows.length ? h('ul', { class: 'rows' }, rows) : h('p', { class: 'muted', text: 'No MCP servers yet.' }));
+  }
+
+  async function editServer(s) {
+    const f = {
+      name: input('mcp-name', s ? s.name : '', { disabled: Boolean(s) }),
+      type: select('mcp-type', ['stdio', 'http', 'sse'], (s && s.type) || 'stdio'),
+      command: input('mcp-command', (s && s.command) || ''),
+      args: area('mcp-args', ((s && s.args) || []).join('\n')),
+      url: input('mcp-url', (s && s.url) || ''),
+      env: area('mcp-env', Object.entries((s && s.env) || {}).map(([k, v]) => `${k}=${v}`).join('\n')),
+      headers: area('mcp-headers', Object.entries((s && s.headers) || {}).map(([k, v]) => `${k}: ${v}`).join('\n')),
+    };
+    const form = h('div', { class: 'form' }, labelled('Name', f.name), labelled('Type', f.type), labelled('Command', f.command),
+      labelled('Arguments (one a line)', f.args), labelled('URL', f.url), labelled('Environment (KEY=value a line)', f.env),
+      labelled('Headers (Name: value a line)', f.headers));
+    await modal(s ? `Edit ${s.name}` : 'Add an MCP server', form, [{ label: 'Cancel', value: '' }, { label: 'Save', value: 'save', kind: 'primary' }], async () => {
+      const name = f.name.value.trim();
+      if (!name) return 'A name is needed.';
+      // Start from what was read: keys this screen does not know are kept.
+      const server = {};
+      for (const [k, v] of Object.entries(s || {})) if (!['name', 'source', 'agentAccepts', 'agentSkipReason', 'error'].includes(k)) server[k] = v;
+      server.type = f.type.value;
+      if (server.type === 'stdio') {
+        server.command = f.command.value.trim();
+        server.args = lines(f.args.value);
+        server.env = pairs(f.env.value, '=');
+        delete server.url; delete server.headers;
+      } else {
+        server.url = f.url.value.trim();
+        server.headers = pairs(f.headers.value, ':');
+        delete server.command; delete server.args; delete server.env;
+      }
+      try {
+        await call('PUT', `mcp/${encodeURIComponent(name)}`, server);
+      } catch (e) { return e.message; }
+      return '';
+    });
+    load();
+  }
+
+  function modelsCard(models) {
+    const rows = (models.providers || []).map((p) => {
+      const choices = (p.models || []).filter((m) => m.enabled !== false);
+      const sel = select(`default-${p.id}`, [''].concat(choices.map((m) => m.id)), p.defaultModel || '',
+        (v) => (v ? (choices.find((m) => m.id === v) || {}).name || v : "The agent's own default"));
+      sel.addEventListener('change', () => write('PUT', `providers/${encodeURIComponent(p.id)}`, { defaultModel: sel.value || null }, 'Default model saved.'));
+      return h('li', { dataset: { provider: p.id } }, h('span', { class: 'title' }, h('strong', { text: p.name || p.id }),
+        p.currentModel ? h('span', { class: 'muted block', text: `In use: ${p.currentModel}` }) : null),
+      labelled('Default model', sel));
+    });
+    return h('section', { class: 'card', id: 'models-card' }, h('h2', { text: 'Models' }),
+      rows.length ? h('ul', { class: 'rows' }, rows)
+        : h('p', { class: 'muted', text: current ? 'This agent has not reported any models yet: start a session on it first.' : 'Choose an agent above to see the models it offers.' }));
+  }
+
+  function agentsCard(agents) {
+    if (!agents) return h('section', { class: 'card' }, h('h2', { text: 'Subagents' }), h('p', { class: 'muted', text: 'No agents directory (HOME is not set).' }));
+    const rows = (agents.agents || []).map((a) => h('li', { dataset: { subagent: a.id } },
+      h('span', { class: 'title' }, h('strong', { text: a.name || a.id }), a.builtIn ? h('span', { class: 'muted', text: ' built in' }) : null,
+        a.description ? h('span', { class: 'muted block', text: a.description }) : null),
+      a.builtIn ? null : toggle(`Enable ${a.id}`, a.enabled, (on) => write('POST', `agents/${encodeURIComponent(a.id)}/enable`, { enable: on })),
+      a.builtIn ? null : h('button', { type: 'button', onclick: () => editAgent(a) }, 'Edit')));
+    return h('section', { class: 'card', id: 'agents-card' }, h('h2', { text: 'Subagents' }),
+      h('p', { class: 'muted small', text: agents.dir || '' }), h('ul', { class: 'rows' }, rows));
+  }
+
+  async function editAgent(a) {
+    const keys = ['name', 'description', 'color', 'model', 'thoughtLevel'];
+    const f = Object.fromEntries(keys.map((k) => [k, input(`agent-${k}`, a[k] || '')]));
+    const form = h('div', { class: 'form' }, keys.map((k) => labelled(k, f[k])));
+    await modal(`Edit ${a.id}`, form, [{ label: 'Cancel', value: '' }, { label: 'Save', value: 'save', kind: 'primary' }], async () => {
+      const patch = {};
+      for (const k of keys) patch[k] = f[k].value.trim() || null;
+      if (!patch.description) return 'A description is needed.';
+      try { await call('PUT', `agents/${encodeURIComponent(a.id)}`, patch); } catch (e) { return e.message; }
+      return '';
+    });
+    load();
+  }
+
+  function skillsCard(skills) {
+    if (!skills) return h('section', { class: 'card' }, h('h2', { text: 'Skills' }), h('p', { class: 'muted', text: 'No skills directory (HOME is not set).' }));
+    const rows = (skills.skills || []).map((s) => h('li', { dataset: { skill: s.name } },
+      h('span', { class: 'title' }, h('strong', { text: s.name }), s.description ? h('span', { class: 'muted block', text: s.description }) : null),
+      toggle(`Enable ${s.name}`, s.enabled, (on) => write('POST', 'skills/enable', { path: s.path, enable: on }))));
+    return h('section', { class: 'card', id: 'skills-card' }, h('h2', { text: 'Skills' }),
+      h('p', { class: 'muted small', text: skills.dir || '' }),
+      rows.length ? h('ul', { class: 'rows' }, rows) : h('p', { class: 'muted', text: 'No skills.' }));
+  }
+
+  function backupsCard(backups) {
+    const rows = (backups.backups || []).map((b) => h('li', { dataset: { file: baseName(b.file) } },
+      h('span', { class: 'title' }, h('strong', { text: baseName(b.file) }), h('span', { class: 'muted block', text: b.createdAt })),
+      h('button', { type: 'button', onclick: () => confirmThen(`Restore ${baseName(b.file)} as of ${b.createdAt}? The current file is backed up first.`, () => write('POST', 'backups/restore', { path: b.path }, 'Restored.')) }, 'Restore')));
+    return h('section', { class: 'card', id: 'backups-card' }, h('h2', { text: 'Backups' }),
+      rows.length ? h('ul', { class: 'rows' }, rows) : h('p', { class: 'muted', text: 'No backups yet: one is taken before every change.' }));
+  }
+
+  fillPicker().then(load);
+  return () => { stopped = true; };
+}
+
+async function confirmThen(question, then) {
+  const ok = await modal(question, h('p', { class: 'muted', text: 'This changes the file on the machine.' }),
+    [{ label: 'Cancel', value: '' }, { label: 'OK', value: 'ok', kind: 'primary' }]);
+  if (ok === 'ok') then();
+}
+
+function toggle(label, on, change) {
+  const box = h('input', { type: 'checkbox', 'aria-label': label, checked: Boolean(on) });
+  box.addEventListener('change', () => change(box.checked));
+  return h('label', { class: 'switch' }, box, h('span', { text: on ? 'on' : 'off' }));
+}
+
+function input(id, value, extra = {}) {
+  return h('input', { id, type: 'text', value, autocomplete: 'off', spellcheck: 'false', ...extra });
+}
+
+function area(id, value) {
+  const t = h('textarea', { id, rows: 2, spellcheck: 'false' });
+  t.value = value;
+  return t;
+}
+
+function select(id, values, value, label = (v) => v) {
+  const s = h('select', { id }, values.map((v) => h('option', { value: v, text: label(v) })));
+  s.value = value;
+  return s;
+}
+
+function labelled(text, control) {
+  return h('label', { class: 'field' }, h('span', { text }), control);
+}
+
+function lines(text) {
+  return text.split('\n').map((l) => l.trim()).filter(Boolean);
+}
+
+function pairs(text, sep) {
+  const out = {};
+  for (const l of lines(text)) {
+    const i = l.indexOf(sep);
+    if (i > 0) out[l.slice(0, i).trim()] = l.slice(i + 1).trim();
+  }
+  return out;
+}

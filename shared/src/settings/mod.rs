@@ -1,0 +1,113 @@
+//! The settings API's core, shared by every mount (the hub's `/api/settings/*`, the bridge's
+//! loopback `/settings/*`, relayed per instance as `/api/instances/{id}/settings/*`): the
+//! sections, their reads and writes ([`api::handle`]), and the one safe way their files are
+//! written ([`safe`]). The mounts only read the body and say who they are ([`Host`]).
+//!
+//! - [`raw`]: JSON objects kept as read, so a write changes only what it means to.
+//! - [`safe`]: the cross-process lock, backups and atomic replacement.
+//! - [`mcp`], [`models`], [`agents`], [`skills`], [`front`]: the sections.
+//! - [`machine`]: backups, reset cards and app update.
+
+pub mod agents;
+pub mod api;
+pub mod front;
+pub mod machine;
+pub mod mcp;
+pub mod models;
+pub mod raw;
+pub mod safe;
+pub mod skills;
+
+#[cfg(test)]
+mod process_tests;
+#[cfg(test)]
+mod tests;
+
+use crate::env::Env;
+use crate::paths::Paths;
+use std::path::PathBuf;
+
+/// The largest body a settings write takes (413 past it).
+pub const MAX_BODY: usize = 256 * 1024;
+
+/// Where the settings live.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// zcode-acp's paths (`config.json` holds `mcpServers`, `models`, `subagentModels`).
+    pub paths: Paths,
+    /// `$HOME`, for the agent's own directories' defaults.
+    pub home: Option<PathBuf>,
+    /// The agent whose directories these are (its key), when a bridge answers.
+    pub agent: Option<String>,
+}
+
+impl Settings {
+    /// From the resolved paths and the environment's `HOME`.
+    pub fn new(paths: Paths, env: &dyn Env) -> Settings {
+        let home = env.get("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
+        Settings { paths, home, agent: None }
+    }
+
+    /// The subagents directory: `settings.agents.<agent>.subagentsDir` in config.json, else
+    /// `settings.subagentsDir`, else `~/.claude/agents`.
+    pub fn subagents_dir(&self, root: &raw::Ordered) -> Option<PathBuf> {
+        self.dir(root, "subagentsDir", ".claude/agents")
+    }
+
+    /// The skills directory: `settings.agents.<agent>.skillsDir`, else `settings.skillsDir`,
+    /// else `~/.claude/skills`.
+    pub fn skills_dir(&self, root: &raw::Ordered) -> Option<PathBuf> {
+        self.dir(root, "skillsDir", ".claude/skills")
+    }
+
+    fn dir(&self, root: &raw::Ordered, key: &str, default: &str) -> Option<PathBuf> {
+        let section = root.value("settings").unwrap_or_default();
+        let per_agent = self.agent.as_ref().and_then(|a| section["agents"][a.as_str()][key].as_str());
+        let configured = per_agent.or(section[key].as_str()).map(str::to_owned);
+        match configured {
+            Some(p) if p.starts_with("~/") => Some(self.home.as_ref()?.join(&p[2..])),
+            Some(p) if p.starts_with('/') => Some(PathBuf::from(p)),
+            _ => Some(self.home.as_ref()?.join(default)),
+        }
+    }
+}
+
+/// Which mount answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mount {
+    /// The hub's `/api/settings/*`: no agent of its own.
+    Hub,
+    /// A bridge's `/settings/*` (directly or relayed).
+    Bridge,
+}
+
+/// What the agent behind a bridge reported: its models and what MCP transports it takes.
+#[derive(Clone, Debug, Default)]
+pub struct ReportedAgent {
+    /// The agent's key: its `agentInfo.name`, else its command's file name.
+    pub key: String,
+    /// Its display name (`agentInfo.title`, else the key).
+    pub name: String,
+    /// `(id, name)` of each selectable model, as the agent reported them.
+    pub models: Vec<(String, String)>,
+    /// The model of the session that reported last.
+    pub current: Option<String>,
+    /// The MCP transports it takes (`stdio` always).
+    pub transports: Vec<&'static str>,
+}
+
+/// The mount's side of a request: who answers and what only it knows.
+#[derive(Clone, Debug)]
+pub struct Host {
+    /// Hub or bridge.
+    pub mount: Mount,
+    /// The bridge's agent, once it has been initialized.
+    pub agent: Option<ReportedAgent>,
+    /// The bridge's count of `needs-restart` writes since its agent last started.
+    pub pending_restart: u64,
+}
+
+/// A key the API accepts for a provider (an agent's key).
+pub fn valid_key(k: &str) -> bool {
+    !k.is_empty() && k.len() <= 100 && !k.chars().any(|c| c.is_control() || c == '/')
+}

@@ -1,0 +1,140 @@
+// The Settings screen: MCP servers (add, edit, enable, delete), the default model of an agent,
+// subagents and skills (enable, edit), backups (restore), and the "restart the agent" action
+// after a needs-restart write, which shows the turns it would cancel before the user confirms.
+// Checked at phone size, light and dark.
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { Stack, launchBrowser, until, ROOT } from './harness.mjs';
+import { phonePage, looksRight } from './look.mjs';
+
+const SCRIPTED = path.join(ROOT, 'tests/peers/scripted_agent.py');
+
+describe('web client settings', () => {
+  let stack; let browser; let ed; let log; let user;
+
+  before(async () => {
+    browser = await launchBrowser();
+    stack = await Stack.start({ env: (home) => ({ HOME: path.join(home, 'user') }) });
+    user = path.join(stack.home, 'user');
+    fs.mkdirSync(path.join(user, '.claude/agents'), { recursive: true });
+    fs.mkdirSync(path.join(user, '.claude/skills/pdf'), { recursive: true });
+    fs.writeFileSync(path.join(user, '.claude/agents/reviewer.md'), '---\nname: reviewer\ndescription: Reviews code\n---\nYou review.\n');
+    fs.writeFileSync(path.join(user, '.claude/skills/pdf/SKILL.md'), '---\nname: pdf\ndescription: Reads PDFs\n---\n');
+    log = path.join(stack.home, 'agent.log');
+    ed = await stack.bridge(['python3', SCRIPTED, '--log', log, '--models', 'fast,smart']);
+  });
+
+  after(async () => {
+    await browser?.close();
+    await stack?.stop();
+  });
+
+  const config = () => JSON.parse(fs.readFileSync(path.join(stack.home, 'config.json'), 'utf8'));
+  const agentLog = () => (fs.existsSync(log) ? fs.readFileSync(log, 'utf8').trim().split('\n').map((l) => JSON.parse(l)) : []);
+
+  it('adds an MCP server and restarts the agent, showing the turn it cancels first', async () => {
+    const sid = await ed.newSession(stack.project);
+    const turn = ed.prompt(sid, 'wait for the restart');
+    await until('the turn to run', () => agentLog().some((e) => e.method === 'session/prompt'));
+    const page = await phonePage(browser, 'light', stack.token);
+    await page.goto(`${stack.base}/settings/${ed.id}`);
+    await page.locator('#mcp-card', { hasText: 'No MCP servers yet.' }).waitFor();
+    await page.click('#mcp-add');
+    await page.fill('#mcp-name', 'files');
+    await page.fill('#mcp-command', 'mcp-files');
+    await page.fill('#mcp-args', '--read-only\n/srv');
+    await page.fill('#mcp-env', 'TOKEN_FILE=/tmp/t');
+    await page.click('dialog button[value="save"]');
+    await page.locator('#mcp-card li[data-mcp="files"]').waitFor();
+    assert.deepEqual(config().mcpServers.files, { type: 'stdio', command: 'mcp-files', args: ['--read-only', '/srv'], env: { TOKEN_FILE: '/tmp/t' } });
+    await page.locator('#restart-agent').waitFor();
+    await looksRight(page, 'settings-restart-needed', { fullPage: true });
+    await page.click('#restart-agent');
+    const preview = page.locator('#restart-preview');
+    await preview.waitFor();
+    assert.match(await preview.textContent(), /cancels 1 running turn .*cancelledTurns: 1/);
+    await looksRight(page, 'settings-restart-confirm');
+    await page.click('dialog button[value="go"]');
+    await page.locator('.toast', { hasText: 'Agent restarted (cancelled 1 turn)' }).waitFor();
+    assert.equal((await turn).stopReason, 'cancelled');
+    await until('the restart card to go', async () => !(await page.locator('#restart-agent').isVisible()));
+    // The next prompt runs on a new agent process, with the server just added.
+    const done = await ed.prompt(sid, 'after the restart');
+    assert.equal(done.stopReason, 'end_turn');
+    const load = agentLog().filter((e) => e.method === 'session/load').pop();
+    assert.deepEqual(load.params.mcpServers.map((s) => s.name), ['files']);
+    await page.context().close();
+  });
+
+  it('edits, disables and deletes an MCP server', async () => {
+    const page = await phonePage(browser, 'dark', stack.token);
+    await page.goto(`${stack.base}/settings/${ed.id}`);
+    const row = page.locator('#mcp-card li[data-mcp="files"]');
+    await row.locator('button', { hasText: 'Edit' }).click();
+    await page.fill('#mcp-command', 'mcp-files-2');
+    await page.click('dialog button[value="save"]');
+    await until('the edit to land', () => config().mcpServers.files.command === 'mcp-files-2');
+    await page.locator('#mcp-card li[data-mcp="files"]').locator('input[type=checkbox]').uncheck();
+    await until('the server to be disabled', () => config().mcpServers.files.enabled === false);
+    await looksRight(page, 'settings-mcp', { fullPage: true });
+    await page.locator('#mcp-card li[data-mcp="files"] button', { hasText: 'Delete' }).click();
+    await page.click('dialog button[value="ok"]');
+    await until('the server to be gone', () => !config().mcpServers.files);
+    await page.context().close();
+  });
+
+  it('sets the default model, toggles and edits subagents and skills, restores a backup', async () => {
+    const page = await phonePage(browser, 'light', stack.token);
+    await page.goto(`${stack.base}/settings/${ed.id}`);
+    const provider = page.locator('#models-card li[data-provider="scripted"]');
+    await provider.waitFor();
+    await provider.locator('select').selectOption('smart');
+    await until('the default model to be saved', () => config().models?.scripted?.defaultModel === 'smart');
+    // Applied at the next session start through the agent's own call.
+    await ed.newSession(stack.project);
+    await until('session/set_model smart', () => agentLog().some((e) => e.method === 'session/set_model' && e.params.modelId === 'smart'));
+
+    const agents = path.join(user, '.claude/agents');
+    await page.locator('#agents-card li[data-subagent="reviewer"] input[type=checkbox]').uncheck();
+    await until('the subagent to be disabled', () => fs.existsSync(path.join(agents, 'reviewer.md.disabled')));
+    await page.locator('#agents-card li[data-subagent="reviewer"] button', { hasText: 'Edit' }).click();
+    await page.fill('#agent-description', 'Reviews code carefully');
+    await page.fill('#agent-model', 'smart');
+    await page.click('dialog button[value="save"]');
+    await until('the subagent file to change', () => {
+      const t = fs.readFileSync(path.join(agents, 'reviewer.md.disabled'), 'utf8');
+      return t.includes('description: Reviews code carefully') && t.includes('model: smart') && t.endsWith('You review.\n');
+    });
+    assert.equal(await page.locator('#agents-card li[data-subagent="Explore"] input[type=checkbox]').count(), 0, 'a built-in has no switch');
+
+    await page.locator('#skills-card li[data-skill="pdf"] input[type=checkbox]').uncheck();
+    await until('the skill to be disabled', () => fs.existsSync(path.join(user, '.claude/skills/pdf/SKILL.md.disabled')));
+    await looksRight(page, 'settings-sections', { fullPage: true });
+
+    const before = JSON.stringify(config());
+    const restore = page.locator('#backups-card li[data-file="config.json"] button', { hasText: 'Restore' }).first();
+    await restore.click();
+    await page.click('dialog button[value="ok"]');
+    await page.locator('.toast', { hasText: 'Restored.' }).waitFor();
+    assert.notEqual(JSON.stringify(config()), before, 'the restore changed config.json back');
+    await page.context().close();
+  });
+
+  it('is reachable from the header and works without an agent (the hub mount)', async () => {
+    const page = await phonePage(browser, 'dark', stack.token);
+    await page.goto(`${stack.base}/`);
+    await page.click('#settings-link');
+    await page.waitForURL(/\/settings$/);
+    await page.locator('#mcp-card').waitFor();
+    // The hub's own mount: what config.json says, no agent to restart.
+    // (The backup restored above took the default model out again: no agent reports models here.)
+    await page.locator('#models-card', { hasText: 'Choose an agent above' }).waitFor();
+    assert.equal(await page.locator('#settings-instance').inputValue(), '');
+    assert.equal(await page.locator('#restart-agent').count(), 0);
+    await looksRight(page, 'settings-hub', { fullPage: true });
+    await page.context().close();
+  });
+});
