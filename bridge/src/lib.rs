@@ -5,6 +5,7 @@
 //! - [`stdio`]: the editor's connection; [`server`]: the loopback WebSocket + HTTP server,
 //!   bounded by [`slots`] (connections) and [`stall`] (a remote client's writes).
 //! - [`register`]: registration and heartbeats with the hub (which it starts when none runs).
+//! - [`quota`]: where ACP `account/usage_stats` gets the plan quota (the hub, else itself).
 //! - [`local`]: the bridge's own `fs/*` and `terminal/*` service, confined to session directories.
 //! - [`chat`]: `zcode-acp chat`, a terminal ACP client on a bridge of its own.
 //! - [`demo`]: the built-in scripted ACP agent (the embedded default and the tests' fixture).
@@ -15,6 +16,7 @@ pub mod files;
 pub mod journal;
 pub mod lifecycle;
 pub mod local;
+pub mod quota;
 pub mod register;
 pub mod router;
 pub mod server;
@@ -145,6 +147,7 @@ pub async fn run(
         origin: opts.origin,
         pin_cwd: opts.pin_cwd.clone(),
         idle_exit: opts.idle_exit,
+        quota: quota::QuotaSource::new(cfg, token.clone()),
     };
     let (router, events) = router::Router::new(spec, journal, ropts);
     let nudge = router.status_nudge();

@@ -7,6 +7,7 @@
 //! Handlers are split by where a message comes from: [`from_client`] and [`from_agent`];
 //! [`agent`] is the link to the upstream process.
 
+mod account;
 mod agent;
 pub mod client;
 mod from_agent;
@@ -104,6 +105,15 @@ pub enum Event {
         id: Id,
         /// The listing.
         result: Value,
+    },
+    /// The bridge's own answer to a client's request, computed off the router (quota).
+    Answer {
+        /// Who asked.
+        client: ClientId,
+        /// Its request id.
+        id: Id,
+        /// The result or the error.
+        result: Result<Value, RpcError>,
     },
     /// `GET /status`: the listed sessions, from memory.
     Status(oneshot::Sender<Vec<SessionStatus>>),
@@ -214,6 +224,8 @@ pub struct Router {
     status_nudge: Arc<tokio::sync::Notify>,
     /// The listing's signature at the last poke ([`Router::status_signature`]).
     status_sig: u64,
+    /// Where `account/usage_stats` gets its payload.
+    quota: Arc<crate::quota::QuotaSource>,
 }
 
 /// How the router behaves beyond routing.
@@ -225,6 +237,8 @@ pub struct RouterOptions {
     pub pin_cwd: Option<std::path::PathBuf>,
     /// Exit after this long with no client and no turn (headless serve bridges).
     pub idle_exit: Option<std::time::Duration>,
+    /// Where `account/usage_stats` gets its payload (the hub, else the providers here).
+    pub quota: Arc<crate::quota::QuotaSource>,
 }
 
 impl Router {
@@ -254,6 +268,7 @@ impl Router {
             stop_at: None,
             status_nudge: Arc::new(tokio::sync::Notify::new()),
             status_sig: 0,
+            quota: opts.quota,
         };
         (router, events_tx)
     }
@@ -303,6 +318,7 @@ impl Router {
                     self.on_replay(client, &id, &session, base, result);
                 }
                 Event::Listed { client, id, result } => self.reply(client, &id, Ok(result)),
+                Event::Answer { client, id, result } => self.reply(client, &id, result),
                 Event::Status(reply) => {
                     let _ = reply.send(self.status());
                 }
