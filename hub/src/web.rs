@@ -74,6 +74,8 @@ const ASSETS: &[Asset] = &[
     Asset { path: "/js/composer.js", mime: JS, body: include_bytes!("../web/js/composer.js") },
     Asset { path: "/js/files.js", mime: JS, body: include_bytes!("../web/js/files.js") },
     Asset { path: "/js/push.js", mime: JS, body: include_bytes!("../web/js/push.js") },
+    Asset { path: "/js/quota.js", mime: JS, body: include_bytes!("../web/js/quota.js") },
+    Asset { path: "/quota.css", mime: "text/css; charset=utf-8", body: include_bytes!("../web/quota.css") },
 ];
 
 /// The strong validator of each asset, in [`ASSETS`] order.

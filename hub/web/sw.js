@@ -29,6 +29,8 @@ const SHELL = [
   '/js/composer.js',
   '/js/files.js',
   '/js/push.js',
+  '/js/quota.js',
+  '/quota.css',
 ];
 // How long a request for the shell waits for the hub before the cached copy is used (a tunnel
 // that hangs rather than refuses).

@@ -475,6 +475,7 @@ mod tests {
     fn contract_extensions_answer_under_their_underscore_spelling_too() {
         assert_eq!(contract_method("session/load_earlier"), "session/load_earlier");
         assert_eq!(contract_method("_session/load_earlier"), "session/load_earlier");
+        assert_eq!(contract_method("_account/usage_stats"), "account/usage_stats");
         // Other extensions stay extensions (the agent's), and only one `_` is taken.
         assert_eq!(contract_method("_demo/echo"), "_demo/echo");
         assert_eq!(contract_method("__session/load_earlier"), "__session/load_earlier");

@@ -9,6 +9,7 @@ import { pool } from './conn.js';
 import { projectsSection, browseSection } from './projects.js';
 import { notifyCard } from './push.js';
 import { composer } from './composer.js';
+import { quotaCard } from './quota.js';
 
 const POLL_MS = 4000;
 
@@ -28,7 +29,7 @@ export function homeView(root, app) {
     h('h2', { id: 'instances-h', text: 'Live sessions' }), h('p', { class: 'muted', text: 'Looking for instances…' }));
   const projects = projectsSection(app);
   const browse = browseSection(app);
-  clear(root, h('div', { class: 'home' }, waiting, live, projects.node, browse.node, notifyCard()));
+  clear(root, h('div', { class: 'home' }, waiting, live, quotaCard(), projects.node, browse.node, notifyCard()));
   app.setTitle('');
 
   let list = app.instances || null;
