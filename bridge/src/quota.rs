@@ -53,7 +53,7 @@ impl QuotaSource {
     /// The payload, or the JSON-RPC error for a query that could not run.
     pub async fn payload(&self) -> Result<Value, RpcError> {
         let failed = || RpcError::new(jsonrpc::INTERNAL_ERROR, "quota query failed; retry later");
-        match self.from_hub().await {
+        match self.ask_hub().await {
             FromHub::Payload(v) => Ok(v),
             FromHub::Failed => Err(failed()),
             FromHub::NoHub => {
@@ -68,7 +68,7 @@ impl QuotaSource {
         }
     }
 
-    async fn from_hub(&self) -> FromHub {
+    async fn ask_hub(&self) -> FromHub {
         let Some((host, port)) = crate::register::hub_addr(&self.cfg) else { return FromHub::NoHub };
         let connect = tokio::net::TcpStream::connect((host.as_str(), port));
         let Ok(Ok(tcp)) = tokio::time::timeout(CONNECT_TIMEOUT, connect).await else { return FromHub::NoHub };

@@ -200,10 +200,7 @@ fn commands(raw: &RawConfig, timeout: Duration) -> Result<Vec<CommandSpec>, Conf
             Some(Value::String(c)) if !c.trim().is_empty() => c.clone(),
             _ => return Err(raw.invalid(&format!("{key}.command"), "must be a non-empty string")),
         };
-        let args = match raw.strings(&format!("{key}.args"))? {
-            Some(a) => a,
-            None => Vec::new(),
-        };
+        let args: Vec<String> = raw.strings(&format!("{key}.args"))?.unwrap_or_default();
         let timeout = match raw.u64(&format!("{key}.timeoutMs"))? {
             Some(0) => return Err(raw.invalid(&format!("{key}.timeoutMs"), "must be at least 1")),
             Some(ms) => Duration::from_millis(ms),
