@@ -283,3 +283,28 @@ fn the_cli_card_on_a_terminal_has_colour() {
     assert!(text.contains("\x1b[38;2;"), "{text:?}");
     assert!(text.contains("███████\x1b[2m░░░░░░░░░░░░░"), "{text:?}");
 }
+
+#[test]
+fn watch_mode_refreshes_until_interrupted() {
+    use std::io::BufRead;
+    let home = Home::new();
+    let (glm, ollama) = (glm_vendor(Duration::ZERO), refusing());
+    let mut cmd = home.command(&["quota", "glm", "-w", "-i", "1"]);
+    for (k, v) in env(&glm, &ollama) {
+        match v.is_empty() {
+            true => cmd.env_remove(k),
+            false => cmd.env(k, v),
+        };
+    }
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).spawn().expect("zcode-acp quota -w");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = lines.next().and_then(Result::ok);
+    assert_eq!(first.as_deref(), Some("GLM Coding Plan (pro)"));
+    // The second card comes after the shortest period (`-i 1` is raised to 10 s), from a new query.
+    let again = lines.by_ref().map_while(Result::ok).find(|l| l == "GLM Coding Plan (pro)");
+    assert!(again.is_some(), "a second card");
+    assert_eq!(glm.hits.load(Ordering::SeqCst), 2, "each refresh asks the vendor again");
+    assert!(child.try_wait().expect("try_wait").is_none(), "-w keeps running");
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -50,7 +50,7 @@ pub fn run(cfg: &Config, opts: Options) -> anyhow::Result<ExitCode> {
         }
     };
     let watch = opts.watch || opts.interval.is_some();
-    let interval = Duration::from_secs(opts.interval.unwrap_or(DEFAULT_INTERVAL).max(MIN_INTERVAL));
+    let interval = interval(opts.interval);
     let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let color = tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -76,6 +76,11 @@ pub fn run(cfg: &Config, opts: Options) -> anyhow::Result<ExitCode> {
             println!();
         }
     }
+}
+
+/// The refresh period of `-w`: `-i SECS`, at least [`MIN_INTERVAL`], else [`DEFAULT_INTERVAL`].
+pub fn interval(asked: Option<u64>) -> Duration {
+    Duration::from_secs(asked.unwrap_or(DEFAULT_INTERVAL).max(MIN_INTERVAL))
 }
 
 fn any_success(payload: &Value) -> bool {

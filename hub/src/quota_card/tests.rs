@@ -72,3 +72,10 @@ fn failures_and_nothing_configured() {
     let (text, _) = render(&none, true, false, 0, &Zone::default());
     assert!(text.contains("not configured: set quota.glm.apiKey"), "{text}");
 }
+
+#[test]
+fn watch_refreshes_every_30_s_by_default_and_never_faster_than_10() {
+    assert_eq!(interval(None), Duration::from_secs(30));
+    assert_eq!(interval(Some(3)), Duration::from_secs(10));
+    assert_eq!(interval(Some(45)), Duration::from_secs(45));
+}

@@ -183,6 +183,22 @@ async fn a_slow_vendor_times_out_as_unavailable_and_no_secret_reaches_the_error(
 }
 
 #[tokio::test]
+async fn every_vendor_that_does_not_answer_in_time_is_unavailable() {
+    let v = vendor(|_| Reply { delay: Duration::from_secs(5), ..reply(200, "{}") }).await;
+    let o = Some(v.origin.clone());
+    let cfg = QuotaConfig {
+        timeout: Duration::from_millis(200),
+        test_origins: config::TestOrigins { glm: o.clone(), opencode: o.clone(), ollama: o },
+        ..opencode_cfg(&v.origin, ID, COOKIE)
+    };
+    let cfg = QuotaConfig { glm: glm_cfg("").glm, ollama: ollama_cfg("").ollama, ..cfg };
+    let p = Quota::new(&cfg).payload().await.expect("the query ran");
+    for name in BUILT_IN {
+        assert_eq!(p[name], Kind::Unavailable.section(), "{name}: {p}");
+    }
+}
+
+#[tokio::test]
 async fn plain_http_goes_to_loopback_only_and_bodies_are_capped() {
     fn call(url: &str) -> http::Call<'_> {
         http::Call { method: hyper::Method::GET, url, headers: vec![], body: None }
