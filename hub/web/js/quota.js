@@ -96,10 +96,13 @@ export function quotaCard() {
       clear(card, head(), ...shown.map((n) => providerBlock(n, payload[n])));
       card.hidden = !shown.length;
     } catch (e) {
-      // An older hub without the route, or no token: nothing to show here (the rest of the
-      // home screen says what is wrong with the hub).
-      if (e.kind === 'missing' || e.kind === 'auth') { card.hidden = true; return; }
-      clear(card, head(), h('p', { class: 'error', role: 'alert', text: e.message }));
+      // An older hub without the route, no token, or no hub at all: nothing to show here (the
+      // rest of the home screen says what is wrong with the hub).
+      if (['missing', 'auth', 'network', 'limited'].includes(e.kind)) { card.hidden = true; return; }
+      const text = e.status === 502
+        ? 'The plan quota could not be read right now (the query to the vendors failed): try again later.'
+        : e.message;
+      clear(card, head(), h('p', { class: 'error', role: 'alert', text }));
       card.hidden = false;
     } finally {
       busy = false;
