@@ -4,7 +4,7 @@
 // (local time), Ollama's spend, and for a failure the message its `kind` means. Providers that
 // are not configured are left out; with none configured (or a hub without the route) the card
 // stays hidden. Styles: /quota.css (the CSP allows no inline styles; widths are set through
-// the CSSOM).
+// the CSSOM). `data-state` on the card: `loaded` or `failed` once an answer was handled.
 
 import { h, clear } from './dom.js';
 import { getJson } from './api.js';
@@ -95,9 +95,11 @@ export function quotaCard() {
       const shown = names.filter((n) => payload && payload[n] && typeof payload[n] === 'object' && payload[n].kind !== 'not_configured');
       clear(card, head(), ...shown.map((n) => providerBlock(n, payload[n])));
       card.hidden = !shown.length;
+      card.dataset.state = 'loaded';
     } catch (e) {
       // An older hub without the route, no token, or no hub at all: nothing to show here (the
       // rest of the home screen says what is wrong with the hub).
+      card.dataset.state = 'failed';
       if (['missing', 'auth', 'network', 'limited'].includes(e.kind)) { card.hidden = true; return; }
       const text = e.status === 502
         ? 'The plan quota could not be read right now (the query to the vendors failed): try again later.'
