@@ -6,6 +6,7 @@
 //!   bounded by [`slots`] (connections) and [`stall`] (a remote client's writes).
 //! - [`settings`]: the loopback settings mount (`/settings/*`, `/backend/restart`).
 //! - [`register`]: registration and heartbeats with the hub (which it starts when none runs).
+//! - [`quota`]: where ACP `account/usage_stats` gets the plan quota (the hub, else itself).
 //! - [`local`]: the bridge's own `fs/*` and `terminal/*` service, confined to session directories.
 //! - [`chat`]: `zcode-acp chat`, a terminal ACP client on a bridge of its own.
 //! - [`demo`]: the built-in scripted ACP agent (the embedded default and the tests' fixture).
@@ -18,6 +19,7 @@ pub mod hooks;
 pub mod journal;
 pub mod lifecycle;
 pub mod local;
+pub mod quota;
 pub mod register;
 pub mod router;
 pub mod server;
@@ -155,6 +157,7 @@ pub async fn run(
         usage: usage.clone(),
         hooks_config: Some(cfg.paths.config_file.clone()),
         settings: Some(settings.clone()),
+        quota: quota::QuotaSource::new(cfg, token.clone()),
     };
     let (router, events) = router::Router::new(spec, journal, ropts);
     let nudge = router.status_nudge();

@@ -219,16 +219,8 @@ impl Ctx {
         }
     }
 
-    /// Where the hub listens: the configured host (loopback when it listens everywhere) and
-    /// the configured port, or the port file's when that is 0.
     fn hub_addr(&self) -> Option<(String, u16)> {
-        let r = &self.cfg.remote;
-        let host = match r.hub_host.parse::<IpAddr>() {
-            Ok(ip) if !ip.is_unspecified() => ip.to_string(),
-            Ok(_) => "127.0.0.1".to_owned(),
-            Err(_) => r.hub_host.clone(),
-        };
-        Some((host, self.cfg.hub_port_now()?))
+        hub_addr(&self.cfg)
     }
 
     /// POSTs `body` to the hub: its status, or why it was not (or could not be) sent.
@@ -287,8 +279,23 @@ enum Unsent {
     NotOurs,
 }
 
+/// Where the hub listens: the configured host (loopback when it listens everywhere) and
+/// the configured port, or the port file's when that is 0.
+pub(crate) fn hub_addr(cfg: &Config) -> Option<(String, u16)> {
+    let r = &cfg.remote;
+    let host = match r.hub_host.parse::<IpAddr>() {
+        Ok(ip) if !ip.is_unspecified() => ip.to_string(),
+        Ok(_) => "127.0.0.1".to_owned(),
+        Err(_) => r.hub_host.clone(),
+    };
+    Some((host, cfg.hub_port_now()?))
+}
+
 /// Whether the other end of `tcp` (the hub's `port`) belongs to this user.
-async fn verify(tcp: &tokio::net::TcpStream, port: u16) -> Result<(), zcode_shared::peer::PeerError> {
+pub(crate) async fn verify(
+    tcp: &tokio::net::TcpStream,
+    port: u16,
+) -> Result<(), zcode_shared::peer::PeerError> {
     let unknown = |reason: String| zcode_shared::peer::PeerError::Unknown { port, reason };
     let (local, peer) = (tcp.local_addr(), tcp.peer_addr());
     let (local, peer) =

@@ -17,6 +17,7 @@
 //! - [`daemon`]: one hub per home (the pid lock), the port file, housekeeping (prune, idle exit,
 //!   the token re-read after a rotation).
 //! - [`web`]: the web client's assets, served from memory.
+//! - [`quota_card`]: `zcode-acp quota`, the plan quota card in a terminal.
 //! - [`push`]: Web Push to the user's devices when a session waits for them (its keys and
 //!   subscriptions are the one state the hub keeps on disk, under `<data>/push/`).
 
@@ -26,6 +27,7 @@ pub mod daemon;
 pub mod http;
 pub mod launch;
 pub mod push;
+pub mod quota_card;
 pub mod registry;
 pub mod relay;
 pub mod routes;
@@ -80,6 +82,8 @@ pub struct Hub {
     pub relay: relay::Relays,
     /// Web Push: keys, subscriptions, the sender task.
     pub push: push::Push,
+    /// The plan quota providers and their caches ([`Hub::quota`]).
+    quota: Mutex<Arc<zcode_shared::quota::Quota>>,
     /// Cancelled to stop the hub (signal, idle exit).
     pub shutdown: CancellationToken,
     /// Every connection task and relay (a relay holds a token), so shutdown can wait for them.
@@ -100,6 +104,7 @@ impl Hub {
         let store = catalog::Catalog::start(cfg.paths.data_dir.clone())?;
         let live = zcode_shared::config::Live::watch(cfg.clone(), Box::new(zcode_shared::env::ProcessEnv));
         let push = push::Push::new(cfg.paths.data_dir.join("push"), cfg.remote.push_subject.clone());
+        let quota = Mutex::new(zcode_shared::quota::Quota::new(&cfg.quota));
         Ok(Arc::new(Hub {
             cfg,
             live,
@@ -111,6 +116,7 @@ impl Hub {
             relays: AtomicUsize::new(0),
             relay,
             push,
+            quota,
             shutdown,
             tracker: TaskTracker::new(),
         }))
@@ -124,6 +130,17 @@ impl Hub {
     /// The configuration as it is now (re-read when `config.json` changes).
     pub fn config(&self) -> Arc<Config> {
         self.live.get()
+    }
+
+    /// The quota providers of the configuration as it is now: the same ones (and caches) while
+    /// `quota` in `config.json` is unchanged, new ones when it changed.
+    pub fn quota(&self) -> Arc<zcode_shared::quota::Quota> {
+        let cfg = self.config();
+        let mut q = self.quota.lock().unwrap_or_else(|p| p.into_inner());
+        if q.config() != &cfg.quota {
+            *q = zcode_shared::quota::Quota::new(&cfg.quota);
+        }
+        q.clone()
     }
 
     fn limiter(&self) -> MutexGuard<'_, auth::Limiter> {

@@ -99,6 +99,22 @@ enum Command {
         #[arg(long)]
         public_url: Option<String>,
     },
+    /// Plan quota of the configured coding plans (GLM, OpenCode Go, Ollama Cloud, commands):
+    /// one card section per configured provider; exit status 1 when none answered
+    #[command(after_long_help = QUOTA_HELP)]
+    Quota {
+        /// Only this provider: glm, go (OpenCode Go), ollama, or a configured command's name
+        provider: Option<String>,
+        /// Refresh until interrupted (every 30 s, or --interval)
+        #[arg(short, long)]
+        watch: bool,
+        /// Seconds between refreshes (at least 10; implies --watch)
+        #[arg(short, long, value_name = "SECS")]
+        interval: Option<u64>,
+        /// Print the JSON payload (the same as GET /api/quota) instead of the card
+        #[arg(long)]
+        json: bool,
+    },
     /// The built-in scripted ACP agent on stdio (the default agent and the tests' fixture)
     #[command(after_long_help = zcode_bridge::demo::KEYWORDS_HELP)]
     DemoAgent {
@@ -123,8 +139,25 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Up { public_url, tunnel, agent_name, agent } => up(public_url, tunnel, agent_name, agent),
         Command::Stop => stop::stop(),
         Command::TunnelExec { parent, command } => tunnel::exec_tool(parent, &command),
+        Command::Quota { provider, watch, interval, json } => {
+            let cfg = Config::load()?;
+            if cfg.debug {
+                zcode_shared::logging::init(true);
+            }
+            zcode_hub::quota_card::run(
+                &cfg,
+                zcode_hub::quota_card::Options { provider, watch, interval, json },
+            )
+        }
     }
 }
+
+const QUOTA_HELP: &str = "Credentials (environment over config.json):
+  GLM          ZCODE_ACP_GLM_API_KEY, ZCODE_ACP_GLM_BASE_URL   quota.glm.apiKey, quota.glm.baseUrl
+  OpenCode Go  OPENCODE_GO_WORKSPACE_ID, OPENCODE_GO_AUTH_COOKIE  quota.opencode.workspaceId, .authCookie
+  Ollama       OLLAMA_API_KEY                                   quota.ollama.apiKey
+  Commands     quota.commands.NAME = {command, args, timeoutMs}: prints one section's JSON
+Each vendor call has an 8 s limit (quota.timeoutMs / ZCODE_ACP_QUOTA_TIMEOUT_MS).";
 
 fn demo_agent(delay_ms: u64, resume_only: bool) -> anyhow::Result<ExitCode> {
     // The demo agent needs only the paths: a broken config.json must not break an editor's agent.

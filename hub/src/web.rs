@@ -84,6 +84,8 @@ const ASSETS: &[Asset] = &[
         mime: "text/css; charset=utf-8",
         body: include_bytes!("../web/settings.css"),
     },
+    Asset { path: "/js/quota.js", mime: JS, body: include_bytes!("../web/js/quota.js") },
+    Asset { path: "/quota.css", mime: "text/css; charset=utf-8", body: include_bytes!("../web/quota.css") },
 ];
 
 /// The strong validator of each asset, in [`ASSETS`] order.

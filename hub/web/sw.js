@@ -44,6 +44,8 @@ const SHELL = [
   '/js/hooks_settings.js',
   '/js/settings.js',
   '/settings.css',
+  '/js/quota.js',
+  '/quota.css',
 ];
 // How long a request for the shell waits for the hub before the cached copy is used (a tunnel
 // that hangs rather than refuses).

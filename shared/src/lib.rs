@@ -6,6 +6,7 @@
 //! - [`config`]: the one config struct, environment over file over default.
 //! - [`token`]: the remote token, its generation and rotation.
 //! - [`peer`]: which user holds the other end of a local TCP connection.
+//! - [`quota`]: plan quota providers and their caches (`/api/quota`, `account/usage_stats`).
 //! - [`registration`]: the payload a bridge registers with (both sides' one definition).
 //! - [`logging`]: tracing setup (stderr only: stdout carries ACP).
 //! - [`time`]: epoch milliseconds and ISO 8601.
@@ -20,6 +21,7 @@ pub mod jsonrpc;
 pub mod logging;
 pub mod paths;
 pub mod peer;
+pub mod quota;
 pub mod registration;
 pub mod rlimit;
 pub mod settings;

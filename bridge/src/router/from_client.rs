@@ -45,6 +45,7 @@ impl Router {
             "session/load" | "session/resume" => self.on_load(client, id, msg),
             "session/prompt" => self.on_prompt(client, id, msg),
             "session/load_earlier" => self.on_load_earlier(client, id, &msg),
+            "account/usage_stats" => self.on_usage_stats(client, id),
             _ => self.forward_scoped(client, id, msg),
         }
     }
@@ -470,7 +471,7 @@ pub(super) const PROTOCOL_VERSION: u64 = 1;
 
 /// The contract's extension methods (REMOTE-CLIENTS.md). Each is also answered under its
 /// `_`-prefixed spelling, the only one an ACP SDK's extension call can send.
-const CONTRACT_EXTENSIONS: &[&str] = &["session/load_earlier"];
+const CONTRACT_EXTENSIONS: &[&str] = &["session/load_earlier", "account/usage_stats"];
 
 /// The method a request names, with a contract extension's `_` spelling mapped to its
 /// contract name; any other method as is (other `_` methods go to the agent untouched).
@@ -501,6 +502,7 @@ mod tests {
     fn contract_extensions_answer_under_their_underscore_spelling_too() {
         assert_eq!(contract_method("session/load_earlier"), "session/load_earlier");
         assert_eq!(contract_method("_session/load_earlier"), "session/load_earlier");
+        assert_eq!(contract_method("_account/usage_stats"), "account/usage_stats");
         // Other extensions stay extensions (the agent's), and only one `_` is taken.
         assert_eq!(contract_method("_demo/echo"), "_demo/echo");
         assert_eq!(contract_method("__session/load_earlier"), "__session/load_earlier");

@@ -7,6 +7,7 @@
 //! Handlers are split by where a message comes from: [`from_client`] and [`from_agent`];
 //! [`agent`] is the link to the upstream process.
 
+mod account;
 mod agent;
 pub mod client;
 mod from_agent;
@@ -109,6 +110,15 @@ pub enum Event {
         id: Id,
         /// The listing.
         result: Value,
+    },
+    /// The bridge's own answer to a client's request, computed off the router (quota).
+    Answer {
+        /// Who asked.
+        client: ClientId,
+        /// Its request id.
+        id: Id,
+        /// The result or the error.
+        result: Result<Value, RpcError>,
     },
     /// `GET /status`: the listed sessions, from memory.
     Status(oneshot::Sender<Vec<SessionStatus>>),
@@ -229,6 +239,8 @@ pub struct Router {
     hooks: hooks::Gate,
     /// MCP servers and default model from the settings, pending restarts, backend restart.
     settings: settings::SettingsState,
+    /// Where `account/usage_stats` gets its payload.
+    quota: Arc<crate::quota::QuotaSource>,
 }
 
 /// How the router behaves beyond routing.
@@ -246,6 +258,8 @@ pub struct RouterOptions {
     pub hooks_config: Option<std::path::PathBuf>,
     /// Where the settings API's files are (`None`: the bridge adds no settings).
     pub settings: Option<zcode_shared::settings::Settings>,
+    /// Where `account/usage_stats` gets its payload (the hub, else the providers here).
+    pub quota: Arc<crate::quota::QuotaSource>,
 }
 
 impl Router {
@@ -278,6 +292,7 @@ impl Router {
             usage: crate::usage::Tracker::new(opts.usage),
             hooks: hooks::Gate::new(opts.hooks_config),
             settings: settings::SettingsState::new(opts.settings),
+            quota: opts.quota,
         };
         (router, events_tx)
     }
@@ -332,6 +347,7 @@ impl Router {
                     self.on_replay(client, &id, &session, base, result);
                 }
                 Event::Listed { client, id, result } => self.reply(client, &id, Ok(result)),
+                Event::Answer { client, id, result } => self.reply(client, &id, result),
                 Event::Status(reply) => {
                     let _ = reply.send(self.status());
                 }

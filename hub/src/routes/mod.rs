@@ -14,6 +14,7 @@
 //! | `* /api/instances/{id}/{rest}` | [`instance_relay`] (to the bridge's `/{rest}`) |
 //! | `POST /api/instances` | [`create`] (a new bridge for a project) |
 //! | `GET /api/projects`, `GET /api/projects/sessions`, `POST /api/projects/delete`, `GET /api/fs/list` | [`projects`] |
+//! | `GET /api/quota`, `GET /api/settings/quota` | [`quota`] |
 //! | `GET /api/push/vapid-public-key`, `POST|DELETE /api/push/subscriptions` | [`push`] |
 //! | `GET /api/settings/usage` | [`usage`] |
 //! | `GET /api/settings/hooks`, `PUT /api/settings/hooks/{event}/{index}`, `POST /api/settings/hooks/enabled` | [`settings_hooks`] |
@@ -27,6 +28,7 @@ pub mod instance_relay;
 pub mod instances;
 pub mod projects;
 pub mod push;
+pub mod quota;
 pub mod register;
 pub mod usage;
 pub mod settings_hooks;
@@ -116,6 +118,7 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         (&Method::POST, "/api/projects/delete") => return projects::delete(req, hub).await,
         (&Method::GET, "/api/fs/list") => return projects::fs_list(&req, hub).await,
         (&Method::GET, "/api/settings/usage") => return usage::usage(&req, hub).await,
+        (&Method::GET, "/api/quota" | "/api/settings/quota") => return quota::quota(hub).await,
         (&Method::GET, "/api/push/vapid-public-key") => return push::vapid_public_key(hub),
         (&Method::POST, "/api/push/subscriptions") => return push::subscribe(req, hub).await,
         (&Method::DELETE, "/api/push/subscriptions") => return push::unsubscribe(req, hub).await,

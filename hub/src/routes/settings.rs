@@ -17,8 +17,6 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `* /api/settings/{rest}`.
 pub async fn route(req: Request<Incoming>, hub: &Arc<Hub>, rest: &str) -> Resp {
-    // HOOK (quota, not built here): `GET /api/settings/quota` must answer what `/api/quota`
-    // answers; until that route exists it falls through to the shared 404.
     let method = req.method().as_str().to_owned();
     let query = req.uri().query().map(str::to_owned);
     let rest = rest.to_owned();

@@ -10,6 +10,7 @@ import { projectsSection, browseSection } from './projects.js';
 import { notifyCard } from './push.js';
 import { composer } from './composer.js';
 import { usageLink } from './usage.js';
+import { quotaCard } from './quota.js';
 
 const POLL_MS = 4000;
 
@@ -35,7 +36,7 @@ export function homeView(root, app) {
     h('h2', { id: 'instances-h', text: 'Live sessions' }), h('p', { class: 'muted', text: 'Looking for instances…' }));
   const projects = projectsSection(app);
   const browse = browseSection(app);
-  clear(root, h('div', { class: 'home' }, waiting, live, projects.node, browse.node, notifyCard(), usageLink()));
+  clear(root, h('div', { class: 'home' }, waiting, live, quotaCard(), projects.node, browse.node, notifyCard(), usageLink()));
   app.setTitle('');
 
   let list = app.instances || null;

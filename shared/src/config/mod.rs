@@ -39,6 +39,8 @@ pub struct Config {
     pub debug: bool,
     /// The most messages the journal keeps per session (older whole turns are dropped).
     pub journal_max_messages: u64,
+    /// `quota`: the plan-quota providers' credentials and limits.
+    pub quota: crate::quota::QuotaConfig,
 }
 
 /// Default of [`Config::journal_max_messages`].
@@ -284,7 +286,8 @@ impl Config {
             })?,
             None => raw.u64("journal.maxMessages")?.unwrap_or(DEFAULT_JOURNAL_MAX_MESSAGES),
         };
-        Ok(Config { paths, remote, agents: agents(raw)?, timings, debug, journal_max_messages })
+        let quota = crate::quota::QuotaConfig::from_parts(raw, env)?;
+        Ok(Config { paths, remote, agents: agents(raw)?, timings, debug, journal_max_messages, quota })
     }
 }
 

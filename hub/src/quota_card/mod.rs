@@ -1,0 +1,245 @@
+//! `zcode-acp quota [glm|go|ollama|NAME] [-w] [-i SECS] [--json]`: the plan quota card. One
+//! section per configured provider (unconfigured ones are left out), one line per window: a
+//! 20-cell bar, the percentage used, the reset time in local time; a failure is one line that
+//! says what to do. Colours (green → yellow → red by use) only on a terminal (and not with
+//! `NO_COLOR`). Exit status 1 when no provider answered.
+//!
+//! The providers run in this process (`zcode_shared::quota`, the same code as the hub's).
+
+pub mod localtime;
+
+use localtime::Zone;
+use serde_json::{Map, Value};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+use zcode_shared::config::Config;
+use zcode_shared::quota::{Kind, Quota};
+
+/// The shortest refresh period of `-w`.
+pub const MIN_INTERVAL: u64 = 10;
+/// The default refresh period of `-w`.
+pub const DEFAULT_INTERVAL: u64 = 30;
+/// Cells in a bar.
+const CELLS: usize = 20;
+
+/// What the command line asked for.
+pub struct Options {
+    /// One section (`glm`, `go`/`opencode`, `ollama` or a command's name), or all.
+    pub provider: Option<String>,
+    /// Refresh until interrupted.
+    pub watch: bool,
+    /// Seconds between refreshes (at least [`MIN_INTERVAL`]).
+    pub interval: Option<u64>,
+    /// Print the payload instead of the card.
+    pub json: bool,
+}
+
+/// Runs the command.
+pub fn run(cfg: &Config, opts: Options) -> anyhow::Result<ExitCode> {
+    let quota = Quota::new(&cfg.quota);
+    let only = match opts.provider.as_deref() {
+        None => Vec::new(),
+        Some("go") => vec!["opencode".to_owned()],
+        Some(name) if quota.names().iter().any(|n| n == name) => vec![name.to_owned()],
+        Some(name) => {
+            let names = quota.names().join(", ");
+            eprintln!("zcode-acp quota: no provider named {name:?} (known: {names}; `go` is opencode)");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let watch = opts.watch || opts.interval.is_some();
+    let interval = interval(opts.interval);
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let color = tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    loop {
+        let payload = rt.block_on(quota.sections(&only)).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let zone = Zone::local();
+        let (text, answered) = match opts.json {
+            true => (format!("{payload:#}\n"), any_success(&payload)),
+            false => render(&payload, !only.is_empty(), color, zcode_shared::time::now_ms(), &zone),
+        };
+        let mut out = std::io::stdout().lock();
+        if watch && tty {
+            let _ = out.write_all(b"\x1b[H\x1b[2J");
+        }
+        out.write_all(text.as_bytes())?;
+        out.flush()?;
+        drop(out);
+        if !watch {
+            return Ok(if answered { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+        }
+        std::thread::sleep(interval);
+        if !tty {
+            println!();
+        }
+    }
+}
+
+/// The refresh period of `-w`: `-i SECS`, at least [`MIN_INTERVAL`], else [`DEFAULT_INTERVAL`].
+pub fn interval(asked: Option<u64>) -> Duration {
+    Duration::from_secs(asked.unwrap_or(DEFAULT_INTERVAL).max(MIN_INTERVAL))
+}
+
+fn any_success(payload: &Value) -> bool {
+    payload.as_object().is_some_and(|o| o.values().any(|s| s["kind"] == "success"))
+}
+
+/// The card for `payload` at `now` (epoch ms) in `zone`, and whether any provider answered.
+/// `asked`: a single provider was asked for by name (shown even when not configured).
+pub fn render(payload: &Value, asked: bool, color: bool, now: u64, zone: &Zone) -> (String, bool) {
+    let mut out = String::new();
+    let empty = Map::new();
+    let sections = payload.as_object().unwrap_or(&empty);
+    // The built-ins in the contract's order, then the commands (the map itself is sorted).
+    let built_in = zcode_shared::quota::BUILT_IN.iter().filter_map(|n| sections.get_key_value(*n));
+    let others = sections.iter().filter(|(n, _)| !zcode_shared::quota::BUILT_IN.contains(&n.as_str()));
+    for (name, s) in built_in.chain(others) {
+        let kind = s["kind"].as_str().and_then(Kind::parse).unwrap_or(Kind::Unavailable);
+        if kind == Kind::NotConfigured && !asked {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        let title = title(name, s);
+        let _ = writeln!(out, "{}", if color { format!("\x1b[1m{title}\x1b[0m") } else { title });
+        match kind {
+            Kind::Success => {
+                let rows = s["items"].as_array().or(s["windows"].as_array()).cloned().unwrap_or_default();
+                for row in &rows {
+                    out.push_str(&line(row, color, now, zone));
+                }
+                if let Some(u) = s.get("usage") {
+                    out.push_str(&spend(u));
+                }
+                if rows.is_empty() && s.get("usage").is_none() {
+                    out.push_str("  no usage windows reported\n");
+                }
+            }
+            other => {
+                let _ = writeln!(out, "  {}", failure(name, other));
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push_str(
+            "no quota provider is configured: set quota.glm.apiKey, quota.opencode, quota.ollama.apiKey \
+             or quota.commands in config.json (or ZCODE_ACP_GLM_API_KEY, OPENCODE_GO_WORKSPACE_ID + \
+             OPENCODE_GO_AUTH_COOKIE, OLLAMA_API_KEY)\n",
+        );
+    }
+    (out, any_success(payload))
+}
+
+fn title(name: &str, s: &Value) -> String {
+    let base = match name {
+        "glm" => "GLM Coding Plan",
+        "opencode" => "OpenCode Go",
+        "ollama" => "Ollama Cloud",
+        other => other,
+    };
+    let plan = s["level"].as_str().or(s["usage"]["plan"].as_str()).map(zcode_shared::text::strip_controls);
+    match plan {
+        Some(p) if !p.is_empty() => format!("{} ({p})", zcode_shared::text::strip_controls(base)),
+        _ => zcode_shared::text::strip_controls(base),
+    }
+}
+
+/// What a failure means, and what to do about it.
+fn failure(name: &str, kind: Kind) -> String {
+    match kind {
+        Kind::AuthError => {
+            let hint = match name {
+                "glm" => "quota.glm.apiKey or ZCODE_ACP_GLM_API_KEY",
+                "opencode" => "OPENCODE_GO_WORKSPACE_ID and OPENCODE_GO_AUTH_COOKIE (or quota.opencode)",
+                "ollama" => "OLLAMA_API_KEY or quota.ollama.apiKey",
+                _ => "the credentials its command uses",
+            };
+            format!("credentials refused or expired: check {hint}")
+        }
+        Kind::RateLimited => "rate limited by the vendor: try again in a minute".into(),
+        Kind::NotConfigured => match name {
+            "glm" => "not configured: set quota.glm.apiKey or ZCODE_ACP_GLM_API_KEY".into(),
+            "opencode" => "not configured: set OPENCODE_GO_WORKSPACE_ID and OPENCODE_GO_AUTH_COOKIE".into(),
+            "ollama" => "not configured: set OLLAMA_API_KEY or quota.ollama.apiKey".into(),
+            _ => "not configured".into(),
+        },
+        Kind::Success | Kind::Unavailable => {
+            "unavailable: no usable answer from the vendor in time; try again later".into()
+        }
+    }
+}
+
+/// One window: `  5h     ███████░░░░░░░░░░░░░  35%  resets 14:00 CEST`.
+fn line(row: &Value, color: bool, now: u64, zone: &Zone) -> String {
+    let label =
+        zcode_shared::text::strip_controls(row["label"].as_str().or(row["key"].as_str()).unwrap_or("?"));
+    let pct = row["usedPercent"].as_f64().or(row["usagePercent"].as_f64()).unwrap_or(0.0).clamp(0.0, 100.0);
+    let filled = ((pct / 100.0 * CELLS as f64).round() as usize).min(CELLS);
+    let bar = "█".repeat(filled);
+    let rest = "░".repeat(CELLS - filled);
+    let shown = if pct.fract() == 0.0 { format!("{pct:.0}%") } else { format!("{pct:.1}%") };
+    let (bar, shown) = match color {
+        true => {
+            let (r, g, b) = shade(pct);
+            (
+                format!("\x1b[38;2;{r};{g};{b}m{bar}\x1b[2m{rest}\x1b[0m"),
+                format!("\x1b[38;2;{r};{g};{b}m{shown:>5}\x1b[0m"),
+            )
+        }
+        false => (format!("{bar}{rest}"), format!("{shown:>5}")),
+    };
+    let mut s = format!("  {label:<6} {bar} {shown}");
+    if let (Some(u), Some(t)) = (row["usedCount"].as_u64(), row["totalCount"].as_u64()) {
+        let _ = write!(s, "  {u}/{t}");
+    }
+    if let Some(at) = row["nextResetTime"].as_u64().or(row["resetsAt"].as_u64()) {
+        let _ = write!(s, "  resets {}", local(at, now, zone));
+    }
+    s.push('\n');
+    s
+}
+
+/// Ollama's spend line.
+fn spend(u: &Value) -> String {
+    let Some(spent) = u["usageUsd"].as_f64() else { return String::new() };
+    let of = u["creditUsd"].as_f64().map_or_else(String::new, |c| format!(" of ${c:.0}"));
+    let reqs = u["requestCount"].as_u64().unwrap_or(0);
+    format!("  spent ${spent:.2}{of} in 30 days, {reqs} requests\n")
+}
+
+/// Green (0 %) through yellow (50 %) to red (100 %).
+fn shade(pct: f64) -> (u8, u8, u8) {
+    let (green, yellow, red) = ((63.0, 185.0, 80.0), (210.0, 153.0, 34.0), (248.0, 81.0, 73.0));
+    let mix = |a: (f64, f64, f64), b: (f64, f64, f64), t: f64| {
+        ((a.0 + (b.0 - a.0) * t) as u8, (a.1 + (b.1 - a.1) * t) as u8, (a.2 + (b.2 - a.2) * t) as u8)
+    };
+    if pct <= 50.0 { mix(green, yellow, pct / 50.0) } else { mix(yellow, red, (pct - 50.0) / 50.0) }
+}
+
+/// `14:00 CEST` today, else `Fri 18 Aug 14:00 CEST`.
+pub fn local(at_ms: u64, now_ms: u64, zone: &Zone) -> String {
+    let shift = |ms: u64| {
+        let (off, _) = zone.at((ms / 1000) as i64);
+        (ms as i64 + off * 1000).max(0) as u64
+    };
+    let (at, now) = (shift(at_ms), shift(now_ms));
+    let iso = zcode_shared::time::iso8601(at);
+    let (_, abbr) = zone.at((at_ms / 1000) as i64);
+    let hm = &iso[11..16];
+    if at / 86_400_000 == now / 86_400_000 {
+        return format!("{hm} {abbr}");
+    }
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] =
+        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let day = DAYS[((at / 86_400_000) % 7) as usize];
+    let month = iso[5..7].parse::<usize>().ok().and_then(|m| MONTHS.get(m.wrapping_sub(1))).unwrap_or(&"?");
+    format!("{day} {} {month} {hm} {abbr}", iso[8..10].trim_start_matches('0'))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,107 @@
+//! Any other vendor: a user-configured command (`quota.commands.<name>`) that prints one
+//! section's JSON, `{kind, items|windows, …}`. It runs without a shell, stdin closed, stderr
+//! discarded, in its own process group, which is killed when it overruns its timeout or its
+//! output passes [`OUTPUT_CAP`]. Anything but one JSON object with a known `kind` (and, for
+//! `success`, an `items` or `windows` array) is `unavailable`.
+
+use super::{CommandSpec, Fetch, Kind, Provider};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde_json::Value;
+use std::process::Stdio;
+use tokio::io::AsyncReadExt;
+
+/// The most bytes of output read.
+pub const OUTPUT_CAP: usize = 256 * 1024;
+
+/// A command provider.
+pub struct CommandProvider {
+    spec: CommandSpec,
+}
+
+impl CommandProvider {
+    /// The provider for `spec`.
+    pub fn new(spec: CommandSpec) -> CommandProvider {
+        CommandProvider { spec }
+    }
+}
+
+impl Provider for CommandProvider {
+    fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    fn fetch(&self) -> Fetch<'_> {
+        Box::pin(async move {
+            match run(&self.spec).await {
+                Ok(out) => section(&out),
+                Err(why) => {
+                    tracing::warn!(provider = %self.spec.name, "quota command: {why}");
+                    Kind::Unavailable.section()
+                }
+            }
+        })
+    }
+}
+
+/// The command's output (at most [`OUTPUT_CAP`] bytes), or why there is none.
+async fn run(spec: &CommandSpec) -> Result<Vec<u8>, String> {
+    let mut child = tokio::process::Command::new(&spec.command)
+        .args(&spec.args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start {:?}: {e}", spec.command))?;
+    let group = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    let kill_group = || {
+        if let Some(g) = group {
+            let _ = killpg(g, Signal::SIGKILL);
+        }
+    };
+    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+    let read = async {
+        let mut out = Vec::new();
+        let n = (&mut stdout).take(OUTPUT_CAP as u64 + 1).read_to_end(&mut out).await;
+        n.map(|_| out).map_err(|e| format!("reading its output: {e}"))
+    };
+    let out = match tokio::time::timeout(spec.timeout, read).await {
+        Ok(r) => r,
+        Err(_) => {
+            kill_group();
+            let _ = child.wait().await;
+            return Err(format!("no answer within {} ms: killed", spec.timeout.as_millis()));
+        }
+    };
+    let out = match out {
+        Ok(o) if o.len() > OUTPUT_CAP => {
+            kill_group();
+            let _ = child.wait().await;
+            return Err(format!("more than {OUTPUT_CAP} bytes of output: killed"));
+        }
+        other => other?,
+    };
+    // Its output is complete; whatever it left running in its group goes with it.
+    match tokio::time::timeout(spec.timeout, child.wait()).await {
+        Ok(_) => kill_group(),
+        Err(_) => {
+            kill_group();
+            let _ = child.wait().await;
+        }
+    }
+    Ok(out)
+}
+
+/// The section a command printed, or unavailable.
+pub fn section(out: &[u8]) -> Value {
+    let Ok(v) = serde_json::from_slice::<Value>(out) else { return Kind::Unavailable.section() };
+    let kind = v.get("kind").and_then(Value::as_str).and_then(Kind::parse);
+    let lists = ["items", "windows"].iter().any(|k| v.get(k).is_some_and(Value::is_array));
+    match kind {
+        Some(Kind::Success) if lists => v,
+        Some(Kind::Success) | None => Kind::Unavailable.section(),
+        Some(k) => k.section(),
+    }
+}
