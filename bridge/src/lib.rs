@@ -6,12 +6,14 @@
 //!   bounded by [`slots`] (connections) and [`stall`] (a remote client's writes).
 //! - [`register`]: registration and heartbeats with the hub (which it starts when none runs).
 //! - [`local`]: the bridge's own `fs/*` and `terminal/*` service, confined to session directories.
+//! - [`glance`]: `/attention` and `/turns`, what the hub's inbox and turn board read.
 //! - [`chat`]: `zcode-acp chat`, a terminal ACP client on a bridge of its own.
 //! - [`demo`]: the built-in scripted ACP agent (the embedded default and the tests' fixture).
 
 pub mod chat;
 pub mod demo;
 pub mod files;
+pub mod glance;
 pub mod journal;
 pub mod lifecycle;
 pub mod local;

@@ -11,6 +11,7 @@ mod agent;
 pub mod client;
 mod from_agent;
 mod from_client;
+mod glance;
 mod lifecycle;
 mod listing;
 mod replay;
@@ -18,6 +19,7 @@ mod session;
 
 pub use agent::AgentSpec;
 pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
+pub use glance::{Glance, PendingRow, TurnRow};
 pub use lifecycle::{Lifecycle, LifecycleReply};
 
 use crate::journal::{Journal, ReadError, Slice};
@@ -107,6 +109,8 @@ pub enum Event {
     },
     /// `GET /status`: the listed sessions, from memory.
     Status(oneshot::Sender<Vec<SessionStatus>>),
+    /// `GET /attention`, `GET /turns`: pending requests and turns, from memory.
+    Glance(oneshot::Sender<Glance>),
     /// Close, rename or delete a session (the loopback lifecycle routes).
     Lifecycle {
         /// The session.
@@ -177,6 +181,8 @@ struct AgentRequest {
     copies: Vec<ClientId>,
     /// `true`: to every attached client, first answer wins. `false`: to the editor only.
     broadcast: bool,
+    /// When it arrived, epoch ms.
+    since: u64,
 }
 
 /// Unknown-session updates held until the session appears (bounded).
@@ -305,6 +311,9 @@ impl Router {
                 Event::Listed { client, id, result } => self.reply(client, &id, Ok(result)),
                 Event::Status(reply) => {
                     let _ = reply.send(self.status());
+                }
+                Event::Glance(reply) => {
+                    let _ = reply.send(self.glance());
                 }
                 Event::Lifecycle { session, op, reply } => self.on_lifecycle(&session, op, reply),
                 Event::SessionRoot { session, reply } => {

@@ -16,6 +16,8 @@ pub struct QueuedPrompt {
     pub id: Id,
     /// The request as received.
     pub msg: RawMessage,
+    /// When it was queued, epoch ms.
+    pub queued_at: u64,
 }
 
 /// Where the session stands with the upstream agent.
@@ -47,6 +49,8 @@ pub struct Session {
     pub turns: u64,
     /// A turn is in flight (until the agent answers its prompt, even after a cancel).
     pub running: bool,
+    /// When the running turn's prompt went to the agent (epoch ms), and who sent it.
+    pub running_since: Option<(u64, ClientId)>,
     /// Prompts waiting, FIFO.
     pub queue: VecDeque<QueuedPrompt>,
     /// Upstream state.
@@ -80,6 +84,7 @@ impl Session {
             updated_at: zcode_shared::time::now_ms(),
             turns: 0,
             running: false,
+            running_since: None,
             queue: VecDeque::new(),
             upstream,
             deferred: Vec::new(),

@@ -15,6 +15,8 @@
 //! | `POST /api/instances` | [`create`] (a new bridge for a project) |
 //! | `GET /api/projects`, `GET /api/projects/sessions`, `POST /api/projects/delete`, `GET /api/fs/list` | [`projects`] |
 //! | `GET /api/push/vapid-public-key`, `POST|DELETE /api/push/subscriptions` | [`push`] |
+//! | `GET /api/version`, `POST /api/upgrade` | [`crate::version`], [`crate::upgrade`] |
+//! | `GET /api/attention` | [`crate::attention`] |
 //! | `GET /acp?instance={id}` (WebSocket) | [`acp`] |
 //! | `GET|HEAD` of any other path (no token) | [`crate::web`]: the web client |
 
@@ -112,6 +114,9 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         (&Method::GET, "/api/push/vapid-public-key") => return push::vapid_public_key(hub),
         (&Method::POST, "/api/push/subscriptions") => return push::subscribe(req, hub).await,
         (&Method::DELETE, "/api/push/subscriptions") => return push::unsubscribe(req, hub).await,
+        (&Method::GET, "/api/version") => return crate::version::get(hub).await,
+        (&Method::GET, "/api/attention") => return crate::attention::get(hub).await,
+        (&Method::POST, "/api/upgrade") => return crate::upgrade::post(hub).await,
         _ => {}
     }
     if let Some(tail) = path.strip_prefix("/api/instances/") {
