@@ -18,6 +18,7 @@
 //!   the token re-read after a rotation).
 //! - [`web`]: the web client's assets, served from memory.
 //! - [`attention`]: the machine-wide inbox of pending permissions and elicitations.
+//! - [`overview`]: the machine's turn board (`GET /api/workflow-overview`).
 //! - [`version`]: what the running hub is (version, fingerprint, start, the machine's id).
 //! - [`upgrade`]: self-upgrade onto a newer binary on disk (`POST /api/upgrade`).
 //! - [`push`]: Web Push to the user's devices when a session waits for them (its keys and
@@ -29,6 +30,7 @@ pub mod catalog;
 pub mod daemon;
 pub mod http;
 pub mod launch;
+pub mod overview;
 pub mod push;
 pub mod registry;
 pub mod relay;

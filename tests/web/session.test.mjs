@@ -293,6 +293,76 @@ describe('session screen', () => {
     await desk.close();
   });
 
+  /** Answers `page`'s status route with `sid` forever running (a status that lags behind). */
+  async function staleStatus(page, sid) {
+    await page.context().route(/\/api\/instances\/[^/]+\/status$/, (route) => route.fulfill({
+      status: 200, contentType: 'application/json',
+      body: JSON.stringify({ sessions: [{ sessionId: sid, status: 'running', title: 'long' }] }),
+    }));
+  }
+
+  it('one phone cancels: the other loses its Stop button from the turn-end record and a reload there says "stopped: cancelled"', async () => {
+    const a = await phonePage();
+    const b = await phonePage();
+    const sid = await demo.newSession(stack.project);
+    await openSession(a.page, demo, sid);
+    await openSession(b.page, demo, sid);
+    // From here on B's status route would say "running" forever: only the bridge's record
+    // can tell B that the turn is over.
+    await staleStatus(b.page, sid);
+    await send(a.page, 'long');
+    await b.page.locator('#cancel').waitFor();
+    await b.page.locator('#transcript > .msg.agent', { hasText: 'tick 2 ' }).waitFor();
+    await a.page.click('#cancel');
+    await idle(a.page);
+    await idle(b.page);
+    await b.page.locator('.msg.user .status', { hasText: 'stopped: cancelled' }).waitFor();
+    const plan = b.page.locator('#transcript > .msg.plan').last();
+    assert.match(await plan.textContent(), /stopped: cancelled/);
+    assert.doesNotMatch(await plan.textContent(), /◐/);
+    // A turn that ends normally: B's Stop button goes too.
+    await send(a.page, 'second');
+    await b.page.locator('#transcript > .msg.agent', { hasText: 'You said: "second"' }).waitFor();
+    await idle(b.page);
+    await b.page.context().unroute(/\/api\/instances\/[^/]+\/status$/);
+    await shot(b.page, 'session-other-device-cancelled-390');
+    // B reloads (it never prompted, and stores nothing): the replayed record says how it ended.
+    await b.page.reload();
+    await b.page.locator('#transcript > .msg.user', { hasText: 'second' }).waitFor();
+    await b.page.locator('.msg.user .status', { hasText: 'stopped: cancelled' }).waitFor();
+    const users = await b.page.$$eval('#transcript > .msg.user', (n) => n.map((x) => x.querySelector('.status')?.textContent || ''));
+    assert.deepEqual(users, ['stopped: cancelled', ''], 'only the cancelled turn says so');
+    assert.match(await b.page.locator('#transcript > .msg.plan').first().textContent(), /stopped: cancelled/);
+    await idle(b.page);
+    assert.equal(await b.page.evaluate(() => Object.keys(localStorage).filter((k) => k.includes('stops')).length), 0);
+    assert.deepEqual(a.errors, []);
+    assert.deepEqual(b.errors, []);
+    await a.context.close();
+    await b.context.close();
+  });
+
+  it('a new prompt closes the plan of the turn before it, live as in a replay', async () => {
+    const { context, page, errors } = await phonePage();
+    await page.goto(`${stack.base}/#token=${stack.token}`);
+    const shown = await page.evaluate(async () => {
+      const { Transcript } = await import('/js/transcript.js');
+      const box = document.createElement('div');
+      document.body.append(box);
+      const t = new Transcript(box);
+      const chunk = (text) => ({ sessionUpdate: 'user_message_chunk', messageId: `u-${text}`, content: { type: 'text', text } });
+      t.live(chunk('first'));
+      t.live({ sessionUpdate: 'plan', entries: [{ content: 'Answer', status: 'in_progress', priority: 'high' }] });
+      // The next turn's prompt arrives with no word of the first turn's end.
+      t.live(chunk('second'));
+      await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+      return box.querySelector('.msg.plan').textContent;
+    });
+    assert.doesNotMatch(shown, /◐/, `the first turn's plan is still in progress: ${shown}`);
+    assert.match(shown, /stopped/);
+    assert.deepEqual(errors, []);
+    await context.close();
+  });
+
   it('when another device cancels its turn, the Stop button goes and the plan shows it stopped', async () => {
     const { context, page, errors } = await phonePage();
     const sid = await demo.newSession(stack.project);

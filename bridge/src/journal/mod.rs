@@ -10,6 +10,7 @@
 pub mod merge;
 mod raw;
 pub mod replay;
+pub mod turn_end;
 
 pub use replay::{MAX_LIMIT, ReadError, ReadMode, Slice};
 
@@ -21,7 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use zcode_shared::store::{NewMessage, SessionMeta, Store, StoreError};
+use zcode_shared::store::{NewMessage, SessionMeta, Store, StoreError, TurnRecord};
 
 /// The longest a write waits before it is committed.
 pub const BATCH_WINDOW: Duration = Duration::from_millis(100);
@@ -42,6 +43,7 @@ enum Op {
     Title { session: String, title: String, overridden: bool },
     Update { session: String, line: Bytes, seed: bool },
     EndSeed { session: String },
+    TurnEnd(TurnRecord),
     Read { session: String, mode: ReadMode, reply: Reply },
     Delete { session: String, reply: DeleteReply },
     Query(Query),
@@ -107,6 +109,12 @@ impl Journal {
         let _ = self.send(Op::EndSeed { session: session.into() });
     }
 
+    /// Records how the session's current turn ended (its number is the journal's: the turn
+    /// of the newest message written before this).
+    pub fn turn_end(&self, rec: TurnRecord) {
+        let _ = self.send(Op::TurnEnd(rec));
+    }
+
     /// Reads a slice; `reply` runs on the journal thread (or here, when disabled).
     pub fn read(&self, session: &str, mode: ReadMode, reply: Reply) {
         if let Err(Op::Read { reply, session, mode }) =
@@ -146,7 +154,7 @@ fn empty_slice(session: &str, mode: &ReadMode) -> Result<Slice, ReadError> {
     }
     let meta = serde_json::json!({"cursor": replay::encode(session, 0, 1), "hasMore": false, "replayedMessages": 0,
         "replayedTurns": 0, "totalMessages": 0, "totalTurns": 0, "lastMessageId": null});
-    Ok(Slice { lines: vec![], meta, title: None })
+    Ok(Slice { lines: vec![], remote_only: vec![], meta, title: None })
 }
 
 /// A `session/update` line, its `update` left as the text received.
@@ -170,6 +178,7 @@ enum Write {
     Append { session: String, key: u64, msg_id: String, kind: &'static str },
     Body { session: String, key: u64 },
     State { session: String, kind: String, body: String },
+    Turn(TurnRecord),
 }
 
 /// Per-session state of the writer.
@@ -238,6 +247,7 @@ impl Worker {
                 self.queue(Write::Title { session, title, overridden })
             }
             Op::Update { session, line, seed } => self.update(session, &line, seed),
+            Op::TurnEnd(rec) => self.queue(Write::Turn(rec)),
             Op::EndSeed { session } => {
                 if let Some(s) = self.sessions.get_mut(&session) {
                     s.seeding = None;
@@ -327,6 +337,7 @@ impl Worker {
                         w.set_title(session, title, *overridden, now)?
                     }
                     Write::State { session, kind, body } => w.put_state(session, kind, body, now)?,
+                    Write::Turn(rec) => w.put_turn(rec, now)?,
                     Write::Append { session, key, msg_id, kind } => {
                         let k = (session.clone(), *key);
                         let body = bodies.get(&k).cloned().unwrap_or_default();
@@ -387,3 +398,5 @@ impl Worker {
 mod exact_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod turn_tests;

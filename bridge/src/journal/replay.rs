@@ -29,8 +29,11 @@ pub enum ReadMode {
 /// A replay slice, ready to send.
 #[derive(Clone, Debug, Default)]
 pub struct Slice {
-    /// `session/update` lines: the messages, oldest first, then (for a load) the latest state.
+    /// `session/update` lines: the messages, oldest first, each finished turn's
+    /// `_zcode/turn_end` after its last message, then (for a load) the latest state.
     pub lines: Vec<bytes::Bytes>,
+    /// Indexes into `lines` of the turn-end records, which only remote clients get.
+    pub remote_only: Vec<usize>,
     /// The `replayMeta` object.
     pub meta: Value,
     /// The session's title in the journal, if any.
@@ -88,7 +91,7 @@ pub fn read(store: &Store, session: &str, mode: &ReadMode) -> Result<Slice, Read
         rows.last().map(|r| r.msg_id.clone())
     };
     let sid = Value::from(session).to_string();
-    let mut lines: Vec<bytes::Bytes> = rows.iter().map(|r| update_line(&sid, &r.body)).collect();
+    let (mut lines, remote_only) = with_turn_ends(store, session, &sid, &rows)?;
     if is_load {
         for (_, body) in store.states(session)? {
             lines.push(update_line(&sid, &body));
@@ -103,7 +106,34 @@ pub fn read(store: &Store, session: &str, mode: &ReadMode) -> Result<Slice, Read
         "totalTurns": c.turns,
         "lastMessageId": last_id,
     });
-    Ok(Slice { lines, meta, title: c.title })
+    Ok(Slice { lines, remote_only, meta, title: c.title })
+}
+
+/// The messages' lines, each finished turn's record right after its last message (the last
+/// row's turn is finished here only if no later message of it exists beyond the slice).
+fn with_turn_ends(
+    store: &Store,
+    session: &str,
+    sid: &str,
+    rows: &[MessageRow],
+) -> Result<(Vec<bytes::Bytes>, Vec<usize>), ReadError> {
+    let (Some(first), Some(last)) = (rows.first(), rows.last()) else { return Ok((vec![], vec![])) };
+    let records = store.turns_between(session, first.turn, last.turn)?;
+    let mut lines = Vec::with_capacity(rows.len() + records.len());
+    let mut remote_only = vec![];
+    for (i, r) in rows.iter().enumerate() {
+        lines.push(update_line(sid, &r.body));
+        let Some(rec) = records.iter().find(|t| t.turn == r.turn) else { continue };
+        let ends_here = match rows.get(i + 1) {
+            Some(next) => next.turn != r.turn,
+            None => store.turn_after(session, r.seq)? != Some(r.turn),
+        };
+        if ends_here {
+            remote_only.push(lines.len());
+            lines.push(super::turn_end::line(rec, Some(rec.turn)));
+        }
+    }
+    Ok((lines, remote_only))
 }
 
 fn update_line(sid: &str, body: &str) -> bytes::Bytes {

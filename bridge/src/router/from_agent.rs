@@ -60,11 +60,24 @@ impl Router {
             Purpose::Load { session, mode } => self.on_loaded(&session, pending.client, mode, &msg),
             Purpose::Reattach { session } => self.on_reattached(&session, &msg),
             Purpose::Prompt { session } => {
-                self.answer_client(pending.client, &msg);
                 if let Some(s) = self.sessions.get_mut(&session) {
                     s.running = false;
                     s.updated_at = zcode_shared::time::now_ms();
                 }
+                let (why, error) = match &msg.error {
+                    None => {
+                        let r = msg.result_as::<Value>().unwrap_or_default();
+                        (r["stopReason"].as_str().unwrap_or("unknown").to_owned(), None)
+                    }
+                    Some(e) => {
+                        let e: Value = serde_json::from_str(e.get()).unwrap_or_default();
+                        ("error".to_owned(), Some(e["message"].as_str().unwrap_or("error").to_owned()))
+                    }
+                };
+                // The record first: a client that prompted may start its next turn on the
+                // answer, and the record must not land on that one.
+                self.turn_ended(&session, why, error);
+                self.answer_client(pending.client, &msg);
                 self.pump(&session);
             }
         }
@@ -443,6 +456,8 @@ impl Router {
                 if let Some(s) = self.sessions.get_mut(session) {
                     s.running = false;
                 }
+                let why = format!("the agent {reason} during the turn");
+                self.turn_ended(session, "error".into(), Some(why));
             }
             if let Some((c, id)) = p.client {
                 let err = RpcError::internal(format!(

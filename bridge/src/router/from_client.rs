@@ -199,6 +199,10 @@ impl Router {
             return;
         }
         let generation = self.agent.generation;
+        let Some(client) = self.sessions.get(sid).and_then(|s| s.queue.front()).map(|p| p.client) else {
+            return;
+        };
+        let start = self.turn_start(client);
         let Some(s) = self.sessions.get_mut(sid) else { return };
         let Some(p) = s.queue.pop_front() else { return };
         self.agent.forward(
@@ -211,7 +215,7 @@ impl Router {
         );
         debug_assert_eq!(s.upstream, Upstream::Live(generation));
         s.running = true;
-        s.running_since = Some((zcode_shared::time::now_ms(), p.client));
+        s.turn_start = Some(start);
         s.closed = false;
         s.turns += 1;
         s.updated_at = zcode_shared::time::now_ms();

@@ -4,7 +4,6 @@
 //! Bounded: at most [`MAX_ROWS`] of each, and a request's params over [`MAX_PARAMS`] bytes are
 //! cut down to what a person decides on.
 
-use super::client::ClientKind;
 use super::{ClientId, Router};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -88,12 +87,13 @@ impl Router {
         pending.sort_by_key(|p| (p.since, p.request_id));
         let mut turns = Vec::new();
         for s in self.sessions.values() {
-            if let (true, Some((at, by))) = (s.running, s.running_since) {
+            if let (true, Some(start)) = (s.running, &s.turn_start) {
                 let status = if s.requests.is_empty() { "running" } else { "waiting" };
-                turns.push(self.turn_row(&s.id, &s.title, status, at, by));
+                turns.push(self.turn_row(&s.id, &s.title, status, start.at, start.by.clone()));
             }
             for q in &s.queue {
-                turns.push(self.turn_row(&s.id, &s.title, "pending", q.queued_at, q.client));
+                let by = self.turn_start(q.client).by;
+                turns.push(self.turn_row(&s.id, &s.title, "pending", q.queued_at, by));
             }
         }
         turns.sort_by(|a, b| a.started_at.cmp(&b.started_at).then_with(|| a.session_id.cmp(&b.session_id)));
@@ -110,14 +110,14 @@ impl Router {
         title: &Option<String>,
         status: &'static str,
         at: u64,
-        by: ClientId,
+        prompted_by: String,
     ) -> TurnRow {
-        let client = self.clients.get(&by);
-        let prompted_by = match client.map(|c| c.kind) {
-            Some(ClientKind::Editor) => "editor".to_owned(),
-            _ if by == super::EDITOR => "editor".to_owned(),
-            _ => format!("remote:{by}"),
+        // `remote:<client id>` (the turn record's spelling): that client's name, if it is here.
+        let id = match prompted_by.as_str() {
+            "editor" => Some(super::EDITOR),
+            by => by.strip_prefix("remote:").and_then(|n| n.parse::<ClientId>().ok()),
         };
+        let client = id.and_then(|id| self.clients.get(&id));
         TurnRow {
             session_id: sid.to_owned(),
             title: title.clone(),

@@ -16,6 +16,7 @@ mod lifecycle;
 mod listing;
 mod replay;
 mod session;
+mod turns;
 
 pub use agent::AgentSpec;
 pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};

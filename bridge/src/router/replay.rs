@@ -2,6 +2,7 @@
 //! `session/load_earlier`. While a replay is read, the client's queue is held, so its live
 //! updates land after the replay batch: never lost, never duplicated, never above it.
 
+use super::client::ClientKind;
 use super::{ClientId, Event, Router};
 use crate::journal::{MAX_LIMIT, ReadError, ReadMode, Slice};
 use serde_json::{Value, json};
@@ -71,8 +72,11 @@ impl Router {
                 if let (Some(title), Some(s)) = (slice.title, self.sessions.get_mut(sid)) {
                     s.title.get_or_insert(title);
                 }
-                for line in slice.lines {
-                    self.push(client, line);
+                let editor = self.clients.get(&client).is_some_and(|c| c.kind == ClientKind::Editor);
+                for (i, line) in slice.lines.into_iter().enumerate() {
+                    if !(editor && slice.remote_only.contains(&i)) {
+                        self.push(client, line);
+                    }
                 }
                 let mut result = base.unwrap_or_else(|| json!({}));
                 if !result.is_object() {

@@ -49,8 +49,8 @@ pub struct Session {
     pub turns: u64,
     /// A turn is in flight (until the agent answers its prompt, even after a cancel).
     pub running: bool,
-    /// When the running turn's prompt went to the agent (epoch ms), and who sent it.
-    pub running_since: Option<(u64, ClientId)>,
+    /// When the running turn started and who prompted it (its record at the end).
+    pub turn_start: Option<super::turns::TurnStart>,
     /// Prompts waiting, FIFO.
     pub queue: VecDeque<QueuedPrompt>,
     /// Upstream state.
@@ -84,7 +84,7 @@ impl Session {
             updated_at: zcode_shared::time::now_ms(),
             turns: 0,
             running: false,
-            running_since: None,
+            turn_start: None,
             queue: VecDeque::new(),
             upstream,
             deferred: Vec::new(),

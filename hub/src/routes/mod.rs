@@ -17,6 +17,7 @@
 //! | `GET /api/push/vapid-public-key`, `POST|DELETE /api/push/subscriptions` | [`push`] |
 //! | `GET /api/version`, `POST /api/upgrade` | [`crate::version`], [`crate::upgrade`] |
 //! | `GET /api/attention` | [`crate::attention`] |
+//! | `GET /api/workflow-overview` | [`crate::overview`] |
 //! | `GET /acp?instance={id}` (WebSocket) | [`acp`] |
 //! | `GET|HEAD` of any other path (no token) | [`crate::web`]: the web client |
 
@@ -116,6 +117,7 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         (&Method::DELETE, "/api/push/subscriptions") => return push::unsubscribe(req, hub).await,
         (&Method::GET, "/api/version") => return crate::version::get(hub).await,
         (&Method::GET, "/api/attention") => return crate::attention::get(hub).await,
+        (&Method::GET, "/api/workflow-overview") => return crate::overview::get(hub).await,
         (&Method::POST, "/api/upgrade") => return crate::upgrade::post(hub).await,
         _ => {}
     }

@@ -10,6 +10,7 @@
 // updates are collected rather than dispatched; the bridge sends the replay batch right before
 // the answer, so the answer says which of the collected updates were the replay (the last
 // `replayedMessages`, plus the state updates that follow a load) and which were live.
+// Turn-end records (`_zcode/turn_end`) are collected and dispatched with them, in order.
 
 import { token, diagnose } from './api.js';
 
@@ -19,6 +20,13 @@ const SUBPROTOCOL = 'zcode-acp';
 const TOKEN_PREFIX = 'zcode-acp.token.';
 const BACKOFF_MIN_MS = 500;
 const BACKOFF_MAX_MS = 15000;
+
+/**
+ * The bridge's turn-end record (`_zcode/turn_end`: stopReason, startedAt, endedAt, promptedBy),
+ * sent live to every remote client when a turn ends and replayed right after the turn's last
+ * message. It reaches the views as a pseudo-update of this `sessionUpdate`, in stream order.
+ */
+export const TURN_END = '_zcode/turn_end';
 
 /** The update kinds the bridge sends after a load's messages (the session's latest state). */
 export const STATE_KINDS = new Set(['available_commands_update', 'current_mode_update',
@@ -242,6 +250,13 @@ export class Conn {
       this.emit({ type: 'cancel', requestId: params.requestId, had });
       return;
     }
+    if (msg.method === TURN_END && typeof params.sessionId === 'string') {
+      const u = { ...params, sessionUpdate: TURN_END };
+      const buf = this.replays.get(params.sessionId);
+      if (buf) { buf.push(u); return; }
+      this.emit({ type: 'update', sid: params.sessionId, update: u });
+      return;
+    }
     if (msg.method === 'session/update' && params.update) {
       const buf = this.replays.get(params.sessionId);
       if (buf) { buf.push(params.update); return; }
@@ -278,9 +293,12 @@ export class Conn {
       const meta = (result && result.replayMeta) || {};
       let end = buf.length;
       if (isLoad) while (end > 0 && STATE_KINDS.has(buf[end - 1].sessionUpdate)) end--;
-      const n = Math.min(end, Number(meta.replayedMessages) || 0);
-      const replay = buf.slice(end - n);
-      const live = buf.slice(0, end - n);
+      // `replayedMessages` counts messages; the turn-end records between them ride along.
+      let n = Number(meta.replayedMessages) || 0;
+      let start = end;
+      while (start > 0 && n > 0) if (buf[--start].sessionUpdate !== TURN_END) n--;
+      const replay = buf.slice(start);
+      const live = buf.slice(0, start);
       return { result: result || {}, replay, live };
     } finally {
       if (this.replays.get(sid) === buf) this.replays.delete(sid);

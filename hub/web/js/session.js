@@ -5,20 +5,23 @@
 // how the re-attach avoids duplicates).
 
 import { h, clear, toast, modal, $ } from './dom.js';
-import { pool, STATE_KINDS } from './conn.js';
+import { pool, STATE_KINDS, TURN_END } from './conn.js';
 import { api, postJson, query, ApiError } from './api.js';
-import { Transcript } from './transcript.js';
+import { Transcript, stopStatus } from './transcript.js';
 import { composer } from './composer.js';
 import { render as markdown } from './md.js';
 
 const TAIL = 50;
 const PAGE = 50;
-const STATUS_POLL_MS = 2000;
-// While another device's turn runs, its end is only seen through the status (ACP tells only
-// the prompting client), so it is asked sooner: shortly after each of the turn's updates, when
-// the turn has most likely just ended, and every FAST_POLL_MS.
-const FAST_POLL_MS = 500;
-const AFTER_UPDATE_MS = 250;
+// Whether another device's turn runs is seen from its echoed prompt, and its end from the
+// bridge's turn-end record (`_zcode/turn_end`); the status route is asked once per attach,
+// for a turn that was already running then.
+
+/** `turn` when the replay ends with a turn-end record (its last turn is over), else -1. */
+function lastEnded(messages, turn) {
+  const last = messages[messages.length - 1];
+  return last && last.sessionUpdate === TURN_END ? turn : -1;
+}
 
 /** Human messages for the lifecycle routes' errors (the contract's status codes). */
 export function lifecycleError(action, e) {
@@ -69,10 +72,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   // A request card or the composer growing shrinks the conversation: keep its end in view.
   const resized = new ResizeObserver(() => stick());
   resized.observe(scroller);
-  let poll = setInterval(pollStatus, STATUS_POLL_MS);
-  let pollEvery = STATUS_POLL_MS;
-  let afterUpdate = 0;
-  pollStatus();
+  let alive = true;
   renderToolbar();
   if (prompt) send(prompt); // the first prompt of a session the new-session view created
 
@@ -107,6 +107,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
 
   function applyUpdate(u) {
     if (STATE_KINDS.has(u.sessionUpdate)) return applyState(u);
+    if (u.sessionUpdate === TURN_END) return onTurnEnd(u);
     if (u.sessionUpdate === 'user_message_chunk' && !st.myTurn) st.running = true;
     if (st.firstUpdatePending && st.myTurn) {
       st.firstUpdatePending = false;
@@ -117,10 +118,21 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     if (item && item.kind === 'tool' && t.items.length > before) say(`Tool call: ${String(item.data.title || item.data.kind || 'tool')}`);
     stick();
     updateButtons();
-    if (st.running && !st.myTurn) {
-      clearTimeout(afterUpdate);
-      afterUpdate = setTimeout(pollStatus, AFTER_UPDATE_MS);
-    }
+  }
+
+  /**
+   * A turn ended, whoever prompted it (the bridge's record). This client's own turn is
+   * finished by the prompt's answer, which follows; another device's turn ends here.
+   */
+  function onTurnEnd(u) {
+    t.live(u);
+    st.endedTurn = t.turn;
+    if (st.myTurn) return;
+    st.running = false;
+    st.cancelling = false;
+    turnEnded(u.stopReason);
+    updateButtons();
+    pump();
   }
 
   /** Announces `text` to a screen reader (once; the transcript itself is not live). */
@@ -180,14 +192,14 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
         const meta = result.replayMeta || {};
         const messages = replay.filter((u) => !STATE_KINDS.has(u.sessionUpdate));
         const outcome = t.attach(messages, meta);
-        showStops();
-        if (!st.running && !st.myTurn) t.endTurn(stopOf(t.turn));
+        st.endedTurn = lastEnded(messages, t.turn);
         for (const u of replay) if (STATE_KINDS.has(u.sessionUpdate)) applyState(u);
         st.cursor = meta.cursor || null;
         st.hasMore = !!meta.hasMore;
         if (outcome === 'changed') { st.follow = true; stick(); }
         setTop();
       }
+      await checkRunning();
       st.attached = true;
       comp.setEnabled(true);
       renderRequests();
@@ -246,8 +258,6 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
       st.queue.push(text);
       renderQueue();
       pump();
-      // Another client's turn was running: ask now whether it still is, not at the next poll.
-      if (st.running && !st.myTurn) pollStatus();
       return;
     }
     start(text);
@@ -262,8 +272,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     updateButtons();
     conn.call('session/prompt', { sessionId: st.sid, prompt: [{ type: 'text', text }] }).then((r) => {
       const why = r && r.stopReason;
-      t.setStatus(item, why && why !== 'end_turn' ? `stopped: ${why}` : '');
-      if (why && why !== 'end_turn') rememberStop(item.turn, why);
+      t.setStatus(item, stopStatus(why));
       if (t.turn === item.turn) turnEnded(why);
     }, (e) => {
       if (e.code === -32099) {
@@ -277,42 +286,6 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
       updateButtons();
       pump();
     });
-  }
-
-  // A turn's stopReason reaches only the client that prompted; the journal does not keep it.
-  // This device remembers the ones that were not `end_turn` (by absolute turn number), so a
-  // reload still says "stopped: cancelled" under the prompt.
-  function stopsKey() {
-    return `zcode-acp.stops.${instance}.${st.sid}`;
-  }
-
-  function readStops() {
-    try {
-      const v = JSON.parse(localStorage.getItem(stopsKey()) || '{}');
-      return v && typeof v === 'object' ? v : {};
-    } catch {
-      return {};
-    }
-  }
-
-  function rememberStop(turn, why) {
-    const stops = readStops();
-    stops[turn] = String(why);
-    const turns = Object.keys(stops).map(Number).sort((a, b) => b - a);
-    for (const old of turns.slice(200)) delete stops[old];
-    try { localStorage.setItem(stopsKey(), JSON.stringify(stops)); } catch { /* full or denied: only the marker is lost */ }
-  }
-
-  function stopOf(turn) {
-    return readStops()[turn] || null;
-  }
-
-  function showStops() {
-    const stops = readStops();
-    for (const it of t.items) {
-      if (it.kind !== 'user' || it.local || !stops[it.turn]) continue;
-      if (it.status !== `stopped: ${stops[it.turn]}`) t.setStatus(it, `stopped: ${stops[it.turn]}`);
-    }
   }
 
   function pump() {
@@ -341,42 +314,27 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     }
   }
 
-  async function pollStatus() {
-    if (!st.sid) return;
+  /**
+   * Asks the status route whether a turn runs now (a turn started before this attach shows
+   * as a prompt with no turn-end record yet). A turn whose record was seen is over whatever
+   * a status read before it said.
+   */
+  async function checkRunning() {
+    if (!st.sid || st.myTurn) return;
+    let running = false;
     try {
       const s = await api(`/api/instances/${encodeURIComponent(instance)}/status`, { what: 'Status', expectJson: true, timeout: 5000 });
       const row = (s.sessions || []).find((x) => x.sessionId === st.sid);
-      const running = !!row && row.status === 'running';
-      if (running !== st.running && !st.myTurn) {
-        st.running = running;
-        if (!running) {
-          st.cancelling = false;
-          turnEnded(null);
-        } else {
-          t.reopenTurn();
-        }
-        updateButtons();
-        pump();
-      }
-      setPollRate(running && !st.myTurn ? FAST_POLL_MS : STATUS_POLL_MS);
+      running = !!row && row.status === 'running';
       if (row && row.title && !st.title) { st.title = row.title; app.setTitle(row.title); }
-    } catch (e) {
-      // The connection state says what is wrong; a rejected token must not keep knocking.
-      if (e.kind === 'auth') clearInterval(poll);
+    } catch {
       // Without a status, never hold a queued prompt back: the bridge serializes turns anyway.
-      else if (st.running && !st.myTurn) {
-        st.running = false;
-        updateButtons();
-        pump();
-      }
     }
-  }
-
-  function setPollRate(ms) {
-    if (ms === pollEvery) return;
-    pollEvery = ms;
-    clearInterval(poll);
-    poll = setInterval(pollStatus, ms);
+    if (!alive || st.myTurn) return;
+    st.running = running && !(st.endedTurn >= t.turn);
+    if (st.running) t.reopenTurn();
+    else t.endTurn(null);
+    updateButtons();
   }
 
   function updateButtons() {
@@ -549,8 +507,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   }
 
   return () => {
-    clearInterval(poll);
-    clearTimeout(afterUpdate);
+    alive = false;
     resized.disconnect();
     unlisten();
     if (conn.viewing === st.sid) conn.viewing = null;

@@ -15,12 +15,18 @@
 // id. A text chunk without a messageId continues the current run of text; a new tool call, a
 // new plan or an update of an unknown kind ends the run, an update of an existing card does not.
 //
+// A turn's end comes from the bridge's record (`_zcode/turn_end`, live and in replays, right
+// after the turn's last message): the turn's prompt shows "stopped: <reason>" when it did not
+// end normally and its plan's open steps show as stopped. A new prompt also closes the plan of
+// the turn before it (a replay does the same), so no plan stays "in progress" under a later
+// turn.
+//
 // A re-render patches the item's node in place (`morph`): open `<details>` stay open, focus
 // and text selection survive, and nothing is re-announced to a screen reader.
 
 import { h, clear } from './dom.js';
 import { render as markdown } from './md.js';
-import { STATE_KINDS } from './conn.js';
+import { STATE_KINDS, TURN_END } from './conn.js';
 
 const TEXT_KINDS = { user_message_chunk: 'user', agent_message_chunk: 'agent', agent_thought_chunk: 'thought' };
 const IMAGE_TYPES = /^image\/(png|jpeg|gif|webp)$/;
@@ -53,13 +59,14 @@ export class Transcript {
 
   /** Applies one live update; returns the item it created or changed (or null). */
   live(update) {
-    const item = this.merge(update, this, (it) => this.push(it));
+    const item = this.merge(update, this, (it) => this.push(it), (it) => this.touch(it));
     if (item) this.touch(item);
     return item;
   }
 
   /** The user's own prompt, shown at once (the bridge never echoes it back to us). */
   localPrompt(text, status) {
+    closePlan(this, (it) => this.touch(it));
     this.turn++;
     this.run = null;
     const item = { key: `local:${++this.localSeq}`, kind: 'user', local: true, status, text, blocks: [], turn: this.turn };
@@ -159,8 +166,9 @@ export class Transcript {
    * Merges `u` into the items of `ctx` (its byKey, items, turn); `add` places a new item.
    * Shared by the live stream and by replays (built into a scratch list).
    */
-  merge(u, ctx, add) {
+  merge(u, ctx, add, changed = () => {}) {
     if (!u || typeof u !== 'object') return null;
+    if (u.sessionUpdate === TURN_END) return endOf(ctx, u, changed);
     const kind = TEXT_KINDS[u.sessionUpdate];
     const id = typeof u.messageId === 'string' ? u.messageId : null;
     if (kind) {
@@ -168,7 +176,10 @@ export class Transcript {
       const run = ctx.run;
       if (!item && !id && run && run.kind === kind && !run.id && !run.local) item = run;
       if (!item) {
-        if (kind === 'user') ctx.turn++;
+        if (kind === 'user') {
+          closePlan(ctx, changed);
+          ctx.turn++;
+        }
         item = { key: id ? `${kind}:${id}` : `${kind}:~${ctx.items.length}:${Math.random()}`, kind, id, text: '', blocks: [], turn: ctx.turn };
         add(item);
       }
@@ -262,9 +273,46 @@ function build(updates) {
   }
   // A replay's plans of turns before the last are of finished turns.
   const last = scratch.turn;
-  for (const it of scratch.items) if (it.kind === 'plan' && it.turn < last) it.ended = 'ended';
+  for (const it of scratch.items) if (it.kind === 'plan' && it.turn < last && !it.ended) it.ended = 'ended';
   scratch.items.run = scratch.run;
   return scratch.items;
+}
+
+/** A new turn starts: the plan of the one before it is over (`changed`: it was re-marked). */
+function closePlan(ctx, changed) {
+  const plan = ctx.byKey.get(`plan:${ctx.turn}`);
+  if (plan && !plan.ended) {
+    plan.ended = 'ended';
+    changed(plan);
+  }
+}
+
+/**
+ * A turn-end record: the current turn's prompt says how it stopped (nothing for `end_turn`)
+ * and its plan is over. Returns the prompt's item (or null).
+ */
+function endOf(ctx, u, changed) {
+  const why = typeof u.stopReason === 'string' ? u.stopReason : '';
+  let prompt = null;
+  for (let i = ctx.items.length - 1; i >= 0 && ctx.items[i].turn === ctx.turn; i--) {
+    const it = ctx.items[i];
+    if (it.kind === 'plan' && !it.ended) {
+      it.ended = why || 'ended';
+      changed(it);
+    }
+    if (it.kind === 'user') prompt = it;
+  }
+  if (!prompt) return null;
+  const status = stopStatus(why, u.error);
+  if ((prompt.status || '') !== status) prompt.status = status;
+  return prompt;
+}
+
+/** What a prompt says under it once its turn ended with `why` ('' when it ended normally). */
+export function stopStatus(why, error) {
+  if (!why || why === 'end_turn') return '';
+  if (why === 'error') return `not completed: ${String(error || 'the agent failed')}`;
+  return `stopped: ${why}`;
 }
 
 /** An item's key from its (absolute) turn: plans are one per turn, tool ids repeat. */

@@ -171,6 +171,13 @@ impl Writer<'_> {
         self.tx
             .prepare_cached("DELETE FROM messages WHERE session_id = ?1 AND seq < ?2")?
             .execute(params![session, seq])?;
+        // Records of turns no message is left of go with them.
+        self.tx
+            .prepare_cached(
+                "DELETE FROM turns WHERE session_id = ?1
+                 AND turn < (SELECT coalesce(min(turn), 0) FROM messages WHERE session_id = ?1)",
+            )?
+            .execute(params![session])?;
         self.tx
             .prepare_cached(
                 "UPDATE sessions SET first_seq = max(first_seq, ?2), epoch = epoch + 1,

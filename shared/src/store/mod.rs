@@ -9,9 +9,11 @@
 
 mod journal;
 mod tasks;
+mod turns;
 
 pub use journal::{MessageRow, NewMessage, SessionCounters, SessionMeta};
 pub use tasks::{IndexView, ProjectRow, SessionRow};
+pub use turns::{RecentTurn, TurnRecord};
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use std::path::{Path, PathBuf};
@@ -60,6 +62,18 @@ const MIGRATIONS: &[&str] = &[
         body TEXT NOT NULL,
         PRIMARY KEY (session_id, kind)
      ) WITHOUT ROWID;",
+    // 2: how each finished turn ended (turns::TurnRecord).
+    "CREATE TABLE turns (
+        session_id TEXT NOT NULL,
+        turn INTEGER NOT NULL,
+        stop_reason TEXT NOT NULL,
+        error TEXT,
+        started_at INTEGER NOT NULL,
+        ended_at INTEGER NOT NULL,
+        prompted_by TEXT NOT NULL,
+        PRIMARY KEY (session_id, turn)
+     ) WITHOUT ROWID;
+     CREATE INDEX turns_by_end ON turns(ended_at);",
 ];
 
 /// What went wrong with the store.
