@@ -145,3 +145,101 @@ fn answering_from_the_inbox_while_the_editor_races_settles_once() {
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
 }
+
+fn board(port: u16) -> Value {
+    get(port, "/api/workflow-overview")
+}
+
+fn runs_of(board: &Value, sid: &str) -> Vec<String> {
+    let runs = board["activeRuns"].as_array().cloned().unwrap_or_default();
+    runs.iter()
+        .filter(|r| r["sessionId"] == sid)
+        .map(|r| r["status"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
+
+#[test]
+fn the_board_follows_a_turn_from_queued_to_finished_with_one_group_per_workspace() {
+    let home = Home::new();
+    let hub = Hub::start(&home, &[]);
+    assert_eq!(http(hub.port, "GET", "/api/workflow-overview", &[], b"").status, 401);
+    let (mut a, a_id) = bridge(&home, &hub, json!({}));
+    // A second bridge on the same project: the board shows the project once.
+    let (_b, b_id) = bridge(&home, &hub, json!({}));
+    let sid = new_session(&mut a.editor, home.path());
+    let first = a.editor.request("session/prompt", prompt(&sid, "go long"));
+    a.editor.until("the long turn streams", |m| m["method"] == "session/update");
+    let second = a.editor.request("session/prompt", prompt(&sid, "then ask permission"));
+    let mut snapshot = Value::Null;
+    wait_until("running, with the second turn queued", || {
+        snapshot = board(hub.port);
+        runs_of(&snapshot, &sid) == ["running", "pending"]
+    });
+    assert_eq!(snapshot["ok"], true);
+    let groups = snapshot["groups"].as_array().expect("groups");
+    assert_eq!(groups.len(), 1, "editor bridges of one project render once: {snapshot}");
+    let ids: Vec<&str> =
+        groups[0]["instanceIds"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(ids.contains(&a_id.as_str()) && ids.contains(&b_id.as_str()), "{snapshot}");
+    assert_eq!(groups[0]["error"], Value::Null);
+    let running = &snapshot["activeRuns"][0];
+    assert_eq!(running["ownerInstanceId"], a_id.as_str());
+    assert_eq!(running["title"], "go long");
+    assert_eq!(running["promptedBy"], "editor");
+    assert!(running["startedAt"].as_u64().is_some_and(|t| t <= now_ms()));
+
+    a.editor.notify("session/cancel", json!({"sessionId": sid}));
+    let (r, _) = a.editor.response_to(&first);
+    assert_eq!(r["result"]["stopReason"], "cancelled");
+    let (perm, _) = a.editor.until("the permission", |m| m["method"] == "session/request_permission");
+    wait_until("the second turn waits for a permission", || runs_of(&board(hub.port), &sid) == ["waiting"]);
+    a.editor.send(&json!({"jsonrpc": "2.0", "id": perm["id"],
+        "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}}));
+    let (r, _) = a.editor.response_to(&second);
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    wait_until("both turns finished", || {
+        snapshot = board(hub.port);
+        let recent = snapshot["recentRuns"].as_array().cloned().unwrap_or_default();
+        runs_of(&snapshot, &sid).is_empty() && recent.iter().filter(|r| r["sessionId"] == sid).count() == 2
+    });
+    let recent = snapshot["recentRuns"].as_array().unwrap();
+    let stops: Vec<&str> = recent.iter().filter_map(|r| r["stopReason"].as_str()).collect();
+    assert_eq!(stops, ["end_turn", "cancelled"], "newest first: {snapshot}");
+    for r in recent {
+        assert_eq!(r["status"], "finished");
+        assert!(r["durationMs"].as_i64().is_some_and(|d| d >= 0), "{r}");
+        assert_eq!(
+            r["workspace"].as_str(),
+            Some(std::fs::canonicalize(home.path()).unwrap().to_str().unwrap())
+        );
+        assert_eq!(r["promptedBy"], "editor");
+    }
+    assert_eq!(recent[0]["ownerInstanceId"], a_id.as_str(), "the bridge listing the session");
+}
+
+#[test]
+fn a_dead_bridge_degrades_only_its_own_group() {
+    let home = Home::new();
+    let hub = Hub::start(&home, &[("ZCODE_ACP_INSTANCE_TTL_MS", "120000")]);
+    let (_a, a_id) = bridge(&home, &hub, json!({}));
+    let other = tempfile::tempdir().expect("another project");
+    let mut cmd = home.command(&["bridge", "--"]);
+    cmd.args(demo_agent(5))
+        .env("ZCODE_ACP_REMOTE_PORT", "0")
+        .env("ZCODE_ACP_REMOTE_TOKEN", zcode_tests::TEST_TOKEN);
+    cmd.env("ZCODE_ACP_HEARTBEAT_MS", "300").current_dir(other.path());
+    let dead = Bridge::spawn(&home, cmd, std::process::Stdio::null());
+    let dead_id = dead.id();
+    wait_instances(hub.port, "both bridges", |l| {
+        zcode_tests::hub::listed(l, &dead_id) && zcode_tests::hub::listed(l, &a_id)
+    });
+    zcode_tests::kill9(dead.editor.pid());
+    zcode_tests::hub::wait_port_closed(dead.port);
+    let snapshot = board(hub.port);
+    let groups = snapshot["groups"].as_array().expect("groups");
+    assert_eq!(groups.len(), 2, "{snapshot}");
+    let by_id = |id: &str| groups.iter().find(|g| g["instanceId"] == id).cloned().expect("its group");
+    assert_eq!(by_id(&a_id)["error"], Value::Null, "{snapshot}");
+    assert!(by_id(&dead_id)["error"].as_str().is_some_and(|e| e.contains(&dead_id)), "{snapshot}");
+    assert_eq!(snapshot["ok"], true);
+}
