@@ -181,6 +181,10 @@ impl Registry {
             if let Some(l) = reg.launcher {
                 row["launcher"] = l.into();
             }
+            // And the bridge's version (the web client's About sheet).
+            if let Some(v) = &reg.version {
+                row["version"] = v.as_str().into();
+            }
             row
         });
         Value::Array(rows.collect())

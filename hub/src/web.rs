@@ -74,6 +74,9 @@ const ASSETS: &[Asset] = &[
     Asset { path: "/js/composer.js", mime: JS, body: include_bytes!("../web/js/composer.js") },
     Asset { path: "/js/files.js", mime: JS, body: include_bytes!("../web/js/files.js") },
     Asset { path: "/js/push.js", mime: JS, body: include_bytes!("../web/js/push.js") },
+    Asset { path: "/js/inbox.js", mime: JS, body: include_bytes!("../web/js/inbox.js") },
+    Asset { path: "/js/board.js", mime: JS, body: include_bytes!("../web/js/board.js") },
+    Asset { path: "/js/about.js", mime: JS, body: include_bytes!("../web/js/about.js") },
 ];
 
 /// The strong validator of each asset, in [`ASSETS`] order.

@@ -29,6 +29,9 @@ const SHELL = [
   '/js/composer.js',
   '/js/files.js',
   '/js/push.js',
+  '/js/inbox.js',
+  '/js/board.js',
+  '/js/about.js',
 ];
 // How long a request for the shell waits for the hub before the cached copy is used (a tunnel
 // that hangs rather than refuses).

@@ -11,6 +11,7 @@
 import { h, clear } from './dom.js';
 import { api, getJson } from './api.js';
 import { pool } from './conn.js';
+import { inboxState } from './inbox.js';
 
 const READY_MS = 10000;
 
@@ -34,7 +35,8 @@ let waitingCount = 0;
 function countWaiting() {
   let n = 0;
   for (const c of pool.conns.values()) n += c.pendingOf().length;
-  return n;
+  // The home screen attaches to nothing: its inbox (the hub's list) says what waits.
+  return inboxState.active ? Math.max(n, inboxState.count) : n;
 }
 
 /** Sets the tab title's "(n) " prefix and the app badge to the current count. */
