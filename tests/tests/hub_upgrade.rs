@@ -191,6 +191,8 @@ fn an_mtime_after_start_restarts_once_onto_the_same_port() {
     let home = Home::new();
     let disk = Disk::new();
     let (mut child, port) = disk.hub(&home, &[]);
+    let peek = http(port, "GET", "/api/version?disk=1", &[AUTH], b"").json();
+    assert_eq!((&peek["updateAvailable"], &peek["reason"]), (&json!(false), &json!("up-to-date")), "{peek}");
     let r = upgrade(port);
     assert_eq!(r["reason"], "up-to-date", "{r}");
     assert_eq!(r["restarting"], false);
@@ -233,6 +235,10 @@ fn a_new_build_restarts_the_hub_with_1012_to_relays_and_bridges_come_back() {
     zcode_tests::initialize(&mut client, json!({}));
     let before = version(port);
     disk.replace_with_other_build();
+    // Asking what the check would say changes nothing.
+    let peek = http(port, "GET", "/api/version?disk=1", &[AUTH], b"").json();
+    assert_eq!((&peek["updateAvailable"], &peek["reason"]), (&json!(true), &json!("fingerprint")), "{peek}");
+    assert_eq!(version(port)["startedAt"], before["startedAt"], "still the same hub");
     let r = upgrade(port);
     assert_eq!((&r["restarting"], &r["reason"]), (&json!(true), &json!("fingerprint")), "{r}");
     assert_eq!(client.wait_closed(WAIT), Some(1012), "a relayed client is told: service restart");
