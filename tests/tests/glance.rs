@@ -85,14 +85,11 @@ fn the_inbox_lists_every_pending_request_across_bridges_and_a_dead_bridge_as_an_
     assert_eq!(first["method"], "session/request_permission");
     assert_eq!(first["params"]["toolCall"], perm["params"]["toolCall"], "the request's params");
     assert_eq!(first["requestId"], perm["id"], "the id an attached client answers");
-    assert_eq!(
-        first["workspace"].as_str(),
-        Some(std::fs::canonicalize(home.path()).unwrap().to_str().unwrap())
-    );
+    assert_eq!(first["workspace"].as_str(), Some(workspace(&home).as_str()));
     assert_eq!(second["instanceId"], b_id.as_str());
     assert_eq!(second["method"], "elicitation/create");
     assert_eq!(second["params"]["message"], "What is your name?");
-    let (s1, s2) = (first["since"].as_u64().unwrap(), second["since"].as_u64().unwrap());
+    let (s1, s2) = (first["since"].as_u64().expect("since"), second["since"].as_u64().expect("since"));
     assert!(s1 <= s2 && s2 <= now_ms(), "since when: {inbox}");
     let errors = inbox["errors"].as_array().expect("errors");
     assert_eq!(errors.len(), 1, "{inbox}");
@@ -142,8 +139,13 @@ fn answering_from_the_inbox_while_the_editor_races_settles_once() {
     wait_until("the inbox is empty", || attention(hub.port)["pending"].as_array().is_some_and(Vec::is_empty));
 }
 
+/// The workspace a bridge started in `home` registers (its canonical path).
+fn workspace(home: &Home) -> String {
+    std::fs::canonicalize(home.path()).expect("canonical home").display().to_string()
+}
+
 fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_millis() as u64
 }
 
 fn board(port: u16) -> Value {
@@ -179,7 +181,7 @@ fn the_board_follows_a_turn_from_queued_to_finished_with_one_group_per_workspace
     let groups = snapshot["groups"].as_array().expect("groups");
     assert_eq!(groups.len(), 1, "editor bridges of one project render once: {snapshot}");
     let ids: Vec<&str> =
-        groups[0]["instanceIds"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        groups[0]["instanceIds"].as_array().expect("instanceIds").iter().filter_map(Value::as_str).collect();
     assert!(ids.contains(&a_id.as_str()) && ids.contains(&b_id.as_str()), "{snapshot}");
     assert_eq!(groups[0]["error"], Value::Null);
     let running = &snapshot["activeRuns"][0];
@@ -202,16 +204,13 @@ fn the_board_follows_a_turn_from_queued_to_finished_with_one_group_per_workspace
         let recent = snapshot["recentRuns"].as_array().cloned().unwrap_or_default();
         runs_of(&snapshot, &sid).is_empty() && recent.iter().filter(|r| r["sessionId"] == sid).count() == 2
     });
-    let recent = snapshot["recentRuns"].as_array().unwrap();
+    let recent = snapshot["recentRuns"].as_array().expect("recentRuns");
     let stops: Vec<&str> = recent.iter().filter_map(|r| r["stopReason"].as_str()).collect();
     assert_eq!(stops, ["end_turn", "cancelled"], "newest first: {snapshot}");
     for r in recent {
         assert_eq!(r["status"], "finished");
         assert!(r["durationMs"].as_i64().is_some_and(|d| d >= 0), "{r}");
-        assert_eq!(
-            r["workspace"].as_str(),
-            Some(std::fs::canonicalize(home.path()).unwrap().to_str().unwrap())
-        );
+        assert_eq!(r["workspace"].as_str(), Some(workspace(&home).as_str()));
         assert_eq!(r["promptedBy"], "editor");
     }
     assert_eq!(recent[0]["ownerInstanceId"], a_id.as_str(), "the bridge listing the session");
