@@ -14,7 +14,8 @@ describe('home: inbox, board, idle serve bridges', () => {
 
   before(async () => {
     browser = await launchBrowser();
-    stack = await Stack.start({ env: () => ({ ZCODE_ACP_SERVE_IDLE_MS: '2000' }) });
+    // Long enough for the page to reach a new serve bridge before it idles out.
+    stack = await Stack.start({ env: () => ({ ZCODE_ACP_SERVE_IDLE_MS: '8000' }) });
   });
 
   after(async () => {
@@ -31,10 +32,10 @@ describe('home: inbox, board, idle serve bridges', () => {
     for (const scheme of ['light', 'dark']) {
       const page = await phonePage(browser, scheme, stack.token);
       await page.goto(`${stack.base}/`);
-      const row = page.locator(`#waiting li[data-session="${sid}"]`);
+      const row = page.locator(`#waiting li[data-inbox-session="${sid}"]`);
       await row.waitFor();
       assert.match(await row.innerText(), /asks permission/);
-      await page.locator(`#board li[data-session="${sid}"][data-status="waiting"]`).waitFor();
+      await page.locator(`#board li[data-run-session="${sid}"][data-status="waiting"]`).waitFor();
       await page.locator('#board details summary').waitFor();
       await looksRight(page, 'glance-home', { fullPage: true });
       if (scheme === 'dark') {
@@ -44,9 +45,9 @@ describe('home: inbox, board, idle serve bridges', () => {
         assert.ok(ed.notes.some((n) => JSON.stringify(n).includes('Permission granted (allow)')), 'the agent got the Allow');
         await row.waitFor({ state: 'detached' });
         assert.ok(page.url().endsWith('/'), 'answered without opening the session');
-        await page.locator(`#board li[data-session="${sid}"][data-status="waiting"]`).waitFor({ state: 'detached' });
+        await page.locator(`#board li[data-run-session="${sid}"][data-status="waiting"]`).waitFor({ state: 'detached' });
         await page.locator('#board details summary').click();
-        await page.locator(`#board .board-recent li[data-session="${sid}"]`).first().waitFor();
+        await page.locator(`#board .board-recent li[data-run-session="${sid}"]`).first().waitFor();
         await looksRight(page, 'glance-board-recent', { fullPage: true });
       }
       await page.context().close();
@@ -55,7 +56,6 @@ describe('home: inbox, board, idle serve bridges', () => {
 
   it('lets a headless bridge idle out while the home screen is open', async () => {
     const serve = spawn(BIN, ['serve', '--cwd', stack.project], { env: stack.env(), stdio: ['ignore', 'ignore', 'ignore'] });
-    const exited = new Promise((r) => serve.once('exit', r));
     const id = String(serve.pid);
     await until('the serve bridge', async () => (await stack.api('/api/instances')).some((i) => i.id === id));
     // The phone runs one turn on it, in a session of its own, and goes back home: the
@@ -71,7 +71,7 @@ describe('home: inbox, board, idle serve bridges', () => {
     await page.click('#home-link');
     await page.locator(`[data-instance="${id}"] li[data-session="${made}"]`).waitFor();
     // The home screen stays open and polls; the bridge sees no client and exits.
-    await exited;
+    await until('the serve bridge to idle out', () => serve.exitCode !== null || serve.signalCode !== null, 60000);
     await page.locator(`[data-instance="${id}"]`).waitFor({ state: 'detached' });
     assert.ok(page.url().endsWith('/'));
     await page.context().close();
@@ -107,7 +107,9 @@ describe('About: versions and "Update hub"', () => {
     await page.locator('#update-hub').click();
     await page.locator('#about', { hasText: 'Updated: the new hub is running.' }).waitFor();
     assert.equal((await page.locator('#about-version').innerText()).trim(), disk.trim());
-    await page.locator('#about-current').waitFor();
+    await page.locator('#about-current').waitFor().catch(async (e) => {
+      throw new Error(`${e.message}\nthe sheet says: ${await page.locator('#about').innerText()}`);
+    });
     const after = await stack.api('/api/version');
     assert.notEqual(after.startedAt, before.startedAt);
     assert.equal(after.hostId, before.hostId);

@@ -53,7 +53,7 @@ export function boardSection(app) {
     const body = [h('span', { class: `badge ${extra.cls}`, text: extra.badge }),
       h('span', { class: 'title', text: run.title || 'Untitled session' }),
       h('span', { class: 'muted', text: `${baseName(run.workspace)} · ${extra.when}` })];
-    return h('li', { dataset: { session: String(run.sessionId), status: String(run.status || '') } },
+    return h('li', { dataset: { runSession: String(run.sessionId), status: String(run.status || '') } },
       url ? h('a', { href: url, 'data-nav': '' }, body) : h('span', { class: 'row-body' }, body));
   }
 

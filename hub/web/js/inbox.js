@@ -105,7 +105,7 @@ export function inboxSection(app) {
         : `has a question: ${String(p.message || '')}`;
       const key = keyOf(r);
       const opts = permission ? quickOptions(p) : [];
-      return h('li', { class: 'inbox-row', dataset: { session: String(r.sessionId), request: String(r.requestId) } },
+      return h('li', { class: 'inbox-row', dataset: { inboxSession: String(r.sessionId), request: String(r.requestId) } },
         h('a', { href: sessionUrl(r), 'data-nav': '' },
           h('span', { class: 'badge warn', text: 'waiting' }), ' ',
           h('strong', { text: r.title || 'Untitled session' }), ' ', h('span', { text: what })),

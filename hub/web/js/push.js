@@ -57,6 +57,7 @@ function watchWaiting() {
   // The pool has no page-wide event, and reading it costs nothing: check it twice a second,
   // and whenever the views retitle the page (the prefix is put back on the new title).
   setInterval(showWaiting, 500);
+  pool.onPending = showWaiting;
   const title = document.querySelector('title');
   if (title) new MutationObserver(showWaiting).observe(title, { childList: true, characterData: true, subtree: true });
   showWaiting();
