@@ -301,18 +301,6 @@ async fn stop_on_signals(stop: tokio_util::sync::CancellationToken) {
     stop.cancel();
 }
 
-/// Waits (up to 10 s) for the hub this one replaces to release the home's lock.
-fn wait_for_lock(cfg: &Config) -> anyhow::Result<zcode_hub::daemon::Lock> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let lock = zcode_hub::daemon::lock(&cfg.paths).context("the hub lock")?;
-        if matches!(lock, zcode_hub::daemon::Lock::Held(_)) || std::time::Instant::now() >= deadline {
-            return Ok(lock);
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-}
-
 fn hub(background: bool, detached: bool, successor: Option<u16>) -> anyhow::Result<ExitCode> {
     let cfg = Config::load()?;
     if background {
@@ -331,7 +319,7 @@ fn hub(background: bool, detached: bool, successor: Option<u16>) -> anyhow::Resu
                 version = zcode_shared::version(),
                 "taking over from the hub being upgraded"
             );
-            wait_for_lock(&cfg)?
+            zcode_hub::daemon::lock_within(&cfg.paths, Duration::from_secs(10)).context("the hub lock")?
         }
         None => zcode_hub::daemon::lock(&cfg.paths).context("the hub lock")?,
     };
