@@ -8,6 +8,7 @@
 //! - [`register`]: registration and heartbeats with the hub (which it starts when none runs).
 //! - [`quota`]: where ACP `account/usage_stats` gets the plan quota (the hub, else itself).
 //! - [`local`]: the bridge's own `fs/*` and `terminal/*` service, confined to session directories.
+//! - [`glance`]: `/attention` and `/turns`, what the hub's inbox and turn board read.
 //! - [`chat`]: `zcode-acp chat`, a terminal ACP client on a bridge of its own.
 //! - [`demo`]: the built-in scripted ACP agent (the embedded default and the tests' fixture).
 //! - [`usage`]: token usage recorded from ACP, and `/settings/usage`.
@@ -16,6 +17,7 @@ pub mod chat;
 pub mod demo;
 pub mod files;
 pub mod hooks;
+pub mod glance;
 pub mod journal;
 pub mod lifecycle;
 pub mod local;

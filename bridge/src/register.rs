@@ -189,7 +189,7 @@ impl Ctx {
             origin: self.who.origin,
             sessions: sessions.into_iter().map(row).collect(),
             nonce: self.who.nonce.clone(),
-            version: Some(zcode_shared::VERSION.to_owned()),
+            version: Some(zcode_shared::version().to_owned()),
             launcher: self.who.launcher,
         };
         let body = reg.to_json(&self.token.token());

@@ -195,6 +195,10 @@ async fn handle(
     Ok(match (req.method(), req.uri().path()) {
         (&Method::GET, "/acp") => upgrade(req, ctx),
         (&Method::GET | &Method::HEAD, "/status") => status(&ctx, req.method() == Method::HEAD).await,
+        (&Method::GET, "/attention") => {
+            crate::glance::answer(&ctx.events, crate::glance::Part::Attention).await
+        }
+        (&Method::GET, "/turns") => crate::glance::answer(&ctx.events, crate::glance::Part::Turns).await,
         (&Method::GET, "/fs/list") => session_files(&req, &ctx, false).await,
         (&Method::POST, "/backend/restart") => crate::settings::restart(&ctx.events).await,
         (&Method::GET | &Method::HEAD, "/fs/file") => session_files(&req, &ctx, true).await,

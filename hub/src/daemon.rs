@@ -59,6 +59,19 @@ pub fn lock(paths: &Paths) -> io::Result<Lock> {
     }
 }
 
+/// [`lock`], retried for up to `within` while another hub holds it: what a successor does
+/// while the hub it replaces exits (the kernel drops its lock with the process).
+pub fn lock_within(paths: &Paths, within: Duration) -> io::Result<Lock> {
+    let deadline = Instant::now() + within;
+    loop {
+        let l = lock(paths)?;
+        if matches!(l, Lock::Held(_)) || Instant::now() >= deadline {
+            return Ok(l);
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
 /// The port file a hub on an OS-picked port writes.
 #[derive(Clone, Debug)]
 pub struct PortFile {

@@ -18,14 +18,20 @@
 //!   the token re-read after a rotation).
 //! - [`web`]: the web client's assets, served from memory.
 //! - [`quota_card`]: `zcode-acp quota`, the plan quota card in a terminal.
+//! - [`attention`]: the machine-wide inbox of pending permissions and elicitations.
+//! - [`overview`]: the machine's turn board (`GET /api/workflow-overview`).
+//! - [`version`]: what the running hub is (version, fingerprint, start, the machine's id).
+//! - [`upgrade`]: self-upgrade onto a newer binary on disk (`POST /api/upgrade`).
 //! - [`push`]: Web Push to the user's devices when a session waits for them (its keys and
 //!   subscriptions are the one state the hub keeps on disk, under `<data>/push/`).
 
+pub mod attention;
 pub mod auth;
 pub mod catalog;
 pub mod daemon;
 pub mod http;
 pub mod launch;
+pub mod overview;
 pub mod push;
 pub mod quota_card;
 pub mod registry;
@@ -33,10 +39,12 @@ pub mod relay;
 pub mod routes;
 pub mod server;
 pub mod spawn;
+pub mod upgrade;
 pub mod upstream;
+pub mod version;
 pub mod web;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -84,6 +92,12 @@ pub struct Hub {
     pub push: push::Push,
     /// The plan quota providers and their caches ([`Hub::quota`]).
     quota: Mutex<Arc<zcode_shared::quota::Quota>>,
+    /// What this hub is: version, fingerprint, start, host id.
+    pub build: version::Build,
+    /// Self-upgrade state (a restart under way).
+    pub upgrade: upgrade::State,
+    /// The port it listens on (0 until known).
+    port: AtomicU16,
     /// Cancelled to stop the hub (signal, idle exit).
     pub shutdown: CancellationToken,
     /// Every connection task and relay (a relay holds a token), so shutdown can wait for them.
@@ -105,6 +119,7 @@ impl Hub {
         let live = zcode_shared::config::Live::watch(cfg.clone(), Box::new(zcode_shared::env::ProcessEnv));
         let push = push::Push::new(cfg.paths.data_dir.join("push"), cfg.remote.push_subject.clone());
         let quota = Mutex::new(zcode_shared::quota::Quota::new(&cfg.quota));
+        let build = version::Build::current(&cfg.paths.data_dir);
         Ok(Arc::new(Hub {
             cfg,
             live,
@@ -117,6 +132,9 @@ impl Hub {
             relay,
             push,
             quota,
+            build,
+            upgrade: upgrade::State::default(),
+            port: AtomicU16::new(0),
             shutdown,
             tracker: TaskTracker::new(),
         }))
@@ -145,6 +163,11 @@ impl Hub {
 
     fn limiter(&self) -> MutexGuard<'_, auth::Limiter> {
         self.limiter.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port.load(Ordering::Relaxed)
     }
 
     /// The number of WebSocket relays open now.
@@ -181,16 +204,22 @@ pub async fn run(listener: TcpListener, cfg: Config, shutdown: CancellationToken
     };
     let stop = shutdown.child_token();
     let hub = Hub::new(cfg, token, stop)?;
-    tracing::info!(%addr, "hub listening");
+    hub.port.store(addr.port(), Ordering::Relaxed);
+    tracing::info!(%addr, version = hub.build.version, "hub listening");
     hub.tracker.spawn(daemon::housekeeping(hub.clone(), port_file.clone()));
     server::serve(listener, hub.clone()).await;
-    hub.relay.shutdown();
+    let restarting = hub.upgrade.restarting();
+    match restarting {
+        true => hub.relay.restart(),
+        false => hub.relay.shutdown(),
+    }
 
     hub.tracker.close();
     if tokio::time::timeout(SHUTDOWN_GRACE, hub.tracker.wait()).await.is_err() {
         tracing::warn!("some connections did not close in time");
     }
-    if let Some(f) = port_file {
+    // A restart keeps the port file: its successor takes the same port.
+    if let Some(f) = port_file.filter(|_| !restarting) {
         f.remove();
     }
     tracing::info!("hub stopped");

@@ -1,7 +1,7 @@
 //! The `zcode-acp` binary: parse arguments, set up logging, call into a library.
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -49,6 +49,10 @@ enum Command {
         /// Internal: what --background runs (become a session leader first)
         #[arg(long, hide = true)]
         detached: bool,
+        /// Internal: started by a hub restarting onto a new binary, which listened on this
+        /// port: wait for it to exit, then take its place
+        #[arg(long, hide = true, value_name = "PORT")]
+        successor: Option<u16>,
     },
     /// A terminal ACP client on its own bridge (what a remote create opens in a window)
     Chat {
@@ -128,13 +132,16 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<ExitCode> {
-    let cli = Cli::parse();
+    // The version `--version` prints is the one the process reports everywhere (the upgrade
+    // check reads it from a binary on disk).
+    let matches = Cli::command().version(zcode_shared::version()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.command {
         Command::DemoAgent { delay_ms, resume_only } => demo_agent(delay_ms, resume_only),
         Command::Token { rotate, public_url } => token(rotate, public_url),
         Command::Bridge { agent } => bridge(agent),
         Command::Serve { cwd, agent_name, agent } => serve(cwd, agent_name, agent),
-        Command::Hub { background, detached } => hub(background, detached),
+        Command::Hub { background, detached, successor } => hub(background, detached, successor),
         Command::Chat { cwd, resume, agent } => chat(cwd, resume, agent),
         Command::Up { public_url, tunnel, agent_name, agent } => up(public_url, tunnel, agent_name, agent),
         Command::Stop => stop::stop(),
@@ -338,7 +345,7 @@ async fn stop_on_signals(stop: tokio_util::sync::CancellationToken) {
     stop.cancel();
 }
 
-fn hub(background: bool, detached: bool) -> anyhow::Result<ExitCode> {
+fn hub(background: bool, detached: bool, successor: Option<u16>) -> anyhow::Result<ExitCode> {
     let cfg = Config::load()?;
     if background {
         return hub_background(&cfg);
@@ -349,7 +356,18 @@ fn hub(background: bool, detached: bool) -> anyhow::Result<ExitCode> {
     }
     zcode_shared::logging::init(cfg.debug);
     let (host, port) = (cfg.remote.hub_host.clone(), cfg.remote.hub_port);
-    let _lock = match zcode_hub::daemon::lock(&cfg.paths).context("the hub lock")? {
+    let lock = match successor {
+        Some(old) => {
+            tracing::info!(
+                port = old,
+                version = zcode_shared::version(),
+                "taking over from the hub being upgraded"
+            );
+            zcode_hub::daemon::lock_within(&cfg.paths, Duration::from_secs(10)).context("the hub lock")?
+        }
+        None => zcode_hub::daemon::lock(&cfg.paths).context("the hub lock")?,
+    };
+    let _lock = match lock {
         zcode_hub::daemon::Lock::Held(lock) => lock,
         zcode_hub::daemon::Lock::Running(pid) => {
             let pid = pid.map_or_else(String::new, |p| format!(" (pid {p})"));
@@ -362,7 +380,16 @@ fn hub(background: bool, detached: bool) -> anyhow::Result<ExitCode> {
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = rt.block_on(async {
-        let listener = match tokio::net::TcpListener::bind((host.as_str(), port)).await {
+        // An OS-picked port is taken over by a successor, so clients find it where it was.
+        let taken_over = match successor.filter(|p| port == 0 && *p != 0) {
+            Some(p) => tokio::net::TcpListener::bind((host.as_str(), p)).await.ok(),
+            None => None,
+        };
+        let bound = match taken_over {
+            Some(l) => Ok(l),
+            None => tokio::net::TcpListener::bind((host.as_str(), port)).await,
+        };
+        let listener = match bound {
             Ok(l) => l,
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
                 use zcode_hub::daemon::Holder;

@@ -112,6 +112,13 @@ impl Registry {
             .collect()
     }
 
+    /// Every live instance's registration, oldest bridge first (the inbox and the board).
+    pub fn registrations(&self, now: Instant) -> Vec<Registration> {
+        let mut all: Vec<Registration> = self.live(now).map(|i| i.reg.clone()).collect();
+        all.sort_by(|a, b| a.started_at.cmp(&b.started_at).then_with(|| a.id.cmp(&b.id)));
+        all
+    }
+
     /// (id, port) of every live instance, for `?probe=1`.
     pub fn probe_targets(&self, now: Instant) -> Vec<(String, u16)> {
         self.live(now).map(|i| (i.reg.id.clone(), i.reg.port)).collect()
@@ -173,6 +180,10 @@ impl Registry {
             // Beyond the contract's fields, only when set: `up` for the bridge `zcode-acp up` runs.
             if let Some(l) = reg.launcher {
                 row["launcher"] = l.into();
+            }
+            // And the bridge's version (the web client's About sheet).
+            if let Some(v) = &reg.version {
+                row["version"] = v.as_str().into();
             }
             row
         });

@@ -86,6 +86,9 @@ const ASSETS: &[Asset] = &[
     },
     Asset { path: "/js/quota.js", mime: JS, body: include_bytes!("../web/js/quota.js") },
     Asset { path: "/quota.css", mime: "text/css; charset=utf-8", body: include_bytes!("../web/quota.css") },
+    Asset { path: "/js/inbox.js", mime: JS, body: include_bytes!("../web/js/inbox.js") },
+    Asset { path: "/js/board.js", mime: JS, body: include_bytes!("../web/js/board.js") },
+    Asset { path: "/js/about.js", mime: JS, body: include_bytes!("../web/js/about.js") },
 ];
 
 /// The strong validator of each asset, in [`ASSETS`] order.

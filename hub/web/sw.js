@@ -46,6 +46,9 @@ const SHELL = [
   '/settings.css',
   '/js/quota.js',
   '/quota.css',
+  '/js/inbox.js',
+  '/js/board.js',
+  '/js/about.js',
 ];
 // How long a request for the shell waits for the hub before the cached copy is used (a tunnel
 // that hangs rather than refuses).

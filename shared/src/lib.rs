@@ -32,3 +32,49 @@ pub mod token;
 
 /// The version of this build, reported to peers (`agentInfo`, registration).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The variable a debug build reads to report another version than [`VERSION`] (the upgrade
+/// tests' "newer bridge" and "older running hub"). Release builds ignore it.
+pub const TEST_VERSION_VAR: &str = "ZCODE_ACP_TEST_VERSION";
+
+/// The version this process reports (`--version`, `/api/version`, registration, upgrades):
+/// [`VERSION`], or in a debug build a non-empty `ZCODE_ACP_TEST_VERSION`. Read once.
+pub fn version() -> &'static str {
+    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        let knob = cfg!(debug_assertions).then(|| std::env::var("ZCODE_ACP_TEST_VERSION").ok()).flatten();
+        knob.filter(|v| !v.trim().is_empty()).map_or_else(|| VERSION.to_owned(), |v| v.trim().to_owned())
+    })
+}
+
+/// Compares two dotted versions (`0.11.6`, `1.2.3-beta`) number by number; a missing or
+/// non-numeric part counts as 0, anything after `-` or `+` is ignored. `None` when either has
+/// no number at all.
+pub fn compare_versions(a: &str, b: &str) -> Option<std::cmp::Ordering> {
+    fn parts(v: &str) -> Option<Vec<u64>> {
+        let core = v.trim().trim_start_matches('v').split(['-', '+']).next()?;
+        let nums: Vec<u64> = core.split('.').map(|p| p.parse().unwrap_or(0)).collect();
+        core.split('.').next().is_some_and(|p| p.parse::<u64>().is_ok()).then_some(nums)
+    }
+    let (mut a, mut b) = (parts(a)?, parts(b)?);
+    let n = a.len().max(b.len());
+    a.resize(n, 0);
+    b.resize(n, 0);
+    Some(a.cmp(&b))
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::compare_versions;
+    use std::cmp::Ordering::*;
+
+    #[test]
+    fn versions_compare_number_by_number() {
+        assert_eq!(compare_versions("0.11.6", "0.11.6"), Some(Equal));
+        assert_eq!(compare_versions("0.10.0", "0.9.9"), Some(Greater));
+        assert_eq!(compare_versions("1.0", "1.0.0"), Some(Equal));
+        assert_eq!(compare_versions("v2.0.0-beta", "1.9.9"), Some(Greater));
+        assert_eq!(compare_versions("0.1.0", "0.1.1"), Some(Less));
+        assert_eq!(compare_versions("zcode-acp", "0.1.0"), None);
+    }
+}

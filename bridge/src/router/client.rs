@@ -206,6 +206,8 @@ pub struct Client {
     pub init: Init,
     /// What it advertised.
     pub caps: Caps,
+    /// Its `clientInfo.name`, made inert (who prompted a turn, on the turn board).
+    pub name: Option<String>,
     /// Sessions it created or loaded.
     pub sessions: BTreeSet<String>,
     /// Agent requests it holds a copy of (by the id it was sent with).
@@ -227,6 +229,7 @@ impl Client {
             kill,
             init: Init::No,
             caps: Caps::default(),
+            name: None,
             sessions: BTreeSet::new(),
             copies: HashSet::new(),
             holds: 0,

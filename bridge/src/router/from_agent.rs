@@ -262,7 +262,15 @@ impl Router {
         let generation = self.agent.generation;
         self.requests.insert(
             key,
-            AgentRequest { upstream_id, generation, session, msg, copies: Vec::new(), broadcast },
+            AgentRequest {
+                upstream_id,
+                generation,
+                session,
+                msg,
+                copies: Vec::new(),
+                broadcast,
+                since: zcode_shared::time::now_ms(),
+            },
         );
         key
     }

@@ -72,6 +72,7 @@ impl Router {
         }
         let Some(c) = self.clients.get_mut(&client) else { return };
         c.caps = super::client::Caps::from_params(&params);
+        c.name = params["clientInfo"]["name"].as_str().map(zcode_shared::text::title);
         if let super::agent::LinkState::Ready { for_clients, .. } = &self.agent.state {
             let result = for_clients.clone();
             c.init = Init::Done;
@@ -192,7 +193,7 @@ impl Router {
             self.attach(client, &sid);
         }
         if let Some(s) = self.sessions.get_mut(&sid) {
-            s.queue.push_back(QueuedPrompt { client, id, msg });
+            s.queue.push_back(QueuedPrompt { client, id, msg, queued_at: zcode_shared::time::now_ms() });
         }
         self.pump(&sid);
     }

@@ -13,6 +13,7 @@ pub mod client;
 mod from_agent;
 mod from_client;
 mod hooks;
+mod glance;
 mod lifecycle;
 mod listing;
 mod replay;
@@ -24,6 +25,7 @@ pub mod settings;
 pub use agent::AgentSpec;
 pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
 pub use hooks::HookReport;
+pub use glance::{Glance, PendingRow, TurnRow};
 pub use lifecycle::{Lifecycle, LifecycleReply};
 
 use crate::journal::{Journal, ReadError, Slice};
@@ -122,6 +124,8 @@ pub enum Event {
     },
     /// `GET /status`: the listed sessions, from memory.
     Status(oneshot::Sender<Vec<SessionStatus>>),
+    /// `GET /attention`, `GET /turns`: pending requests and turns, from memory.
+    Glance(oneshot::Sender<Glance>),
     /// Close, rename or delete a session (the loopback lifecycle routes).
     Lifecycle {
         /// The session.
@@ -196,6 +200,8 @@ struct AgentRequest {
     copies: Vec<ClientId>,
     /// `true`: to every attached client, first answer wins. `false`: to the editor only.
     broadcast: bool,
+    /// When it arrived, epoch ms.
+    since: u64,
 }
 
 /// Unknown-session updates held until the session appears (bounded).
@@ -352,6 +358,9 @@ impl Router {
                     let _ = reply.send(self.status());
                 }
                 Event::Hook(report) => self.on_hook(report),
+                Event::Glance(reply) => {
+                    let _ = reply.send(self.glance());
+                }
                 Event::Lifecycle { session, op, reply } => self.on_lifecycle(&session, op, reply),
                 Event::Settings(ev) => self.on_settings(ev),
                 Event::SessionRoot { session, reply } => {

@@ -16,6 +16,8 @@ pub struct QueuedPrompt {
     pub id: Id,
     /// The request as received.
     pub msg: RawMessage,
+    /// When it was queued, epoch ms.
+    pub queued_at: u64,
 }
 
 /// Where the session stands with the upstream agent.

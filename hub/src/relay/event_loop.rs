@@ -44,8 +44,9 @@ const SILENT_PERIODS: u32 = 2;
 pub enum Command {
     /// Start relaying.
     Open(super::Open),
-    /// Close every relay, and end the thread when the last is closed.
-    Shutdown,
+    /// Close every relay (with this end: [`End::Shutdown`] or [`End::Restart`]), and end the
+    /// thread when the last is closed.
+    Shutdown(End),
 }
 
 /// How the relay thread reports ended relays: the call goes on the list, and one byte on a
@@ -192,6 +193,8 @@ pub struct Loop {
     ping: Duration,
     next_ping: Instant,
     stopping: bool,
+    /// How relays end once stopping (shutdown, or a restart onto a new binary).
+    stop_end: End,
     /// The test-only fault still to come (see [`TestFault`]).
     fault: Option<TestFault>,
     /// The next `poll` fails (the `poll` test fault).
@@ -245,6 +248,7 @@ impl Loop {
             ping,
             next_ping: Instant::now() + ping,
             stopping: false,
+            stop_end: End::Shutdown,
             fault: TestFault::from_env(),
             poll_fault: false,
         })
@@ -350,22 +354,24 @@ impl Loop {
         loop {
             match self.commands.try_recv() {
                 Ok(Command::Open(o)) => self.open(o),
-                Ok(Command::Shutdown) => self.stop(),
+                Ok(Command::Shutdown(end)) => self.stop(end),
                 Err(mpsc::TryRecvError::Empty) => break,
-                Err(mpsc::TryRecvError::Disconnected) => return self.stop(),
+                Err(mpsc::TryRecvError::Disconnected) => return self.stop(End::Shutdown),
             }
         }
         if gone {
-            self.stop();
+            self.stop(End::Shutdown);
         }
     }
 
-    /// Ends every relay with 1001; relays opened from now on are ended at once.
-    fn stop(&mut self) {
+    /// Ends every relay with `end` (1001, or 1012 for a restart); relays opened from now on
+    /// are ended at once.
+    fn stop(&mut self, end: End) {
         if !self.stopping {
             self.stopping = true;
+            self.stop_end = end;
             for slot in 0..self.slots.len() {
-                self.end(slot, End::Shutdown);
+                self.end(slot, end);
             }
         }
     }
@@ -409,7 +415,7 @@ impl Loop {
             on_end: Some(on_end),
         });
         if self.stopping {
-            self.end(slot, End::Shutdown);
+            self.end(slot, self.stop_end);
         } else {
             self.drive(slot);
         }

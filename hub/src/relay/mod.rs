@@ -65,6 +65,8 @@ pub enum End {
     Silent(Side),
     /// The hub is shutting down.
     Shutdown,
+    /// The hub is restarting onto a new binary (1012 "service restart").
+    Restart,
     /// The relay thread failed (its `poll` erred, or it panicked) and started over.
     Failed,
 }
@@ -150,7 +152,13 @@ impl Relays {
     /// Closes every relay with 1001 (each bounded by 500 ms); relays opened afterwards are
     /// closed at once. The thread ends when the last one has.
     pub fn shutdown(&self) {
-        let _ = self.tell(event_loop::Command::Shutdown);
+        let _ = self.tell(event_loop::Command::Shutdown(End::Shutdown));
+    }
+
+    /// Like [`Relays::shutdown`], with 1012 "service restart": the hub is being replaced by a
+    /// new binary and clients should reconnect.
+    pub fn restart(&self) {
+        let _ = self.tell(event_loop::Command::Shutdown(End::Restart));
     }
 }
 
@@ -259,6 +267,7 @@ fn closes(end: End) -> (Close, Close) {
             (Some((1011, "bridge broke the protocol")), Some((1002, "protocol error")))
         }
         End::Shutdown => (Some((1001, "hub shutting down")), Some((1001, "hub shutting down"))),
+        End::Restart => (Some((1012, "service restart")), Some((1012, "service restart"))),
         End::Failed => (Some((1011, "hub relay failed")), Some((1011, "hub relay failed"))),
     }
 }

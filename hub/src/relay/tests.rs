@@ -280,3 +280,12 @@ async fn a_slow_reader_and_the_bridge_held_back_by_it_stay_relayed() {
     bridge.close(None).await.unwrap();
     assert_eq!(close_code(&mut client).await, None, "a close without a code");
 }
+
+#[tokio::test]
+async fn a_restart_closes_both_legs_with_1012() {
+    let (mut client, mut bridge, relays, relay) = setup(Duration::from_secs(30)).await;
+    relays.restart();
+    assert_eq!(close_code(&mut client).await, Some(1012));
+    assert_eq!(close_code(&mut bridge).await, Some(1012));
+    assert_eq!(relay.await.unwrap(), End::Restart);
+}

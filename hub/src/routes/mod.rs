@@ -19,6 +19,9 @@
 //! | `GET /api/settings/usage` | [`usage`] |
 //! | `GET /api/settings/hooks`, `PUT /api/settings/hooks/{event}/{index}`, `POST /api/settings/hooks/enabled` | [`settings_hooks`] |
 //! | `* /api/settings/{rest}`, `POST /api/backend/restart` (501) | [`settings`] |
+//! | `GET /api/version`, `POST /api/upgrade` | [`crate::version`], [`crate::upgrade`] |
+//! | `GET /api/attention` | [`crate::attention`] |
+//! | `GET /api/workflow-overview` | [`crate::overview`] |
 //! | `GET /acp?instance={id}` (WebSocket) | [`acp`] |
 //! | `GET|HEAD` of any other path (no token) | [`crate::web`]: the web client |
 
@@ -122,6 +125,10 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         (&Method::GET, "/api/push/vapid-public-key") => return push::vapid_public_key(hub),
         (&Method::POST, "/api/push/subscriptions") => return push::subscribe(req, hub).await,
         (&Method::DELETE, "/api/push/subscriptions") => return push::unsubscribe(req, hub).await,
+        (&Method::GET, "/api/version") => return crate::version::get(&req, hub).await,
+        (&Method::GET, "/api/attention") => return crate::attention::get(hub).await,
+        (&Method::GET, "/api/workflow-overview") => return crate::overview::get(hub).await,
+        (&Method::POST, "/api/upgrade") => return crate::upgrade::post(hub).await,
         _ => {}
     }
     if let Some(rest) = path.strip_prefix("/api/settings/hooks") {

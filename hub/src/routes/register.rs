@@ -51,6 +51,7 @@ pub async fn register(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         Err(why) => return text(StatusCode::BAD_REQUEST, why),
     };
     let (id, port, origin, sessions) = (reg.id.clone(), reg.port, reg.origin, reg.sessions.len());
+    let version = reg.version.clone();
     // Diffed under the same lock as the update, so two heartbeats racing cannot both see the
     // old status; the pushes are only queued.
     let (new, events) = {
@@ -60,11 +61,13 @@ pub async fn register(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
     };
     hub.push.on_heartbeat(events);
     if new {
-        tracing::info!(instance = %id, port, origin, sessions, "instance registered");
+        tracing::info!(instance = %id, port, origin, sessions, version = version.as_deref().unwrap_or("?"), "instance registered");
     } else {
         tracing::trace!(instance = %id, sessions, "heartbeat");
     }
-    json(StatusCode::OK, &serde_json::json!({"ok": true}))
+    // A newer bridge means a newer binary was installed: the hub checks its own.
+    let restarting = crate::upgrade::on_registration(hub, version.as_deref()).await;
+    json(StatusCode::OK, &serde_json::json!({"ok": true, "restarting": restarting}))
 }
 
 /// `POST /api/unregister {token, id}`: forgets an instance; `{ok: true}` (also when unknown).

@@ -79,6 +79,8 @@ export class Conn {
   }
 
   emit(event) {
+    // The page-wide waiting count (push.js) follows every connection's pending requests.
+    if (event.type === 'pending' && pool.onPending) pool.onPending();
     for (const fn of [...this.listeners]) {
       try { fn(event); } catch (e) { console.warn('listener failed', e); }
     }
@@ -329,6 +331,8 @@ export class Conn {
 /** The connections of this page, one per instance. */
 export const pool = {
   conns: new Map(),
+  /** Called when any connection's pending requests change (set by push.js). */
+  onPending: null,
   /** The connection to instance `id` (created, not started). */
   get(id) {
     const key = String(id);

@@ -1,7 +1,7 @@
-// The home screen: what waits for an answer, the live instances and their sessions (polled
-// every 4 s with `?probe=1`), then the projects and the directory browser (projects.js).
-// Every listed session is watched (attached with limit 0) so a permission it asks for shows
-// here, with the session it belongs to.
+// The home screen: what waits for an answer (inbox.js), what runs (board.js), the live
+// instances and their sessions (polled every 4 s with `?probe=1`), then the projects and the
+// directory browser (projects.js), and the About sheet (about.js). No session is attached
+// from here: the inbox and the board are the hub's reads, so headless bridges idle out.
 
 import { h, clear, ago, baseName } from './dom.js';
 import { getJson } from './api.js';
@@ -11,6 +11,9 @@ import { notifyCard } from './push.js';
 import { composer } from './composer.js';
 import { usageLink } from './usage.js';
 import { quotaCard } from './quota.js';
+import { inboxSection } from './inbox.js';
+import { boardSection } from './board.js';
+import { aboutSection } from './about.js';
 
 const POLL_MS = 4000;
 
@@ -31,18 +34,21 @@ function isIncubator(inst) {
 
 /** Mounts the home screen; returns its cleanup. */
 export function homeView(root, app) {
-  const waiting = h('section', { class: 'card waiting', id: 'waiting', 'aria-label': 'Waiting for you', hidden: true });
+  const inbox = inboxSection(app);
+  const board = boardSection(app);
+  const about = aboutSection(app);
+  // Connections a session view left open would keep its bridge busy: the home needs none.
+  for (const id of [...pool.conns.keys()]) pool.drop(id);
   const live = h('section', { class: 'card', id: 'instances', 'aria-labelledby': 'instances-h' },
     h('h2', { id: 'instances-h', text: 'Live sessions' }), h('p', { class: 'muted', text: 'Looking for instances…' }));
   const projects = projectsSection(app);
   const browse = browseSection(app);
-  clear(root, h('div', { class: 'home' }, waiting, live, quotaCard(), projects.node, browse.node, notifyCard(), usageLink()));
+  clear(root, h('div', { class: 'home' }, inbox.node, board.node, live, quotaCard(), projects.node, browse.node, notifyCard(), usageLink(), about.node));
   app.setTitle('');
 
   let list = app.instances || null;
   let timer = 0;
   let stopped = false;
-  const unlisten = [];
 
   async function poll() {
     clearTimeout(timer);
@@ -53,8 +59,9 @@ export function homeView(root, app) {
       app.setConn('open', 'Hub reachable');
       projects.online();
       browse.online();
-      watchAll();
       renderLive();
+      inbox.refresh().then(() => { if (!stopped) renderLive(); });
+      board.refresh();
     } catch (e) {
       if (stopped) return;
       if (e.kind === 'auth') return app.pair(e.message);
@@ -82,48 +89,13 @@ export function homeView(root, app) {
   }
   document.addEventListener('visibilitychange', onVisibility);
 
-  function watchAll() {
-    const ids = new Set(list.map((i) => String(i.id)));
-    for (const [id] of pool.conns) if (!ids.has(id)) pool.drop(id);
-    for (const inst of list) {
-      const sessions = Array.isArray(inst.sessions) ? inst.sessions : [];
-      if (!sessions.length) continue;
-      const conn = pool.get(inst.id);
-      if (!unlisten.some((u) => u.id === conn)) {
-        const off = conn.listen((ev) => { if (ev.type === 'pending') { renderWaiting(); renderLive(); } });
-        unlisten.push({ id: conn, off });
-      }
-      for (const s of sessions) conn.watch(s.sessionId, inst.workspace);
-    }
-    renderWaiting();
-  }
-
   function sessionUrl(inst, s) {
     return `/s/${encodeURIComponent(inst.id)}/${encodeURIComponent(s.sessionId)}?cwd=${encodeURIComponent(inst.workspace || '')}`;
   }
 
-  function renderWaiting() {
-    clear(waiting);
-    const rows = [];
-    for (const inst of list || []) {
-      const conn = pool.conns.get(String(inst.id));
-      if (!conn) continue;
-      for (const m of conn.pendingOf()) {
-        const sid = m.params && m.params.sessionId;
-        const s = (inst.sessions || []).find((x) => x.sessionId === sid) || { sessionId: sid };
-        const what = m.method === 'elicitation/create' ? 'has a question' : `asks permission: ${String((m.params.toolCall && m.params.toolCall.title) || '')}`;
-        rows.push(h('li', {}, h('a', { href: sessionUrl(inst, s), 'data-nav': '' },
-          h('span', { class: 'badge warn', text: 'waiting' }), ' ',
-          h('strong', { text: s.title || 'Untitled session' }), ' ', h('span', { text: what }))));
-      }
-    }
-    waiting.hidden = !rows.length;
-    if (rows.length) waiting.append(h('h2', { text: 'Waiting for you' }), h('ul', { class: 'rows' }, rows));
-  }
-
   let shown = '';
   function renderLive() {
-    const sig = JSON.stringify([list, [...pool.conns.values()].map((c) => c.pending.size)]);
+    const sig = JSON.stringify([list, inbox.signature()]);
     if (sig === shown) return;
     shown = sig;
     clear(live, h('div', { class: 'card-head' }, h('h2', { id: 'instances-h', text: 'Live sessions' }),
@@ -137,7 +109,6 @@ export function homeView(root, app) {
       return;
     }
     for (const inst of shownList) {
-      const conn = pool.conns.get(String(inst.id));
       const sessions = Array.isArray(inst.sessions) ? inst.sessions : [];
       live.append(h('div', { class: 'instance', dataset: { instance: String(inst.id) } },
         h('div', { class: 'instance-head' },
@@ -146,7 +117,7 @@ export function homeView(root, app) {
           h('span', { class: 'muted path', text: String(inst.workspace || '') }),
           h('a', { class: 'button', href: `/n/${encodeURIComponent(inst.id)}?cwd=${encodeURIComponent(inst.workspace || '')}`, 'data-nav': '' }, 'New session')),
         sessions.length ? h('ul', { class: 'rows sessions' }, sessions.map((s) => {
-          const waitingHere = conn ? conn.pendingOf(s.sessionId).length : 0;
+          const waitingHere = inbox.countOf(inst.id, s.sessionId);
           const status = s.status === 'running' || s.status === 'idle' ? s.status : 'unknown';
           return h('li', { dataset: { session: s.sessionId } }, h('a', { href: sessionUrl(inst, s), 'data-nav': '' },
             h('span', { class: `badge ${status}`, text: status }),
@@ -165,13 +136,15 @@ export function homeView(root, app) {
       list ? h('p', { class: 'muted', text: 'Showing nothing stale: the list comes back as soon as the hub answers.' }) : null);
   }
 
-  if (list) { watchAll(); renderLive(); }
+  if (list) renderLive();
   poll();
   return () => {
     stopped = true;
     clearTimeout(timer);
     document.removeEventListener('visibilitychange', onVisibility);
-    for (const u of unlisten) u.off();
+    inbox.stop();
+    board.stop();
+    about.stop();
     projects.stop();
     browse.stop();
   };

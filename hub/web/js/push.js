@@ -11,6 +11,7 @@
 import { h, clear } from './dom.js';
 import { api, getJson } from './api.js';
 import { pool } from './conn.js';
+import { inboxState } from './inbox.js';
 
 const READY_MS = 10000;
 
@@ -78,7 +79,8 @@ let waitingCount = 0;
 function countWaiting() {
   let n = 0;
   for (const c of pool.conns.values()) n += c.pendingOf().length;
-  return n;
+  // The home screen attaches to nothing: its inbox (the hub's list) says what waits.
+  return inboxState.active ? Math.max(n, inboxState.count) : n;
 }
 
 /** Sets the tab title's "(n) " prefix and the app badge to the current count. */
@@ -99,6 +101,7 @@ function watchWaiting() {
   // The pool has no page-wide event, and reading it costs nothing: check it twice a second,
   // and whenever the views retitle the page (the prefix is put back on the new title).
   setInterval(showWaiting, 500);
+  pool.onPending = showWaiting;
   const title = document.querySelector('title');
   if (title) new MutationObserver(showWaiting).observe(title, { childList: true, characterData: true, subtree: true });
   showWaiting();
