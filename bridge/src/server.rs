@@ -44,6 +44,10 @@ const PORT_SCAN: u16 = 100;
 /// every ~85 KiB taken, and is still far above what loopback needs for full speed.
 const SEND_BUFFER: usize = 128 * 1024;
 
+/// The most bytes of queued messages gathered into one write to a remote client (tungstenite
+/// writes its buffer out once it holds this much, and on every flush).
+const WRITE_BATCH: usize = 16 * 1024;
+
 /// The largest request head (request line and headers) accepted.
 const MAX_HEAD: usize = 64 * 1024;
 
@@ -258,9 +262,10 @@ fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>) -> Resp {
                     .max_message_size(Some(MAX_MESSAGE))
                     .max_frame_size(Some(MAX_MESSAGE))
                     // tungstenite's 128 KiB default per socket would make thousands of idle
-                    // remote clients cost the bridge hundreds of MiB; frames grow it as needed.
-                    .read_buffer_size(8 * 1024)
-                    .write_buffer_size(0);
+                    // remote clients cost the bridge hundreds of MiB: `Watched` reads ahead
+                    // for it, so a small chunk costs no extra system calls.
+                    .read_buffer_size(crate::stall::READ_CHUNK)
+                    .write_buffer_size(WRITE_BATCH);
                 let stall = Arc::new(Stall::default());
                 let io = Watched::new(TokioIo::new(upgraded), stall.clone());
                 let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
@@ -366,10 +371,24 @@ async fn write_frames<K>(
             () = kill.cancelled() => break,
             l = reader.recv() => match l { Some(l) => l, None => break },
         };
-        let Ok(text) = Utf8Bytes::try_from(line) else { continue };
+        // What piled up meanwhile (a streaming agent, a slow spell) goes out with it: one write
+        // per batch rather than one per message.
+        let mut batch = Some(line);
+        let mut bytes = 0;
         let sent = tokio::select! {
             () = kill.cancelled() => break,
-            r = sink.send(Message::Text(text)) => r,
+            r = async {
+                while let Some(line) = batch.take() {
+                    bytes += line.len();
+                    if let Ok(text) = Utf8Bytes::try_from(line) {
+                        sink.feed(Message::Text(text)).await?;
+                    }
+                    if bytes < WRITE_BATCH {
+                        batch = reader.try_recv();
+                    }
+                }
+                sink.flush().await
+            } => r,
         };
         if sent.is_err() {
             kill.cancel();

@@ -5,7 +5,14 @@
 //! rule: while a write is blocked, nothing is read. The client's frames then wait in the
 //! kernel's buffers (bounded, and not ours), the pongs we owe stay at a few KiB, and a client
 //! whose socket takes nothing for a whole stall period is dropped ([`Stall::stalled_for`]).
+//!
+//! It also keeps an idle connection small: tungstenite reads in chunks of its read buffer,
+//! which it allocates (and fills) per connection, so the server gives it a small one
+//! ([`READ_CHUNK`]) and [`Watched`] reads the socket through a per-thread scratch buffer
+//! instead, keeping only what tungstenite has not taken yet (none, once a message is read):
+//! a large message still arrives in 64 KiB system calls, and an idle client holds no buffer.
 
+use std::cell::RefCell;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -38,16 +45,31 @@ impl Stall {
     }
 }
 
+/// The read buffer tungstenite is given: small, since [`Watched`] reads ahead for it.
+pub const READ_CHUNK: usize = 512;
+
+/// The most read from the socket in one system call.
+const SCRATCH: usize = 64 * 1024;
+
+thread_local! {
+    /// Where a socket read lands before tungstenite takes what it asked for: one per thread,
+    /// not one per connection.
+    static SCRATCH_BUF: RefCell<Box<[u8]>> = RefCell::new(vec![0; SCRATCH].into_boxed_slice());
+}
+
 /// A socket that is not read while a write to it is blocked. See the module docs.
 pub struct Watched<S> {
     io: S,
     stall: Arc<Stall>,
+    /// Bytes read from the socket that the reader has not taken yet, from `at` on.
+    ahead: Vec<u8>,
+    at: usize,
 }
 
 impl<S> Watched<S> {
     /// Wraps `io`; `stall` is shared with whoever checks for stalled clients.
     pub fn new(io: S, stall: Arc<Stall>) -> Watched<S> {
-        Watched { io, stall }
+        Watched { io, stall, ahead: Vec::new(), at: 0 }
     }
 }
 
@@ -63,7 +85,31 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
                 return Poll::Pending;
             }
         }
-        Pin::new(&mut this.io).poll_read(cx, buf)
+        if this.at < this.ahead.len() {
+            let n = buf.remaining().min(this.ahead.len() - this.at);
+            buf.put_slice(&this.ahead[this.at..this.at + n]);
+            this.at += n;
+            if this.at == this.ahead.len() {
+                // Drained: an idle connection keeps no buffer.
+                (this.ahead, this.at) = (Vec::new(), 0);
+            }
+            return Poll::Ready(Ok(()));
+        }
+        if buf.remaining() >= SCRATCH {
+            return Pin::new(&mut this.io).poll_read(cx, buf);
+        }
+        SCRATCH_BUF.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let mut into = ReadBuf::new(&mut scratch[..]);
+            let r = Pin::new(&mut this.io).poll_read(cx, &mut into);
+            if let Poll::Ready(Ok(())) = r {
+                let got = into.filled();
+                let n = buf.remaining().min(got.len());
+                buf.put_slice(&got[..n]);
+                this.ahead.extend_from_slice(&got[n..]);
+            }
+            r
+        })
     }
 }
 
@@ -101,6 +147,26 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn small_reads_get_every_byte_in_order_and_keep_nothing_once_drained() {
+        let (ours, mut theirs) = tokio::io::duplex(1 << 20);
+        let mut w = Watched::new(ours, Arc::new(Stall::default()));
+        let sent: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        theirs.write_all(&sent).await.unwrap();
+        drop(theirs);
+        let mut got = Vec::new();
+        let mut chunk = [0u8; READ_CHUNK];
+        loop {
+            let n = w.read(&mut chunk).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&chunk[..n]);
+        }
+        assert!(got == sent, "every byte, in order");
+        assert_eq!(w.ahead.capacity(), 0, "nothing kept once drained");
+    }
 
     #[tokio::test]
     async fn a_blocked_write_stops_reading_until_it_goes_through() {

@@ -39,14 +39,28 @@ pub async fn connect_editor(events: mpsc::Sender<Event>, tracker: &TaskTracker) 
     });
 }
 
+/// The most bytes gathered into one write to stdout.
+const STDOUT_BATCH: usize = 64 * 1024;
+
+/// Writes the editor's lines. tokio's stdout runs each write on the blocking pool, so the
+/// lines queued meanwhile (an agent streaming) go out together: one write per batch, not
+/// three (line, newline, flush) per line.
 async fn write_stdout(mut reader: OutboxReader) {
     let mut out = tokio::io::stdout();
+    let mut buf = Vec::new();
     while let Some(line) = reader.recv().await {
-        if out.write_all(&line).await.is_err()
-            || out.write_all(b"\n").await.is_err()
-            || out.flush().await.is_err()
-        {
+        buf.extend_from_slice(&line);
+        buf.push(b'\n');
+        while buf.len() < STDOUT_BATCH {
+            let Some(line) = reader.try_recv() else { break };
+            buf.extend_from_slice(&line);
+            buf.push(b'\n');
+        }
+        if out.write_all(&buf).await.is_err() || out.flush().await.is_err() {
             return;
         }
+        buf.clear();
+        // A burst's buffer is not kept for the rest of the session.
+        buf.shrink_to(STDOUT_BATCH);
     }
 }

@@ -244,7 +244,12 @@ fn run_bridge_until(
     let cfg = Config::load()?;
     zcode_shared::logging::init(cfg.debug);
     let spec = agent_spec(&cfg, agent)?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    // One worker: a message crosses three tasks (socket reader, router, client writer), and
+    // on one worker each hop is a queue push; on two, most hops woke the other worker thread
+    // (a futex and a context switch each: a fifth of the bridge's CPU went to switching, and
+    // a cached `initialize` took 2.5× a bare echo's round trip; `scripts/bench-bridge`). The
+    // journal has its own thread and blocking work the blocking pool.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     let result = rt.block_on(async {
         let stop = match stop {
             Some(stop) => stop,

@@ -116,6 +116,13 @@ impl OutboxReader {
             }
         }
     }
+
+    /// The next message if one is queued now (a writer batching what piled up).
+    pub fn try_recv(&mut self) -> Option<Bytes> {
+        let line = self.rx.try_recv().ok()?;
+        self.queued.fetch_sub(line.len(), Ordering::Relaxed);
+        Some(line)
+    }
 }
 
 /// What kind of connection a client is.
