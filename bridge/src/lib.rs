@@ -16,8 +16,8 @@
 pub mod chat;
 pub mod demo;
 pub mod files;
-pub mod hooks;
 pub mod glance;
+pub mod hooks;
 pub mod journal;
 pub mod lifecycle;
 pub mod local;

@@ -112,7 +112,16 @@ impl Ctx {
         usage: crate::usage::Recorder,
         settings: Option<crate::settings::Mounted>,
     ) -> Arc<Ctx> {
-        Arc::new(Ctx { events, token, shutdown, tracker, limits, usage, settings, next_client: AtomicU64::new(1) })
+        Arc::new(Ctx {
+            events,
+            token,
+            shutdown,
+            tracker,
+            limits,
+            usage,
+            settings,
+            next_client: AtomicU64::new(1),
+        })
     }
 }
 

@@ -118,10 +118,24 @@ impl OutboxReader {
     }
 
     /// The next message if one is queued now (a writer batching what piled up).
+    /// A replay batch is taken like in [`OutboxReader::recv`], a line at a time.
     pub fn try_recv(&mut self) -> Option<Bytes> {
-        let line = self.rx.try_recv().ok()?;
-        self.queued.fetch_sub(line.len(), Ordering::Relaxed);
-        Some(line)
+        loop {
+            if let Some(line) = self.batch.next() {
+                return Some(line);
+            }
+            match self.rx.try_recv().ok()? {
+                Item::Line(line) => {
+                    self.queued.fetch_sub(line.len(), Ordering::Relaxed);
+                    return Some(line);
+                }
+                Item::Batch(lines) => {
+                    let size: usize = lines.iter().map(Bytes::len).sum();
+                    self.replay.fetch_sub(size, Ordering::Relaxed);
+                    self.batch = lines.into_iter();
+                }
+            }
+        }
     }
 }
 
@@ -315,6 +329,24 @@ mod tests {
         // The editor's outbox has no limit.
         let (out, _reader) = Outbox::new(None);
         assert!(out.send_batch(lines(3, 10)) && out.send_batch(lines(3, 10)) && out.send_batch(lines(3, 10)));
+    }
+
+    #[test]
+    fn try_recv_takes_what_is_queued_in_order_replay_lines_included_and_counts_them_down() {
+        let (out, mut reader) = Outbox::new(Some(10));
+        assert!(out.send(Bytes::from_static(b"l0")));
+        assert!(out.send_batch(lines(3, 10)));
+        assert!(out.send(Bytes::from_static(b"l1")));
+        let mut got = Vec::new();
+        while let Some(line) = reader.try_recv() {
+            got.push(line);
+        }
+        let mut want = vec![Bytes::from_static(b"l0")];
+        want.extend(lines(3, 10));
+        want.push(Bytes::from_static(b"l1"));
+        assert_eq!(got, want);
+        assert!(out.send_batch(lines(1, 10)), "nothing waits: a new replay is taken whatever its size");
+        assert!(out.send(Bytes::from_static(b"0123456789")), "the live bytes were counted down");
     }
 
     #[test]

@@ -12,20 +12,20 @@ mod agent;
 pub mod client;
 mod from_agent;
 mod from_client;
-mod hooks;
 mod glance;
+mod hooks;
 mod lifecycle;
 mod listing;
 mod replay;
 mod session;
+pub mod settings;
 mod turns;
 mod usage_hook;
-pub mod settings;
 
 pub use agent::AgentSpec;
 pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
-pub use hooks::HookReport;
 pub use glance::{Glance, PendingRow, TurnRow};
+pub use hooks::HookReport;
 pub use lifecycle::{Lifecycle, LifecycleReply};
 
 use crate::journal::{Journal, ReadError, Slice};

@@ -33,9 +33,9 @@ pub mod projects;
 pub mod push;
 pub mod quota;
 pub mod register;
-pub mod usage;
-pub mod settings_hooks;
 pub mod settings;
+pub mod settings_hooks;
+pub mod usage;
 
 use crate::Hub;
 use crate::auth;
