@@ -108,7 +108,16 @@ impl Ctx {
         usage: crate::usage::Recorder,
         settings: Option<crate::settings::Mounted>,
     ) -> Arc<Ctx> {
-        Arc::new(Ctx { events, token, shutdown, tracker, limits, usage, settings, next_client: AtomicU64::new(1) })
+        Arc::new(Ctx {
+            events,
+            token,
+            shutdown,
+            tracker,
+            limits,
+            usage,
+            settings,
+            next_client: AtomicU64::new(1),
+        })
     }
 }
 
@@ -179,11 +188,6 @@ async fn handle(
             return Ok(resp);
         }
         return Ok(text(StatusCode::NOT_FOUND, "not found"));
-    }
-    if req.uri().path().starts_with("/settings/hooks") {
-        return Ok(crate::hooks::http::route(req)
-            .await
-            .unwrap_or_else(|| text(StatusCode::NOT_FOUND, "not found")));
     }
     if req.method() == Method::GET && req.uri().path() == "/settings/usage" {
         return Ok(crate::usage::http::usage(req.uri().query(), &ctx.usage).await);

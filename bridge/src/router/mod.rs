@@ -17,9 +17,9 @@ mod lifecycle;
 mod listing;
 mod replay;
 mod session;
+pub mod settings;
 mod turns;
 mod usage_hook;
-pub mod settings;
 
 pub use agent::AgentSpec;
 pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};

@@ -17,7 +17,6 @@
 //! | `GET /api/quota`, `GET /api/settings/quota` | [`quota`] |
 //! | `GET /api/push/vapid-public-key`, `POST|DELETE /api/push/subscriptions` | [`push`] |
 //! | `GET /api/settings/usage` | [`usage`] |
-//! | `GET /api/settings/hooks`, `PUT /api/settings/hooks/{event}/{index}`, `POST /api/settings/hooks/enabled` | [`settings_hooks`] |
 //! | `* /api/settings/{rest}`, `POST /api/backend/restart` (501) | [`settings`] |
 //! | `GET /acp?instance={id}` (WebSocket) | [`acp`] |
 //! | `GET|HEAD` of any other path (no token) | [`crate::web`]: the web client |
@@ -30,9 +29,8 @@ pub mod projects;
 pub mod push;
 pub mod quota;
 pub mod register;
-pub mod usage;
-pub mod settings_hooks;
 pub mod settings;
+pub mod usage;
 
 use crate::Hub;
 use crate::auth;
@@ -123,10 +121,6 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         (&Method::POST, "/api/push/subscriptions") => return push::subscribe(req, hub).await,
         (&Method::DELETE, "/api/push/subscriptions") => return push::unsubscribe(req, hub).await,
         _ => {}
-    }
-    if let Some(rest) = path.strip_prefix("/api/settings/hooks") {
-        let rest = rest.to_owned();
-        return settings_hooks::route(req, hub, &rest).await;
     }
     if let Some(rest) = path.strip_prefix("/api/settings/") {
         let rest = rest.to_owned();
