@@ -168,7 +168,7 @@ pub async fn run(
         connections: slots::cap_for(nofile),
         write_stall: cfg.timings.ping,
     };
-    let mounted = settings::Mounted { settings, handle: router.settings_handle() };
+    let mounted = settings::Mounted { settings, handle: router.settings_handle(), usage: usage.clone() };
     let ctx = server::Ctx::new(
         events.clone(),
         token.clone(),

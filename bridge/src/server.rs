@@ -193,11 +193,6 @@ async fn handle(
         }
         return Ok(text(StatusCode::NOT_FOUND, "not found"));
     }
-    if req.uri().path().starts_with("/settings/hooks") {
-        return Ok(crate::hooks::http::route(req)
-            .await
-            .unwrap_or_else(|| text(StatusCode::NOT_FOUND, "not found")));
-    }
     if req.method() == Method::GET && req.uri().path() == "/settings/usage" {
         return Ok(crate::usage::http::usage(req.uri().query(), &ctx.usage).await);
     }

@@ -1,7 +1,8 @@
 //! The loopback settings mount: `/settings/*` (the same routes and semantics as the hub's
 //! `/api/settings/*`, relayed per instance by the hub as `/api/instances/{id}/settings/*`)
 //! and `POST /backend/restart`. The routes themselves are [`zcode_shared::settings::api`];
-//! this bridge adds what only it knows: its agent's report and its `needs-restart` count.
+//! this bridge adds what only it knows: its agent's report, its `needs-restart` count (hooks,
+//! MCP, subagent writes alike) and, for `all`, its usage recorder's payload.
 
 use crate::files::{Resp, full, text};
 use crate::router::Event;
@@ -14,7 +15,8 @@ use serde_json::{Value, json};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
-use zcode_shared::settings::{Host, MAX_BODY, Mount, Settings, api};
+use zcode_shared::settings::{Host, MAX_BODY, Mount, Settings, api, is_all};
+use zcode_shared::store::usage::UsageRange;
 
 /// How long a settings body may take to arrive.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -28,6 +30,8 @@ pub struct Mounted {
     pub settings: Settings,
     /// The router's published view.
     pub handle: SettingsHandle,
+    /// The usage recorder: the `usage` section of `all`.
+    pub usage: crate::usage::Recorder,
 }
 
 /// `* /settings/{rest}`.
@@ -39,10 +43,15 @@ pub async fn route(req: Request<Incoming>, m: &Mounted, rest: &str) -> Resp {
         Ok(b) => b,
         Err(resp) => return resp,
     };
+    let usage = match is_all(&method, &rest) {
+        true => Some(m.usage.report(UsageRange::Week).await),
+        false => None,
+    };
     let host = Host {
         mount: Mount::Bridge,
         agent: m.handle.report.borrow().clone(),
         pending_restart: m.handle.pending.load(Ordering::SeqCst),
+        usage,
     };
     let settings = m.settings.clone();
     let reply = tokio::task::spawn_blocking(move || {

@@ -89,9 +89,7 @@ pub fn rotate(cfg: &Config) -> Result<(String, TokenSource), TokenError> {
     match &cfg.remote.token {
         Some((_, TokenOrigin::Env)) => Err(TokenError::SetByEnv),
         Some((_, TokenOrigin::File)) => {
-            let mut raw = RawConfig::read(&cfg.paths.config_file)?;
-            raw.set("remote.token", token.clone().into())?;
-            raw.write()?;
+            RawConfig::update(&cfg.paths.config_file, |raw| raw.set("remote.token", token.clone().into()))?;
             Ok((token, TokenSource::ConfigFile(cfg.paths.config_file.clone())))
         }
         None => {

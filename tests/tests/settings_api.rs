@@ -86,7 +86,8 @@ fn names(v: &Value, list: &str, key: &str) -> Vec<String> {
 
 #[test]
 fn every_route_on_all_three_mounts() {
-    let w = World::new(&json!({"models": {"glm": {"name": "GLM", "models": [{"id": "glm-5"}]}}}));
+    let w = World::new(&json!({"models": {"glm": {"name": "GLM", "models": [{"id": "glm-5"}]}},
+        "hooks": {"events": {"Stop": [{"hooks": [{"type": "command", "command": "true", "note": "mine"}]}]}}}));
     let agents_dir = w.user.path().join(".claude/agents");
     let skills_dir = w.user.path().join(".claude/skills");
     std::fs::create_dir_all(skills_dir.join("pdf")).unwrap();
@@ -97,10 +98,15 @@ fn every_route_on_all_three_mounts() {
         // Reads.
         let (s, all) = m.call("GET", "all", None);
         assert_eq!(s, 200, "{}: {all}", m.prefix);
-        for section in ["models", "mcp", "agents", "skills", "backups", "resetCards", "appUpdate"] {
+        for section in
+            ["models", "mcp", "agents", "skills", "hooks", "usage", "backups", "resetCards", "appUpdate"]
+        {
             assert!(all[section].is_object(), "{}: all lacks {section}: {all}", m.prefix);
         }
         assert_eq!(all["resetCards"]["credentialsAvailable"], false);
+        assert_eq!(all["hooks"]["events"].as_object().map(serde_json::Map::len), Some(7), "{all}");
+        assert_eq!((&all["usage"]["range"], &all["usage"]["available"]), (&json!("7d"), &json!(false)));
+        assert!(all.get("quota").is_none(), "quota is the hub's own route, not a section of all");
         let (s, models) = m.call("GET", "models", None);
         assert_eq!(
             (s, names(&models, "providers", "id").contains(&"glm".to_owned())),
@@ -161,6 +167,26 @@ fn every_route_on_all_three_mounts() {
         let newest = backups["backups"][0]["path"].clone();
         let (s, v) = m.call("POST", "backups/restore", Some(&json!({"path": newest})));
         assert_eq!((s, &v["effect"]), (200, &json!("needs-restart")), "{v}");
+        // Hooks: the same writer, the same effect, counted by the bridge that took the write.
+        let pending = |m: &Mount| m.call("GET", "pending-restart", None).1["writes"].as_u64();
+        let before = pending(&m);
+        let (s, v) = m.call("PUT", "hooks/Stop/0", Some(&json!({"command": format!("echo {tag}")})));
+        assert_eq!((s, &v["effect"]), (200, &json!("needs-restart")), "{}: {v}", m.prefix);
+        assert_eq!(v["hooks"]["events"]["Stop"][0]["hooks"][0]["command"], format!("echo {tag}"));
+        assert_eq!(pending(&m), before.map(|n| n + 1), "{}: the hooks write is pending a restart", m.prefix);
+        let (s, v) = m.call("GET", "hooks", None);
+        assert_eq!((s, &v["hooks"]["events"]["Stop"][0]["hooks"][0]["note"]), (200, &json!("mine")), "{v}");
+        assert_eq!(m.call("POST", "hooks/enabled", Some(&json!({"enabled": true}))).0, 200);
+        assert_eq!(m.call("DELETE", "hooks/Stop/0", None).0, 405);
+        let newest = w.home.path().join("config.json.bak-");
+        assert!(
+            std::fs::read_dir(w.home.path()).unwrap().filter_map(Result::ok).any(|e| e
+                .path()
+                .display()
+                .to_string()
+                .starts_with(&newest.display().to_string())),
+            "a hooks write takes a backup"
+        );
         // Not on this machine: never a pretend success.
         assert_eq!(
             m.call(
@@ -181,6 +207,13 @@ fn every_route_on_all_three_mounts() {
         assert_eq!(m.call("PUT", "mcp/x", Some(&json!({"url": "https://h", "headers": {"A": 1}}))).0, 400);
         let big = format!("{{\"command\": \"{}\"}}", "a".repeat(300 * 1024));
         assert_eq!(m.raw("PUT", "mcp/x", big.as_bytes()), 413);
+        assert_eq!(
+            m.raw("PUT", "hooks/Stop/0", big.as_bytes()),
+            413,
+            "{}: hooks bodies are capped",
+            m.prefix
+        );
+        assert_eq!(m.call("PUT", "hooks/Stop/0", Some(&json!({"matcher": "x"}))).0, 400);
         assert_eq!(w.config(), before, "{}: a refused write changed config.json", m.prefix);
         let (s, v) = m.call("GET", "no-such-section", None);
         assert_eq!((s, &v["ok"]), (404, &json!(false)));
@@ -193,8 +226,36 @@ fn every_route_on_all_three_mounts() {
 }
 
 #[test]
+fn a_browser_preflight_for_a_settings_put_or_delete_is_allowed() {
+    let home = Home::new();
+    let hub = Hub::start(&home, &[]);
+    for path in ["/api/settings/mcp/x", "/api/instances/1/settings/mcp/x", "/api/settings/hooks/Stop/0"] {
+        for wanted in ["PUT", "DELETE"] {
+            let headers = [
+                ("Origin", "https://client.example"),
+                ("Access-Control-Request-Method", wanted),
+                ("Access-Control-Request-Headers", "authorization, content-type"),
+            ];
+            let r = zcode_tests::hub::http(hub.port, "OPTIONS", path, &headers, b"");
+            assert_eq!(r.status, 204, "OPTIONS {path} ({wanted}): {r:?}");
+            assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+            let methods: Vec<&str> =
+                r.header("access-control-allow-methods").unwrap_or("").split(", ").collect();
+            assert_eq!(methods, ["GET", "POST", "PUT", "DELETE", "OPTIONS"], "{path}");
+            let allowed = r.header("access-control-allow-headers").unwrap_or("").to_ascii_lowercase();
+            assert!(allowed.contains("authorization") && allowed.contains("content-type"), "{allowed}");
+        }
+    }
+}
+
+#[test]
 fn writers_in_the_hub_and_two_bridges_at_once_lose_nothing() {
-    let w = World::with_text("{\"keep\": {\"unknown\": [1, 2.50]}}");
+    // Four hook entries: writer i edits entry i while the others add MCP servers.
+    let entry = r#"{"type": "command", "command": "true"}"#;
+    let w = World::with_text(&format!(
+        "{{\"keep\": {{\"unknown\": [1, 2.50]}}, \"hooks\": {{\"events\": {{\"Stop\": [{{\"hooks\": [{}]}}]}}}}}}",
+        [entry; 4].join(", ")
+    ));
     let b1 = w.bridge(&demo_agent(0));
     let b2 = w.bridge(&demo_agent(0));
     let mut all = mounts(&w, &b1);
@@ -209,6 +270,9 @@ fn writers_in_the_hub_and_two_bridges_at_once_lose_nothing() {
                 for n in 0..EACH {
                     let (s, v) = m.call("PUT", &format!("mcp/w{i}-{n}"), Some(&json!({"command": "x"})));
                     assert_eq!(s, 200, "{v}");
+                    let hook = json!({"command": format!("echo w{i}-{n}")});
+                    let (s, v) = m.call("PUT", &format!("hooks/Stop/{i}"), Some(&hook));
+                    assert_eq!(s, 200, "{v}");
                 }
             })
         })
@@ -220,6 +284,11 @@ fn writers_in_the_hub_and_two_bridges_at_once_lose_nothing() {
     let v: Value = serde_json::from_str(&text).unwrap();
     let servers = v["mcpServers"].as_object().unwrap();
     assert_eq!(servers.len(), all.len() * EACH, "lost updates: {text}");
+    let hooks = &v["hooks"]["events"]["Stop"][0]["hooks"];
+    for i in 0..all.len() {
+        let last = format!("echo w{i}-{}", EACH - 1);
+        assert_eq!(hooks[i], json!({"type": "command", "command": last}), "a hooks write was lost: {text}");
+    }
     assert!(text.contains("[1, 2.50]"), "an unknown key was rewritten: {text}");
 }
 

@@ -67,6 +67,11 @@ fn nothing_recorded_is_unavailable_with_zeros_and_a_bad_range_is_400_on_every_mo
             assert_eq!(v["daily"], json!([]));
         }
         assert_eq!(get(*port, path).1["range"], "7d", "no range: the last 7 days");
+        let all_path = path.replace("/usage", "/all");
+        let (status, all) = get(*port, &all_path);
+        assert_eq!(status, 200, "{all_path}: {all}");
+        assert_eq!(all["usage"], get(*port, path).1, "{all_path}: nothing recorded, no error");
+        assert!(all["hooks"]["events"].is_object(), "{all_path}: {all}");
         for bad in ["1y", "", "7D", "all%20", "%FF"] {
             let (status, v) = get(*port, &format!("{path}?range={bad}"));
             assert_eq!(status, 400, "{path}?range={bad}: {v}");
@@ -172,6 +177,11 @@ fn usage_across_two_models_and_two_days_adds_up_alike_on_every_mount() {
             json!([{"modelId": "alpha", "totalTokens": 60}, {"modelId": "beta", "totalTokens": 40}])
         );
         assert_consecutive(&daily[0]["date"], &daily[1]["date"]);
+        // The same mount's `all` snapshot carries the same 7-day payload as its `usage` section.
+        let all_path = path.replace("/usage", "/all");
+        let (status, all) = get(*port, &all_path);
+        assert_eq!(status, 200, "{all_path}: {all}");
+        assert_eq!(all["usage"], week, "{all_path}: the usage section is the 7d payload");
 
         for range in ["30d", "all"] {
             let (status, v) = get(*port, &format!("{path}?range={range}"));
@@ -223,6 +233,20 @@ fn a_corrupt_store_is_a_503_with_the_reason_and_the_turn_still_ends() {
         assert_eq!(status, 503, "{path}: {v}");
         assert_eq!(v["ok"], false);
         assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{path}: {v}");
+    }
+    // The snapshot does not fail for it: its usage section says why, the others are there.
+    let id = b.id();
+    wait_instances(hub.port, "the bridge's registration", |l| listed(l, &id));
+    let relayed = format!("/api/instances/{id}/settings/all");
+    for (port, path) in
+        [(hub.port, "/api/settings/all"), (b.port, "/settings/all"), (hub.port, relayed.as_str())]
+    {
+        let (status, v) = get(port, path);
+        assert_eq!(status, 200, "{path}: {v}");
+        let u = &v["usage"];
+        assert_eq!((&u["available"], &u["range"]), (&json!(false), &json!("7d")), "{path}: {v}");
+        assert!(u["error"].as_str().is_some_and(|e| e.contains("unavailable")), "{path}: {u}");
+        assert!(v["mcp"].is_object() && v["hooks"].is_object(), "{path}: {v}");
     }
     assert!(
         std::fs::read_to_string(&db).unwrap().starts_with("definitely not SQLite"),

@@ -137,4 +137,38 @@ describe('web client settings', () => {
     await looksRight(page, 'settings-hub', { fullPage: true });
     await page.context().close();
   });
+
+  it('links to the hooks screen and the token usage view, with their summaries', async () => {
+    const file = path.join(stack.home, 'config.json');
+    const cfg = config();
+    cfg.hooks = { events: { Stop: [{ hooks: [{ type: 'command', command: 'echo linked' }] }] } };
+    fs.writeFileSync(file, JSON.stringify(cfg, null, 2));
+    const page = await phonePage(browser, 'light', stack.token);
+    await page.goto(`${stack.base}/settings/${ed.id}`);
+    const more = page.locator('#more-card');
+    await more.locator('li', { hasText: '1 hook configured.' }).waitFor();
+    const usageNote = await more.locator('li', { has: page.locator('#settings-usage-link') }).textContent();
+    assert.match(usageNote, /Nothing recorded yet\.|tokens in the last 7 days\./, usageNote);
+    await more.scrollIntoViewIfNeeded();
+    await looksRight(page, 'settings-links');
+    await page.click('#settings-hooks-link');
+    await page.waitForURL(/\/settings\/hooks$/);
+    await page.locator('[data-event="Stop"] .hook-entry').waitFor();
+    assert.equal(await page.locator('.hook-entry').count(), 1);
+    await looksRight(page, 'settings-to-hooks', { fullPage: true });
+    await page.goBack();
+    await page.waitForURL(new RegExp(`/settings/${ed.id}$`));
+    await page.click('#settings-usage-link');
+    await page.waitForURL(/\/usage$/);
+    await page.locator('#usage-empty, #usage-total').first().waitFor();
+    await looksRight(page, 'settings-to-usage', { fullPage: true });
+    await page.context().close();
+    // Dark: the card itself, on the hub's own mount.
+    const dark = await phonePage(browser, 'dark', stack.token);
+    await dark.goto(`${stack.base}/settings`);
+    await dark.locator('#more-card li', { hasText: '1 hook configured.' }).waitFor();
+    await dark.locator('#more-card').scrollIntoViewIfNeeded();
+    await looksRight(dark, 'settings-links');
+    await dark.context().close();
+  });
 });

@@ -1,15 +1,14 @@
 //! Hooks, run by the bridge for any agent: the seven events of the hooks tree mapped onto the
 //! ACP traffic the router sees (`config` parses the tree, `run` runs one command, `payload`
-//! builds the event's stdin, `decide` reads the answers of the two events that can decide,
-//! `routes` is the settings API over the tree). This module knows nothing of the router: the
+//! builds the event's stdin, `decide` reads the answers of the two events that can decide; `config` is the tree's
+//! parser, shared with the settings API's `hooks` section in `zcode_shared::settings`). This module knows nothing of the router: the
 //! router's glue (`router::hooks`) starts [`Job`]s and gets [`Record`]s back as events.
 
-pub mod config;
 pub mod decide;
-pub mod http;
 pub mod payload;
-pub mod routes;
 pub mod run;
+
+pub use zcode_shared::settings::hooks_tree as config;
 
 pub use config::{HookEvent, Tree};
 

@@ -21,6 +21,13 @@ pub async fn relay(req: Request<Incoming>, hub: &Arc<Hub>, id: &str, rest: &str)
     if too_large(req.headers()) {
         return text(StatusCode::PAYLOAD_TOO_LARGE, "body too large");
     }
+    // A settings body past the settings cap is refused here, as the hub's own mount does: the
+    // bridge would answer 413 before reading it all, and a relay still sending would see the
+    // connection close (a 502 instead of the 413).
+    if rest.starts_with("settings/") && announced_over(req.headers(), zcode_shared::settings::MAX_BODY) {
+        let v = serde_json::json!({"ok": false, "error": "body too large (256 KiB at most)"});
+        return crate::http::json(StatusCode::PAYLOAD_TOO_LARGE, &v);
+    }
     let Some(port) = hub.registry().port_of(id, Instant::now()) else {
         return text(StatusCode::NOT_FOUND, "unknown instance");
     };
@@ -51,6 +58,10 @@ pub async fn relay(req: Request<Incoming>, hub: &Arc<Hub>, id: &str, rest: &str)
         }
         Err(_) => text(StatusCode::GATEWAY_TIMEOUT, "bridge did not answer"),
     }
+}
+
+fn announced_over(headers: &HeaderMap, cap: usize) -> bool {
+    crate::http::content_length(headers).is_some_and(|n| n > cap as u64)
 }
 
 /// Headers that describe one connection, not the message: never forwarded.

@@ -17,7 +17,6 @@
 //! | `GET /api/quota`, `GET /api/settings/quota` | [`quota`] |
 //! | `GET /api/push/vapid-public-key`, `POST|DELETE /api/push/subscriptions` | [`push`] |
 //! | `GET /api/settings/usage` | [`usage`] |
-//! | `GET /api/settings/hooks`, `PUT /api/settings/hooks/{event}/{index}`, `POST /api/settings/hooks/enabled` | [`settings_hooks`] |
 //! | `* /api/settings/{rest}`, `POST /api/backend/restart` (501) | [`settings`] |
 //! | `GET /api/version`, `POST /api/upgrade` | [`crate::version`], [`crate::upgrade`] |
 //! | `GET /api/attention` | [`crate::attention`] |
@@ -34,7 +33,6 @@ pub mod push;
 pub mod quota;
 pub mod register;
 pub mod settings;
-pub mod settings_hooks;
 pub mod usage;
 
 use crate::Hub;
@@ -130,10 +128,6 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         (&Method::GET, "/api/workflow-overview") => return crate::overview::get(hub).await,
         (&Method::POST, "/api/upgrade") => return crate::upgrade::post(hub).await,
         _ => {}
-    }
-    if let Some(rest) = path.strip_prefix("/api/settings/hooks") {
-        let rest = rest.to_owned();
-        return settings_hooks::route(req, hub, &rest).await;
     }
     if let Some(rest) = path.strip_prefix("/api/settings/") {
         let rest = rest.to_owned();

@@ -1,7 +1,8 @@
 //! `/api/settings/*`: the hub's own settings mount, the same routes and semantics as a
 //! bridge's `/settings/*` ([`zcode_shared::settings::api`]); the hub has no agent, so
 //! `pending-restart` answers 409 (pointing at the per-instance spelling) and
-//! `POST /api/backend/restart` 501. `/api/instances/{id}/settings/*` is the relay's.
+//! `POST /api/backend/restart` 501. `/api/instances/{id}/settings/*` is the relay's. The
+//! `usage` section of `all` is read from the hub's store ([`super::usage::report`]).
 
 use crate::Hub;
 use crate::http::{Resp, json};
@@ -10,7 +11,8 @@ use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use std::sync::Arc;
 use std::time::Duration;
-use zcode_shared::settings::{Host, MAX_BODY, Mount, Settings, api};
+use zcode_shared::settings::{Host, MAX_BODY, Mount, Settings, api, is_all};
+use zcode_shared::store::usage::UsageRange;
 
 /// How long a settings body may take to arrive.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -25,7 +27,10 @@ pub async fn route(req: Request<Incoming>, hub: &Arc<Hub>, rest: &str) -> Resp {
         Err(resp) => return resp,
     };
     let settings = Settings::new(hub.cfg.paths.clone(), &zcode_shared::env::ProcessEnv);
-    let host = Host { mount: Mount::Hub, agent: None, pending_restart: 0 };
+    let mut host = Host::new(Mount::Hub);
+    if is_all(&method, &rest) {
+        host.usage = Some(super::usage::report(hub, UsageRange::Week).await);
+    }
     let reply = tokio::task::spawn_blocking(move || {
         api::handle(&settings, &host, &method, &rest, query.as_deref(), &body)
     })

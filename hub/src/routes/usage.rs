@@ -8,7 +8,7 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, StatusCode};
 use serde_json::json;
-use zcode_shared::store::usage::range_param;
+use zcode_shared::store::usage::{UsageRange, range_param};
 
 /// `GET /api/settings/usage`.
 pub async fn usage(req: &Request<Incoming>, hub: &Hub) -> Resp {
@@ -16,14 +16,23 @@ pub async fn usage(req: &Request<Incoming>, hub: &Hub) -> Resp {
         Ok(r) => r,
         Err(e) => return http::json(StatusCode::BAD_REQUEST, &json!({"ok": false, "error": e})),
     };
-    let now = zcode_shared::time::now_ms();
-    let mut resp = match hub.store.run(move |st| st.read(|s| s.usage_report(range, now))).await {
-        Ok(Ok(v)) => http::json(StatusCode::OK, &v),
-        Ok(Err(e)) => unavailable(e.to_string()),
+    let mut resp = match report(hub, range).await {
+        Ok(v) => http::json(StatusCode::OK, &v),
         Err(e) => unavailable(e),
     };
     resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
+}
+
+/// The usage payload for `range` from the hub's store; `Err`: why the store could not answer
+/// (also the `usage` section of `GET /api/settings/all`).
+pub async fn report(hub: &Hub, range: UsageRange) -> Result<serde_json::Value, String> {
+    let now = zcode_shared::time::now_ms();
+    match hub.store.run(move |st| st.read(|s| s.usage_report(range, now))).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(e),
+    }
 }
 
 fn unavailable(reason: String) -> Resp {

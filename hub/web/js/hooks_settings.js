@@ -13,10 +13,11 @@ export function hooksSettingsView(root, app) {
   app.setTitle('Hooks');
   const status = h('p', { class: 'muted', id: 'hooks-status', role: 'status', text: 'Loading…' });
   const body = h('div', { class: 'stack', id: 'hooks' });
-  clear(root, h('section', { class: 'card', 'aria-labelledby': 'hooks-h' },
+  // Inside `.home`: the screen's padding, so the card keeps off the phone's edges.
+  clear(root, h('div', { class: 'home' }, h('section', { class: 'card', 'aria-labelledby': 'hooks-h' },
     h('div', { class: 'card-head' }, h('h2', { id: 'hooks-h', text: 'Hooks' })),
     h('p', { class: 'muted', text: 'Commands the bridge runs on its agent\'s events. Changes apply when an agent restarts.' }),
-    status, body));
+    status, body)));
   const say = (text, bad) => { status.textContent = text; status.className = bad ? 'error' : 'muted'; };
   const write = async (method, path, json, done) => {
     try {

@@ -1,5 +1,6 @@
 // The Settings screen (/settings, /settings/<instance>): MCP servers, the default model per
-// agent, subagents, skills and backups, through the contract's settings API. With an instance
+// agent, subagents, skills and backups, through the contract's settings API; links to the
+// hooks screen (/settings/hooks) and the token usage view (/usage) with their summaries. With an instance
 // chosen, everything goes through its bridge (`/api/instances/{id}/settings/*`: the models its
 // agent reports, whether the agent takes each MCP server, its pending restart); without one,
 // through the hub's own mount. After a `needs-restart` write the screen offers to restart that
@@ -100,7 +101,8 @@ export function settingsView(root, app, { instance }) {
     }
     if (stopped) return;
     app.setConn('open', 'Hub reachable');
-    clear(body, mcpCard(all.mcp || {}), modelsCard(all.models || {}), agentsCard(all.agents), skillsCard(all.skills), backupsCard(all.backups || {}));
+    clear(body, mcpCard(all.mcp || {}), modelsCard(all.models || {}), agentsCard(all.agents), skillsCard(all.skills),
+      moreCard(all.hooks, all.usage), backupsCard(all.backups || {}));
     if (current) showRestart(Boolean(all.pendingRestart));
   }
 
@@ -113,6 +115,26 @@ export function settingsView(root, app, { instance }) {
       toast(e.message, 'error');
     }
     load();
+  }
+
+  /** The sections with screens of their own: hooks and token usage, each with its summary. */
+  function moreCard(hooks, usage) {
+    let entries = 0;
+    for (const groups of Object.values((hooks && hooks.events) || {})) {
+      for (const g of Array.isArray(groups) ? groups : []) entries += Array.isArray(g && g.hooks) ? g.hooks.length : 0;
+    }
+    const hooksNote = !hooks ? '' : hooks.enabled === false ? 'Off.'
+      : entries === 1 ? '1 hook configured.' : `${entries} hooks configured.`;
+    let usageNote = '';
+    if (usage && usage.error) usageNote = 'The usage store cannot be read.';
+    else if (usage && usage.available === false) usageNote = 'Nothing recorded yet.';
+    else if (usage && usage.summary) usageNote = `${Number(usage.summary.totalTokens || 0).toLocaleString()} tokens in the last 7 days.`;
+    return h('section', { class: 'card', id: 'more-card' }, h('h2', { text: 'Hooks and usage' }),
+      h('ul', { class: 'rows' },
+        h('li', {}, h('span', { class: 'title' }, h('a', { class: 'button', href: '/settings/hooks', 'data-nav': '', id: 'settings-hooks-link' }, 'Hooks →'),
+          ' ', h('span', { class: 'muted', text: hooksNote }))),
+        h('li', {}, h('span', { class: 'title' }, h('a', { class: 'button', href: '/usage', 'data-nav': '', id: 'settings-usage-link' }, 'Token usage →'),
+          ' ', h('span', { class: 'muted', text: usageNote })))));
   }
 
   function mcpCard(mcp) {

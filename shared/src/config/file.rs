@@ -1,5 +1,5 @@
 //! The raw `config.json`: reading it with errors that name the file and the key, and writing it
-//! back without losing keys we do not know.
+//! back without losing keys we do not know, under the settings writers' cross-process lock.
 
 use serde_json::{Map, Value};
 use std::io::{self, Write};
@@ -185,9 +185,25 @@ impl RawConfig {
         Ok(())
     }
 
+    /// Reads `path`, lets `edit` change it and writes it back, all under the cross-process lock
+    /// every settings write takes (`settings::safe::lock`), so a token rotation racing a
+    /// settings write (another process) loses neither: each reads what the other wrote.
+    pub fn update(
+        path: &Path,
+        edit: impl FnOnce(&mut RawConfig) -> Result<(), ConfigError>,
+    ) -> Result<(), ConfigError> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let err = |source| ConfigError::Write { path: path.to_owned(), source };
+        crate::paths::Paths::ensure_private_dir(dir).map_err(err)?;
+        let _lock = crate::settings::safe::lock(path).map_err(|r| err(io::Error::other(r.error)))?;
+        let mut raw = RawConfig::read(path)?;
+        edit(&mut raw)?;
+        raw.write()
+    }
+
     /// Writes the file atomically (temp file + rename), private to this user (it may hold the
-    /// token). The parent directory is created if needed.
-    pub fn write(&self) -> Result<(), ConfigError> {
+    /// token). The parent directory is created if needed. Only under the lock: [`Self::update`].
+    fn write(&self) -> Result<(), ConfigError> {
         let err = |source| ConfigError::Write { path: self.path.clone(), source };
         let dir = self.path.parent().unwrap_or(Path::new("."));
         crate::paths::Paths::ensure_private_dir(dir).map_err(err)?;

@@ -181,10 +181,11 @@ fn writing_keeps_unknown_keys() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.json");
     write_config(dir.path(), r#"{"mine": {"x": [1, 2]}, "remote": {"hubPort": 9000, "extra": true}}"#);
-    let mut raw = RawConfig::read(&path).unwrap();
-    raw.set("remote.token", Value::String("t".into())).unwrap();
-    raw.set("remote.terminal.app", Value::String("tmux".into())).unwrap();
-    raw.write().unwrap();
+    RawConfig::update(&path, |raw| {
+        raw.set("remote.token", Value::String("t".into()))?;
+        raw.set("remote.terminal.app", Value::String("tmux".into()))
+    })
+    .unwrap();
     let back: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(back["mine"]["x"], serde_json::json!([1, 2]));
     assert_eq!(back["remote"]["extra"], Value::Bool(true));

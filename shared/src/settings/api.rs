@@ -4,7 +4,7 @@
 
 use super::raw::Ordered;
 use super::safe::{self, Edit, Refusal};
-use super::{Host, MAX_BODY, Mount, Settings, agents, machine, mcp, models, skills};
+use super::{Host, MAX_BODY, Mount, Settings, agents, hooks, machine, mcp, models, skills, usage_section};
 use crate::config::{Config, RawConfig};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -160,6 +160,8 @@ fn read(s: &Settings, host: &Host, segs: &[&str], query: Option<&str>) -> Result
                 "mcp": mcp::read(&root, takes),
                 "agents": agents_dir.as_deref().map_or(Value::Null, |d| agents::read(d, &root)),
                 "skills": s.skills_dir(&root).as_deref().map_or(Value::Null, skills::read),
+                "hooks": hooks::read(&root),
+                "usage": usage_section(host.usage.as_ref()),
                 "backups": machine::read_backups(&machine::backups(&s.paths.config_file, agents_dir.as_deref())),
                 "resetCards": machine::reset_eligibility(),
                 "appUpdate": machine::app_update(None)?,
@@ -171,6 +173,7 @@ fn read(s: &Settings, host: &Host, segs: &[&str], query: Option<&str>) -> Result
         }
         ["models"] => wrap("", models::read(&root, &reported)),
         ["mcp"] => wrap("", mcp::read(&root, takes)),
+        ["hooks"] => wrap("hooks", hooks::read(&root)),
         ["agents"] => wrap("", agents::read(&dir_or(s.subagents_dir(&root))?, &root)),
         ["skills"] => wrap("", skills::read(&dir_or(s.skills_dir(&root))?)),
         ["backups"] => wrap(
@@ -264,6 +267,20 @@ fn write(s: &Settings, host: &Host, method: &str, segs: &[&str], body: &Value) -
             })?;
             done(Effect::NeedsRestart)
         }
+        ("PUT", ["hooks", event, index]) => {
+            let tree = edit_config(s, |root| {
+                hooks::put(root, event, index, body)?;
+                Ok(hooks::read(root))
+            })?;
+            Ok((Effect::NeedsRestart, json!({"hooks": tree})))
+        }
+        ("POST", ["hooks", "enabled"]) => {
+            let tree = edit_config(s, |root| {
+                hooks::set_enabled(root, body)?;
+                Ok(hooks::read(root))
+            })?;
+            Ok((Effect::NeedsRestart, json!({"hooks": tree})))
+        }
         ("PUT", ["agents", id]) => {
             let root = config(s)?;
             if let Some(o) = agents::put(&dir_or(s.subagents_dir(&root))?, id, body)? {
@@ -329,6 +346,7 @@ fn write(s: &Settings, host: &Host, method: &str, segs: &[&str], body: &Value) -
             ["providers", _]
             | ["models", ..]
             | ["mcp", ..]
+            | ["hooks", ..]
             | ["agents", ..]
             | ["skills", ..]
             | ["backups", ..],

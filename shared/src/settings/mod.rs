@@ -5,12 +5,15 @@
 //!
 //! - [`raw`]: JSON objects kept as read, so a write changes only what it means to.
 //! - [`safe`]: the cross-process lock, backups and atomic replacement.
-//! - [`mcp`], [`models`], [`agents`], [`skills`], [`front`]: the sections.
+//! - [`mcp`], [`models`], [`agents`], [`skills`], [`hooks`], [`front`]: the sections
+//!   ([`hooks_tree`]: the hooks tree's parser, shared with the bridge's hooks runner).
 //! - [`machine`]: backups, reset cards and app update.
 
 pub mod agents;
 pub mod api;
 pub mod front;
+pub mod hooks;
+pub mod hooks_tree;
 pub mod machine;
 pub mod mcp;
 pub mod models;
@@ -105,6 +108,40 @@ pub struct Host {
     pub agent: Option<ReportedAgent>,
     /// The bridge's count of `needs-restart` writes since its agent last started.
     pub pending_restart: u64,
+    /// The usage payload for `all` (range `7d`), read by the mount (the hub from its store, a
+    /// bridge from its usage recorder) before the blocking call; `Err`: why it could not be.
+    pub usage: Option<Result<serde_json::Value, String>>,
+}
+
+impl Host {
+    /// A host with nothing reported yet.
+    pub fn new(mount: Mount) -> Host {
+        Host { mount, agent: None, pending_restart: 0, usage: None }
+    }
+}
+
+/// Whether a request is the `all` snapshot (the mount then reads the usage section first).
+pub fn is_all(method: &str, path: &str) -> bool {
+    matches!(method, "GET" | "HEAD") && path.trim_end_matches('/') == "all"
+}
+
+/// The `usage` member of `all`: the payload, or the empty one saying why the store could not
+/// be read (the contract: usage reports its own state, it does not fail the snapshot).
+pub fn usage_section(usage: Option<&Result<serde_json::Value, String>>) -> serde_json::Value {
+    use crate::store::usage::{UsageRange, empty_report};
+    match usage {
+        Some(Ok(v)) => v.clone(),
+        Some(Err(why)) => {
+            let mut v = empty_report(UsageRange::Week);
+            v["error"] = serde_json::Value::from(format!("the usage store is unavailable: {why}"));
+            v
+        }
+        None => {
+            let mut v = empty_report(UsageRange::Week);
+            v["error"] = serde_json::Value::from("this mount records no usage");
+            v
+        }
+    }
 }
 
 /// A key the API accepts for a provider (an agent's key).

@@ -74,3 +74,60 @@ fn concurrent_writers_in_processes_lose_nothing() {
     assert_eq!(backups_of(&file).len(), super::safe::BACKUPS_KEPT);
     assert!(reads > 0);
 }
+
+/// Set in a child: `rotate|<home>|<n>` or `mcp|<home>|<n>`.
+const RACER: &str = "SETTINGS_PROCESS_TEST_RACER";
+
+#[test]
+fn child_racer() {
+    let Ok(spec) = std::env::var(RACER) else { return };
+    let mut parts = spec.split('|');
+    let (kind, home, n) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
+    let n: usize = n.parse().unwrap();
+    let env = std::collections::HashMap::from([("ZCODE_ACP_HOME".to_owned(), home.to_owned())]);
+    let cfg = crate::config::Config::load_from(&env).unwrap();
+    let mut last = String::new();
+    for i in 0..n {
+        if kind == "rotate" {
+            last = crate::token::rotate(&cfg).unwrap().0;
+        } else {
+            let s = super::Settings { paths: cfg.paths.clone(), home: None, agent: None };
+            let host = super::Host::new(super::Mount::Hub);
+            let r = super::api::handle(&s, &host, "PUT", &format!("mcp/m{i}"), None, br#"{"command": "x"}"#);
+            assert_eq!(r.status, 200, "{}", r.body);
+        }
+    }
+    if kind == "rotate" {
+        // Its last token, for the parent to find in the file.
+        std::fs::write(std::path::Path::new(home).join("last-token"), last).unwrap();
+    }
+}
+
+#[test]
+fn a_token_rotation_racing_settings_writes_loses_neither() {
+    const EACH: usize = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.json");
+    std::fs::write(&file, "{\"remote\": {\"token\": \"first-token\"}}\n").unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = ["rotate", "mcp"]
+        .iter()
+        .map(|kind| {
+            Command::new(&exe)
+                .args(["--exact", "settings::process_tests::child_racer", "--test-threads=1"])
+                .env(RACER, format!("{kind}|{}|{EACH}", dir.path().display()))
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let text = std::fs::read_to_string(&file).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let last = std::fs::read_to_string(dir.path().join("last-token")).unwrap();
+    assert_eq!(v["remote"]["token"], last.as_str(), "the last rotation was lost: {text}");
+    let servers = v["mcpServers"].as_object().map_or(0, serde_json::Map::len);
+    assert_eq!(servers, EACH, "a settings write was lost to a rotation: {text}");
+}

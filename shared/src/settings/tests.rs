@@ -17,7 +17,7 @@ fn setup() -> T {
     std::fs::create_dir_all(dir.path().join("zhome")).unwrap();
     let home = dir.path().join("home");
     let s = Settings { paths, home: Some(home), agent: None };
-    T { _dir: dir, s, host: Host { mount: Mount::Bridge, agent: None, pending_restart: 0 } }
+    T { _dir: dir, s, host: Host::new(Mount::Bridge) }
 }
 
 impl T {

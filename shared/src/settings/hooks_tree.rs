@@ -1,5 +1,6 @@
-//! The hooks tree of `config.json` (`hooks`): parsed and validated once, when the agent
-//! (re)starts, into [`Tree`]. Every error names the offending key.
+//! The hooks tree of `config.json` (`hooks`): parsed and validated into [`Tree`] when a
+//! bridge's agent (re)starts (the bridge's hooks runner), and before every settings write of
+//! the tree ([`super::hooks`]). Every error names the offending key.
 
 use regex_automata::meta::Regex;
 use serde_json::{Map, Value};
@@ -195,7 +196,7 @@ fn parse_groups(event: &str, v: &Value, timeout: u64) -> Result<Vec<Group>, Stri
 }
 
 /// One hook entry; `None` when it is disabled (it is still validated).
-pub(crate) fn parse_command(at: &str, h: &Value, timeout: u64) -> Result<Option<Command>, String> {
+fn parse_command(at: &str, h: &Value, timeout: u64) -> Result<Option<Command>, String> {
     let o = h.as_object().ok_or_else(|| format!("`{at}` must be an object"))?;
     match o.get("type") {
         Some(Value::String(t)) if t == "command" => {}
