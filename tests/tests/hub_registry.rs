@@ -28,10 +28,10 @@ fn register_list_reregister_unregister() {
     assert_eq!(
         list,
         vec![json!({"id": "4242", "port": 9001, "pid": 4242, "startedAt": 1000, "workspace": "/w",
-                    "origin": "editor", "sessions": [
+                    "origin": "editor", "version": "0.1.0", "sessions": [
                         {"sessionId": "s1", "title": "Fix login", "status": "running", "updatedAt": 20},
                         {"sessionId": "s2", "updatedAt": 10}]})],
-        "no internal fields (token, nonce, version), and an unknown status is dropped"
+        "no internal fields (token, nonce); the bridge's version is listed (additive: the About sheet shows it); an unknown status is dropped"
     );
     // A heartbeat with a later startedAt keeps the first one; the rest is refreshed.
     let r = post_json(hub.port, "/api/register", &reg("4242", 9001, 5000, json!([])));

@@ -67,7 +67,11 @@ pub async fn register(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
     }
     // A newer bridge means a newer binary was installed: the hub checks its own.
     let restarting = crate::upgrade::on_registration(hub, version.as_deref()).await;
-    json(StatusCode::OK, &serde_json::json!({"ok": true, "restarting": restarting}))
+    // `restarting` only when true: an older bridge (and the notes' shape) expects `{ok: true}`.
+    match restarting {
+        true => json(StatusCode::OK, &serde_json::json!({"ok": true, "restarting": true})),
+        false => json(StatusCode::OK, &serde_json::json!({"ok": true})),
+    }
 }
 
 /// `POST /api/unregister {token, id}`: forgets an instance; `{ok: true}` (also when unknown).
