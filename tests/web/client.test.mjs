@@ -235,7 +235,7 @@ describe('web client', () => {
   });
 
   it('refuses to close during a turn with a readable message, and cancels the turn', async () => {
-    await send('a long one please');
+    await send('a long one please, hold it');
     await page.locator('.msg.user:has-text("a long one please") ~ .msg.agent:has-text("tick 3")').waitFor();
     await page.click('#more summary');
     await page.click('#close-btn');
@@ -247,7 +247,7 @@ describe('web client', () => {
   });
 
   it('queues a prompt sent while a turn runs and sends it after', async () => {
-    await send('long again');
+    await send('long again, hold');
     await page.locator('.msg.user:has-text("long again") ~ .msg.agent:has-text("tick 2")').waitFor();
     await send('queued behind it');
     await page.locator('.queue .queued', { hasText: 'queued behind it' }).waitFor();

@@ -185,7 +185,9 @@ describe('web client screens at phone size, light and dark', () => {
   }));
 
   it('session, mid-stream', () => both(async (page) => {
-    const turn = ed.prompt(sid, 'a long turn please');
+    // `hold`: the turn runs until Stop, however slow the machine (a plain `long` turn ends on
+    // its own, and under load it could end before the screenshot or the click).
+    const turn = ed.prompt(sid, 'a long turn please, hold it');
     await page.locator('.msg.user:has-text("a long turn please") ~ .msg.agent:has-text("tick 3")').waitFor();
     await looksRight(page, 'session-streaming');
     await page.click('#cancel');

@@ -194,7 +194,7 @@ describe('session screen', () => {
     const { context, page, errors } = await phonePage();
     const sid = await demo.newSession(stack.project);
     await openSession(page, demo, sid);
-    await send(page, 'long');
+    await send(page, 'long hold');
     await page.locator('#transcript > .msg.agent', { hasText: 'tick 3 ' }).waitFor();
     await page.evaluate(() => { document.querySelector('#transcript > .msg.agent').zMarked = true; });
     await page.locator('#transcript > .msg.agent', { hasText: 'tick 30 ' }).waitFor();
@@ -210,7 +210,7 @@ describe('session screen', () => {
     const { context, page, errors } = await phonePage();
     const sid = await demo.newSession(stack.project);
     await openSession(page, demo, sid);
-    await send(page, 'long');
+    await send(page, 'long hold');
     await page.locator('#transcript > .msg.agent', { hasText: 'tick 2 ' }).waitFor();
     await page.click('#cancel');
     assert.equal(await page.locator('#toasts .toast').count(), 0, 'a toast covers the transcript');
@@ -224,7 +224,7 @@ describe('session screen', () => {
     const { context, page, errors } = await phonePage();
     const sid = await demo.newSession(stack.project);
     await openSession(page, demo, sid);
-    await send(page, 'long');
+    await send(page, 'long hold');
     await page.locator('#transcript > .msg.agent', { hasText: 'tick 2 ' }).waitFor();
     await shot(page, 'session-demo-midstream-390');
     await page.click('#cancel');
@@ -255,7 +255,7 @@ describe('session screen', () => {
     let fit = await fits();
     assert.ok(fit.has >= fit.need, `the placeholder needs ${fit.need}px, the box shows ${fit.has}px`);
     await shot(page, 'session-empty-390');
-    await send(page, 'long');
+    await send(page, 'long hold');
     await page.locator('#cancel').waitFor();
     fit = await fits();
     assert.ok(fit.has >= fit.need, `while busy the placeholder needs ${fit.need}px, the box shows ${fit.has}px`);
@@ -310,7 +310,7 @@ describe('session screen', () => {
     // From here on B's status route would say "running" forever: only the bridge's record
     // can tell B that the turn is over.
     await staleStatus(b.page, sid);
-    await send(a.page, 'long');
+    await send(a.page, 'long hold');
     await b.page.locator('#cancel').waitFor();
     await b.page.locator('#transcript > .msg.agent', { hasText: 'tick 2 ' }).waitFor();
     await a.page.click('#cancel');
@@ -367,7 +367,7 @@ describe('session screen', () => {
     const { context, page, errors } = await phonePage();
     const sid = await demo.newSession(stack.project);
     await openSession(page, demo, sid);
-    const turn = demo.prompt(sid, 'long');
+    const turn = demo.prompt(sid, 'long hold');
     await page.locator('#cancel').waitFor();
     await page.locator('#transcript > .msg.agent', { hasText: 'tick 2 ' }).waitFor();
     demo.send({ method: 'session/cancel', params: { sessionId: sid } });

@@ -31,6 +31,8 @@ usage update. Words in the prompt (alone, or with a leading `/`) script the rest
   write:PATH    write a line to PATH through the client (`fs/write_text_file`)
   long          a long turn (hundreds of chunks) that stops with stopReason `cancelled` on
                 `session/cancel`
+  hold          after the rest of the turn (`long` included), wait for `session/cancel`: the turn
+                never ends on its own and stops with stopReason `cancelled`
   fail          the turn fails with a JSON-RPC error (-32603)
   elicit        ask `elicitation/create` (a form with one `name` field); the reply says what came back
                 (only when the client advertised `elicitation.form`; otherwise it says it cannot ask)

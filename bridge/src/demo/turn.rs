@@ -1,5 +1,6 @@
 //! One scripted turn of the demo agent (`session/prompt`): what it streams, and the keywords
-//! that ask for permissions, client file access, a long cancellable turn or a failure.
+//! that ask for permissions, client file access, a long cancellable turn, a turn held until
+//! cancelled, or a failure.
 
 use super::{Agent, session_not_found};
 use serde_json::{Value, json};
@@ -23,6 +24,7 @@ enum Stop {
 struct Script {
     permission: bool,
     long: bool,
+    hold: bool,
     fail: bool,
     elicit: bool,
     terminal: bool,
@@ -45,6 +47,7 @@ fn script_of(text: &str) -> Script {
         match word.trim_end_matches(['.', ',', ';', '!', '?']).to_ascii_lowercase().as_str() {
             "permission" => s.permission = true,
             "long" => s.long = true,
+            "hold" => s.hold = true,
             "fail" => s.fail = true,
             "elicit" => s.elicit = true,
             "terminal" => s.terminal = true,
@@ -144,6 +147,12 @@ impl Turn<'_> {
         }
         if script.long {
             self.long().await?;
+        }
+        if script.hold {
+            // A turn a test can rely on to be running, however slow the machine: only
+            // `session/cancel` ends it.
+            self.cancel.cancelled().await;
+            return Err(Stop::Cancelled);
         }
         self.say(&format!(
             "This is the zcode-acp demo agent, a script with no model behind it. You said: \"{}\".",
@@ -391,7 +400,8 @@ mod tests {
     #[test]
     fn keywords_are_whole_words_with_optional_slash() {
         let s = script_of("please ask /permission, then read:a.txt write:/tmp/b and go long!");
-        assert!(s.permission && s.long && !s.fail);
+        assert!(s.permission && s.long && !s.fail && !s.hold);
+        assert!(script_of("long, then hold.").hold);
         assert_eq!(s.reads, vec!["a.txt"]);
         assert_eq!(s.writes, vec!["/tmp/b"]);
         assert_eq!(script_of("permissions are fine; failure too"), Script::default());
