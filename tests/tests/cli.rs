@@ -33,7 +33,7 @@ fn help_lists_every_subcommand_with_a_description() {
     }
     let (code, out, _) = run(&home, &["demo-agent", "--help"], &[]);
     assert_eq!(code, 0);
-    for keyword in ["permission", "read:PATH", "write:PATH", "long", "fail"] {
+    for keyword in ["permission", "permission:PATH", "read:PATH", "write:PATH", "long", "fail"] {
         assert!(out.contains(keyword), "demo-agent --help does not document {keyword}:\n{out}");
     }
 }

@@ -30,6 +30,8 @@ struct Script {
     terminal: bool,
     reads: Vec<String>,
     writes: Vec<String>,
+    /// `permission:PATH`: paths to ask permission to read.
+    read_permissions: Vec<String>,
 }
 
 fn script_of(text: &str) -> Script {
@@ -38,6 +40,10 @@ fn script_of(text: &str) -> Script {
         let word = raw.strip_prefix('/').unwrap_or(raw);
         if let Some(p) = word.strip_prefix("read:").filter(|p| !p.is_empty()) {
             s.reads.push(p.to_owned());
+            continue;
+        }
+        if let Some(p) = word.strip_prefix("permission:").filter(|p| !p.is_empty()) {
+            s.read_permissions.push(p.to_owned());
             continue;
         }
         if let Some(p) = word.strip_prefix("write:").filter(|p| !p.is_empty()) {
@@ -133,6 +139,9 @@ impl Turn<'_> {
         if script.permission {
             self.permission().await?;
         }
+        for (i, path) in script.read_permissions.iter().enumerate() {
+            self.read_permission(i, path).await?;
+        }
         if script.elicit {
             self.elicit().await?;
         }
@@ -207,6 +216,21 @@ impl Turn<'_> {
         let call = format!("call_{}_permission", self.n);
         let tool = json!({"toolCallId": call, "title": "Touch demo.txt (needs your permission)",
             "kind": "edit", "status": "pending"});
+        self.ask_permission(&call, tool).await
+    }
+
+    /// A `read` tool call naming `path` (as given in `rawInput`, resolved in `locations`) that
+    /// asks permission: what a hook deciding on reads sees from a real agent.
+    async fn read_permission(&self, i: usize, path: &str) -> Result<(), Stop> {
+        let call = format!("call_{}_permission_{i}", self.n);
+        let tool = json!({"toolCallId": call, "title": format!("Read {path} (needs your permission)"),
+            "kind": "read", "status": "pending", "locations": [{"path": self.resolve(path)}],
+            "rawInput": {"path": path}});
+        self.ask_permission(&call, tool).await
+    }
+
+    /// Announces `tool`, asks `session/request_permission` for it and says what was chosen.
+    async fn ask_permission(&self, call: &str, tool: Value) -> Result<(), Stop> {
         let mut announce = tool.clone();
         announce["sessionUpdate"] = "tool_call".into();
         self.update(announce).await?;
@@ -224,26 +248,26 @@ impl Turn<'_> {
         let outcome = match answer {
             Ok(v) => v,
             Err(e) => {
-                self.finish_tool(&call, "failed", &format!("permission request failed: {}", e.message))
+                self.finish_tool(call, "failed", &format!("permission request failed: {}", e.message))
                     .await?;
                 return self.say(&format!("The permission request failed: {}. ", e.message)).await;
             }
         };
         match (outcome["outcome"]["outcome"].as_str(), outcome["outcome"]["optionId"].as_str()) {
             (Some("selected"), Some(opt @ ("allow" | "allow_always"))) => {
-                self.finish_tool(&call, "completed", &format!("allowed ({opt})")).await?;
+                self.finish_tool(call, "completed", &format!("allowed ({opt})")).await?;
                 self.say(&format!("Permission granted ({opt}). ")).await
             }
             (Some("selected"), Some(opt)) => {
-                self.finish_tool(&call, "failed", &format!("rejected ({opt})")).await?;
+                self.finish_tool(call, "failed", &format!("rejected ({opt})")).await?;
                 self.say(&format!("Permission denied ({opt}). ")).await
             }
             (Some("cancelled"), _) => {
-                self.agent.update(self.sid, tool_update(&call, "failed", "cancelled")).await;
+                self.agent.update(self.sid, tool_update(call, "failed", "cancelled")).await;
                 Err(Stop::Cancelled)
             }
             _ => {
-                self.finish_tool(&call, "failed", "unreadable permission outcome").await?;
+                self.finish_tool(call, "failed", "unreadable permission outcome").await?;
                 self.say("The permission answer was not understood; treating it as a rejection. ").await
             }
         }
@@ -399,10 +423,11 @@ mod tests {
 
     #[test]
     fn keywords_are_whole_words_with_optional_slash() {
-        let s = script_of("please ask /permission, then read:a.txt write:/tmp/b and go long!");
+        let s = script_of("please ask /permission, then read:a.txt write:/tmp/b and go long! permission:c");
         assert!(s.permission && s.long && !s.fail && !s.hold);
         assert!(script_of("long, then hold.").hold);
         assert_eq!(s.reads, vec!["a.txt"]);
+        assert_eq!(s.read_permissions, vec!["c"]);
         assert_eq!(s.writes, vec!["/tmp/b"]);
         assert_eq!(script_of("permissions are fine; failure too"), Script::default());
         assert!(script_of("/fail").fail);
