@@ -249,6 +249,26 @@ pub async fn post(hub: &Arc<Hub>) -> Resp {
     )
 }
 
+/// Whether a registration from a bridge at `bridge` sets off a disk check at `now`: only a
+/// strictly newer bridge, and at most once per [`REGISTRATION_COOLDOWN`] (`last`, updated when
+/// it does), so a fleet of new bridges re-registering does not hash and run the disk binary
+/// again and again. The clock is a parameter so the cooldown can be tested without waiting.
+fn registration_checks(
+    hub_version: &str,
+    bridge: Option<&str>,
+    last: &mut Option<Instant>,
+    now: Instant,
+) -> bool {
+    let newer = bridge
+        .and_then(|v| zcode_shared::compare_versions(v, hub_version))
+        .is_some_and(|o| o == Ordering::Greater);
+    if !newer || last.is_some_and(|t| now.saturating_duration_since(t) < REGISTRATION_COOLDOWN) {
+        return false;
+    }
+    *last = Some(now);
+    true
+}
+
 /// A bridge registered with `version`: when it is strictly newer than the hub (and no such
 /// check ran in the last 60 s), the hub checks its disk binary and restarts onto it when that
 /// is newer. Whether the hub is restarting (what the registration answers as `restarting`).
@@ -256,19 +276,11 @@ pub async fn on_registration(hub: &Arc<Hub>, version: Option<&str>) -> bool {
     if hub.upgrade.restarting() {
         return true;
     }
-    let newer = version
-        .and_then(|v| zcode_shared::compare_versions(v, hub.build.version))
-        .is_some_and(|o| o == Ordering::Greater);
-    if !newer {
-        return false;
-    }
     {
         let mut last = hub.upgrade.last_registration_check.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        if last.is_some_and(|t| now.saturating_duration_since(t) < REGISTRATION_COOLDOWN) {
+        if !registration_checks(hub.build.version, version, &mut last, Instant::now()) {
             return false;
         }
-        *last = Some(now);
     }
     // The check runs on its own task: a bridge that gives up on its registration (3 s) must
     // not cancel it. The answer says `restarting` when the check is done in time.
@@ -306,5 +318,33 @@ mod tests {
         assert_eq!(decide("0.2.0", "a", start, &broken), (false, "unrunnable"));
         let gone = Disk { fingerprint: None, mtime: None, version: None };
         assert_eq!(decide("0.2.0", "a", start, &gone), (false, "no-binary"));
+    }
+
+    #[test]
+    fn a_newer_bridge_sets_off_a_check_at_most_once_a_minute() {
+        let t0 = Instant::now();
+        let mut last = None;
+        // Same or older bridges never check, and do not start the cooldown either.
+        for v in [Some("0.2.0"), Some("0.1.9"), None, Some("not-a-version")] {
+            assert!(!registration_checks("0.2.0", v, &mut last, t0), "{v:?}");
+        }
+        assert_eq!(last, None);
+        // The first newer registration checks.
+        assert!(registration_checks("0.2.0", Some("0.3.0"), &mut last, t0));
+        assert_eq!(last, Some(t0));
+        // Another within 60 s does not (so it cannot restart the hub, whatever the disk holds).
+        let soon = t0 + REGISTRATION_COOLDOWN - Duration::from_millis(1);
+        assert!(!registration_checks("0.2.0", Some("0.3.0"), &mut last, t0 + Duration::from_secs(1)));
+        assert!(!registration_checks("0.2.0", Some("0.4.0"), &mut last, soon));
+        assert_eq!(last, Some(t0), "a skipped registration does not extend the cooldown");
+        // After 60 s it checks again, and that starts a new cooldown.
+        let later = t0 + REGISTRATION_COOLDOWN;
+        assert!(registration_checks("0.2.0", Some("0.3.0"), &mut last, later));
+        assert_eq!(last, Some(later));
+        assert!(!registration_checks("0.2.0", Some("0.3.0"), &mut last, later + Duration::from_secs(59)));
+        // A same-or-older bridge never checks, even with the cooldown long over.
+        let much_later = later + REGISTRATION_COOLDOWN * 10;
+        assert!(!registration_checks("0.2.0", Some("0.2.0"), &mut last, much_later));
+        assert!(!registration_checks("0.2.0", Some("0.1.0"), &mut last, much_later));
     }
 }
