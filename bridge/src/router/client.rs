@@ -102,17 +102,9 @@ impl OutboxReader {
             if let Some(line) = self.batch.next() {
                 return Some(line);
             }
-            match self.rx.recv().await? {
-                Item::Line(line) => {
-                    self.queued.fetch_sub(line.len(), Ordering::Relaxed);
-                    return Some(line);
-                }
-                Item::Batch(lines) => {
-                    // Being written now: it no longer counts as waiting.
-                    let size: usize = lines.iter().map(Bytes::len).sum();
-                    self.replay.fetch_sub(size, Ordering::Relaxed);
-                    self.batch = lines.into_iter();
-                }
+            let item = self.rx.recv().await?;
+            if let Some(line) = self.take(item) {
+                return Some(line);
             }
         }
     }
@@ -124,16 +116,26 @@ impl OutboxReader {
             if let Some(line) = self.batch.next() {
                 return Some(line);
             }
-            match self.rx.try_recv().ok()? {
-                Item::Line(line) => {
-                    self.queued.fetch_sub(line.len(), Ordering::Relaxed);
-                    return Some(line);
-                }
-                Item::Batch(lines) => {
-                    let size: usize = lines.iter().map(Bytes::len).sum();
-                    self.replay.fetch_sub(size, Ordering::Relaxed);
-                    self.batch = lines.into_iter();
-                }
+            let item = self.rx.try_recv().ok()?;
+            if let Some(line) = self.take(item) {
+                return Some(line);
+            }
+        }
+    }
+
+    /// Counts an item out of the queue: a live line is returned; a replay batch becomes the
+    /// batch being written (it no longer counts as waiting) and `None` is returned.
+    fn take(&mut self, item: Item) -> Option<Bytes> {
+        match item {
+            Item::Line(line) => {
+                self.queued.fetch_sub(line.len(), Ordering::Relaxed);
+                Some(line)
+            }
+            Item::Batch(lines) => {
+                let size: usize = lines.iter().map(Bytes::len).sum();
+                self.replay.fetch_sub(size, Ordering::Relaxed);
+                self.batch = lines.into_iter();
+                None
             }
         }
     }
