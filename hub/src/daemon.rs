@@ -1,9 +1,10 @@
 //! The hub as a daemon: one per home, and the files that say where it is.
 //!
 //! - `run/hub.pid` holds the running hub's pid and is `flock`ed for its whole life: a second
-//!   hub (two bridges racing to start one) sees the lock and steps aside. The kernel drops the
-//!   lock when the process dies, even by SIGKILL. The file is emptied on exit, never removed:
-//!   removing it would let two hubs lock two different files.
+//!   hub (two bridges racing to start one) sees the lock and steps aside once the holder
+//!   answers (until then it waits: the holder may be about to find its port taken and exit).
+//!   The kernel drops the lock when the process dies, even by SIGKILL. The file is emptied on
+//!   exit, never removed: removing it would let two hubs lock two different files.
 //! - `run/hub.port` holds the port when the OS picked it (`hubPort` 0), for bridges and tests.
 //! - [`housekeeping`]: the TTL sweep, the idle exit, and an exit when the port file vanishes
 //!   (its home was deleted, or another hub took over: this one could never be found again).
@@ -69,6 +70,43 @@ pub fn lock_within(paths: &Paths, within: Duration) -> io::Result<Lock> {
             return Ok(l);
         }
         std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// [`lock`] for a hub starting on its own, which must not step aside for a hub that will
+/// never serve: while another process holds the lock and no hub answers on the configured
+/// port (`port()`, read again each time: an OS-picked one appears in the port file), waits up
+/// to `within` for one of the two. Two starters racing (a bridge's `hub --background` and a
+/// person's `zcode-acp hub`) must not both exit because the first to lock then found its port
+/// taken. Returns the lock and whether a hub answered.
+pub async fn lock_to_start(
+    paths: &Paths,
+    host: &str,
+    port: impl Fn() -> Option<u16>,
+    within: Duration,
+) -> io::Result<(Lock, bool)> {
+    let deadline = Instant::now() + within;
+    let mut told = false;
+    loop {
+        let l = lock(paths)?;
+        let Lock::Running(pid) = l else { return Ok((l, false)) };
+        if let Some(p) = port() {
+            if hub_answers(host, p).await {
+                return Ok((l, true));
+            }
+        }
+        if Instant::now() >= deadline {
+            return Ok((l, false));
+        }
+        if !told {
+            told = true;
+            let pid = pid.map_or_else(String::new, |p| format!(" (pid {p})"));
+            eprintln!(
+                "zcode-acp hub: another hub{pid} holds the lock but does not answer yet: waiting up to {} s",
+                within.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

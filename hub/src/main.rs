@@ -361,29 +361,43 @@ fn hub(background: bool, detached: bool, successor: Option<u16>) -> anyhow::Resu
     }
     zcode_shared::logging::init(cfg.debug);
     let (host, port) = (cfg.remote.hub_host.clone(), cfg.remote.hub_port);
-    let lock = match successor {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let (lock, answering) = match successor {
         Some(old) => {
             tracing::info!(
                 port = old,
                 version = zcode_shared::version(),
                 "taking over from the hub being upgraded"
             );
-            zcode_hub::daemon::lock_within(&cfg.paths, Duration::from_secs(10)).context("the hub lock")?
+            let lock = zcode_hub::daemon::lock_within(&cfg.paths, Duration::from_secs(10));
+            (lock.context("the hub lock")?, false)
         }
-        None => zcode_hub::daemon::lock(&cfg.paths).context("the hub lock")?,
+        None => {
+            let port_now = || cfg.hub_port_now();
+            let within = Duration::from_secs(10);
+            let lock = rt.block_on(zcode_hub::daemon::lock_to_start(&cfg.paths, &host, port_now, within));
+            lock.context("the hub lock")?
+        }
     };
     let _lock = match lock {
         zcode_hub::daemon::Lock::Held(lock) => lock,
         zcode_hub::daemon::Lock::Running(pid) => {
             let pid = pid.map_or_else(String::new, |p| format!(" (pid {p})"));
-            eprintln!("zcode-acp hub: a hub is already running{pid} for {}", cfg.paths.run_dir.display());
+            let run_dir = cfg.paths.run_dir.display();
+            match answering {
+                true => eprintln!("zcode-acp hub: a hub is already running{pid} for {run_dir}"),
+                false => eprintln!(
+                    "zcode-acp hub: a hub is already running{pid} for {run_dir}, but it does not answer on \
+                     {host}:{} (is it configured with another port?)",
+                    cfg.hub_port_now().map_or_else(|| "its OS-picked port".to_owned(), |p| p.to_string())
+                ),
+            }
             return Ok(ExitCode::SUCCESS);
         }
     };
     if let Some(limit) = zcode_hub::daemon::raise_open_file_limit() {
         tracing::debug!(limit, "open-file limit");
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = rt.block_on(async {
         // An OS-picked port is taken over by a successor, so clients find it where it was.
         let taken_over = match successor.filter(|p| port == 0 && *p != 0) {

@@ -162,6 +162,48 @@ fn one_hub_per_home_and_per_port() {
     assert_eq!(hub_port(&home), Some(hub.port), "the first hub's port file is untouched");
 }
 
+/// A bridge's `hub --background` and a person's `zcode-acp hub` race: the first takes the
+/// lock, then finds its port taken and exits. The second must not step aside for it ("a hub
+/// is already running") and leave none: it waits for the holder to serve or let go.
+#[test]
+fn a_hub_waits_for_a_lock_holder_that_never_serves_instead_of_stepping_aside() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let home = Home::new();
+    let run = home.path().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    // Another process holds the hub lock and serves nothing until its stdin closes.
+    let mut holder = Command::new("flock")
+        .arg(run.join("hub.pid"))
+        .args(["sh", "-c", "echo locked; exec cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("flock (util-linux)");
+    let mut said = String::new();
+    BufReader::new(holder.stdout.take().unwrap()).read_line(&mut said).unwrap();
+    assert_eq!(said.trim(), "locked");
+    let log_file = home.path().join("second-hub.log");
+    let mut hub = home
+        .command(&["hub"])
+        .env("ZCODE_ACP_REMOTE_TOKEN", zcode_tests::TEST_TOKEN)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_file).unwrap())
+        .spawn()
+        .unwrap();
+    let waiting = wait_log(&log_file, "does not answer yet", 1);
+    assert!(alive(hub.id()), "{waiting:?}");
+    // The holder goes away without ever serving: this hub takes over.
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    let port = wait_for_hub(&home, None);
+    assert_eq!(http(port, "GET", "/api/health", &[], b"").status, 200);
+    assert!(alive(hub.id()), "{}", std::fs::read_to_string(&log_file).unwrap_or_default());
+    signal(hub.id(), "TERM");
+    hub.wait().unwrap();
+}
+
 #[test]
 fn the_hub_exits_when_idle_and_the_next_bridge_starts_it_again() {
     // No instances at all: it exits, cleanly.

@@ -159,7 +159,8 @@ export class Stack {
    * the bridges, which are given it) look for the hub.
    */
   async startHub() {
-    const log = fs.openSync(path.join(this.home, `hub-${Date.now()}.log`), 'a');
+    const logPath = path.join(this.home, `hub-${Date.now()}.log`);
+    const log = fs.openSync(logPath, 'a');
     const env = this.env({ ZCODE_ACP_HUB_PORT: this.port ? String(this.port) : '0' });
     this.hub = spawn(BIN, ['hub'], { env, stdio: ['ignore', 'ignore', log] });
     this.hubExited = new Promise((r) => this.hub.once('exit', r));
@@ -170,7 +171,13 @@ export class Stack {
         try { return Number(fs.readFileSync(portFile, 'utf8').trim()) || null; } catch { return null; }
       });
     }
-    await until('the hub to answer', async () => (await this.fetch('/api/health').catch(() => null))?.status === 200);
+    try {
+      await until('the hub to answer', async () => (await this.fetch('/api/health').catch(() => null))?.status === 200);
+    } catch (e) {
+      // What the hub said (the home is removed with the stack): why it did not come up.
+      e.message += `\n  its log (${logPath}, exit ${this.hub.exitCode}):\n${fs.readFileSync(logPath, 'utf8')}`;
+      throw e;
+    }
   }
 
   /** Stops the hub (SIGTERM) and waits for it. */
