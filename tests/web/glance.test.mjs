@@ -84,8 +84,7 @@ describe('About: versions and "Update hub"', () => {
   before(async () => {
     browser = await launchBrowser();
     // The running hub reports an older version than the binary on disk (a debug-build knob).
-    // No bridge here: the hub must not idle out meanwhile.
-    stack = await Stack.start({ env: () => ({ ZCODE_ACP_TEST_VERSION: '0.0.1', ZCODE_ACP_HUB_IDLE_MS: '600000' }) });
+    stack = await Stack.start({ env: () => ({ ZCODE_ACP_TEST_VERSION: '0.0.1' }) });
   });
 
   after(async () => {

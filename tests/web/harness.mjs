@@ -148,7 +148,10 @@ export class Stack {
       ZCODE_ACP_HOME: this.home, ZCODE_ACP_HUB_PORT: String(this.port), ZCODE_ACP_REMOTE_PORT: '0',
       ZCODE_ACP_REMOTE_TOKEN: this.token, ZCODE_ACP_HEARTBEAT_MS: '200', ZCODE_ACP_INSTANCE_TTL_MS: '3000',
       ZCODE_ACP_PROBE_GRACE_MS: '1000', ZCODE_ACP_HUB_SPAWN_THROTTLE_MS: '600000',
-      ZCODE_ACP_SERVE_IDLE_MS: '5000', ZCODE_ACP_HUB_IDLE_MS: '10000',
+      ZCODE_ACP_SERVE_IDLE_MS: '5000',
+      // The stack stops its hubs itself; a hub that idled out after the last bridge closed
+      // would leave a page served by its service worker talking to nobody.
+      ZCODE_ACP_HUB_IDLE_MS: '600000',
     }, this.extraEnv, extra);
   }
 

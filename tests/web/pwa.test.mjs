@@ -77,8 +77,7 @@ describe('installable web app', { timeout: 120000 }, () => {
   let stack; let browser;
 
   before(async () => {
-    // Most of these tests run no bridge: the hub must not stop for being idle meanwhile.
-    [stack, browser] = await Promise.all([Stack.start({ env: () => ({ ZCODE_ACP_HUB_IDLE_MS: '600000' }) }), launchBrowser()]);
+    [stack, browser] = await Promise.all([Stack.start(), launchBrowser()]);
     fs.mkdirSync(SHOTS, { recursive: true });
   });
 
