@@ -198,7 +198,14 @@ pub async fn run(
         let _ = stop_events.send(router::Event::Shutdown).await;
     });
     drop(events);
-    router.run().await;
+    // On the runtime's worker, beside the connections' reader and writer tasks: `block_on`
+    // polls this future on the caller's thread, so a router run here would cost every message
+    // two thread switches (reader → router → writer), futex wake-ups and context switches.
+    if let Err(e) = tokio::spawn(router.run()).await {
+        if e.is_panic() {
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
     let _ = tokio::task::spawn_blocking(move || usage.flush()).await;
 
     shutdown.cancel();

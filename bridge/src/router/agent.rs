@@ -68,8 +68,9 @@ pub enum LinkState {
     Starting,
     /// Initialized: the agent's `initialize` result (patched for clients).
     Ready {
-        /// What clients get as their `initialize` result.
-        for_clients: Value,
+        /// What clients get as their `initialize` result, serialised once: every client's
+        /// `initialize` is answered from it with only its id spliced in.
+        for_clients: Box<serde_json::value::RawValue>,
         /// The agent's own result, to read its capabilities.
         agent: Value,
     },

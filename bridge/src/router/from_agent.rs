@@ -135,10 +135,11 @@ impl Router {
         }
         caps["_meta"]["zcode"]["fs"] = json!(true);
         self.settings_agent_ready(&agent);
-        self.agent.state = LinkState::Ready { for_clients: for_clients.clone(), agent };
+        let for_clients = jsonrpc::raw(&for_clients);
         for (c, id) in self.take_waiting_inits(Init::Done) {
-            self.reply(c, &id, Ok(for_clients.clone()));
+            self.reply_raw(c, &id, &for_clients);
         }
+        self.agent.state = LinkState::Ready { for_clients, agent };
         let held = std::mem::take(&mut self.agent.deferred);
         self.redispatch(held);
         let busy: Vec<String> =

@@ -74,9 +74,10 @@ impl Router {
         c.caps = super::client::Caps::from_params(&params);
         c.name = params["clientInfo"]["name"].as_str().map(zcode_shared::text::title);
         if let super::agent::LinkState::Ready { for_clients, .. } = &self.agent.state {
-            let result = for_clients.clone();
             c.init = Init::Done;
-            return self.reply(client, id, Ok(result));
+            // Serialised once when the agent became ready: only the id is spliced in.
+            let line = Bytes::from(jsonrpc::response_line(id, Ok(for_clients)));
+            return self.send_to(client, line);
         }
         c.init = Init::Waiting(id.clone());
         self.start_agent();

@@ -486,6 +486,11 @@ impl Router {
         self.send_msg(client, &msg);
     }
 
+    /// Answers `id` with a result already serialised (passed byte for byte).
+    fn reply_raw(&mut self, client: ClientId, id: &Id, result: &serde_json::value::RawValue) {
+        self.send_to(client, Bytes::from(jsonrpc::response_line(id, Ok(result))));
+    }
+
     /// Sends `line` to every client attached to `session` except `except`.
     fn fan_out(&mut self, session: &str, line: &Bytes, except: Option<ClientId>) {
         let targets: Vec<ClientId> = match self.sessions.get(session) {
