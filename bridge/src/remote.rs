@@ -7,8 +7,12 @@
 //! timer. The stall check ([`crate::stall`]) arms a timer only while a write is blocked, since
 //! only then can the client be stalled.
 //!
-//! Writes are batched as before: what piled up in the outbox goes out in one write of up to
-//! [`WRITE_BATCH`] bytes. While a write is blocked no more is taken from the outbox, so its
+//! The outbox's messages are framed here, not by tungstenite, whose write buffer stays as big
+//! as the largest batch it ever held (a replayed message of megabytes, kept for the client's
+//! life): what piled up goes out in one write of up to [`WRITE_BATCH`] bytes and the buffer
+//! is dropped once written. tungstenite still writes its own frames (pongs, the close frame):
+//! ours start only once its are out, and it is not read (where it writes pongs) while one of
+//! ours is half written. While a write is blocked no more is taken from the outbox, so its
 //! byte limit keeps bounding a client that does not read.
 
 use crate::router::{ClientId, Event, OutboxReader};
@@ -23,7 +27,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, frame::coding::CloseCode};
-use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes, error::CapacityError};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message, error::CapacityError};
 use tokio_util::sync::CancellationToken;
 use zcode_shared::jsonrpc::RawMessage;
 
@@ -59,11 +63,11 @@ enum Step {
 }
 
 /// The write side's state.
+#[derive(Default)]
 struct Writer {
-    /// Messages given to tungstenite and not flushed yet.
-    unflushed: bool,
-    /// Their bytes (at [`WRITE_BATCH`], or once the outbox is empty, they are flushed).
-    batched: usize,
+    /// Encoded frames not written yet, from `at` on; empty (no buffer) once written.
+    out: Vec<u8>,
+    at: usize,
     /// Armed only while a write is blocked: when the client counts as stalled.
     stall_timer: Option<Pin<Box<Sleep>>>,
 }
@@ -75,7 +79,7 @@ where
 {
     let client = r.client;
     let limit = r.write_stall.max(Duration::from_millis(10));
-    let mut w = Writer { unflushed: false, batched: 0, stall_timer: None };
+    let mut w = Writer::default();
     let cancelled = r.kill.clone().cancelled_owned();
     tokio::pin!(cancelled);
     let code = loop {
@@ -87,8 +91,11 @@ where
                 Poll::Ready(step) => return Poll::Ready(step),
                 Poll::Pending => {}
             }
-            if let Poll::Ready(frame) = Pin::new(&mut r.ws).poll_next(cx) {
-                return Poll::Ready(Step::Read(frame));
+            // Not while a frame of ours is half written: tungstenite would write a pong into it.
+            if !w.mid_frame() {
+                if let Poll::Ready(frame) = Pin::new(&mut r.ws).poll_next(cx) {
+                    return Poll::Ready(Step::Read(frame));
+                }
             }
             // Last: reading may have blocked a write too (tungstenite answers pings there).
             w.poll_stalled(&r.stall, limit, cx).map(|()| Step::Stalled)
@@ -136,8 +143,12 @@ where
             _ => "bridge closing",
         };
         let frame = CloseFrame { code, reason: reason.into() };
-        let _ =
-            tokio::time::timeout(Duration::from_millis(500), r.ws.send(Message::Close(Some(frame)))).await;
+        let close = async {
+            // What was queued before goes first, and a half-written frame must be finished.
+            std::future::poll_fn(|cx| w.poll_drain(&mut r.ws, cx)).await?;
+            r.ws.send(Message::Close(Some(frame))).await.map_err(|_| ())
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(500), close).await;
         let _ = tokio::time::timeout(Duration::from_millis(200), SinkExt::close(&mut r.ws)).await;
     }
 }
@@ -154,35 +165,77 @@ impl Writer {
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
         loop {
-            if self.unflushed && self.batched >= WRITE_BATCH {
-                match Pin::new(&mut *ws).poll_flush(cx) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Err(_)) => return Poll::Ready(Step::Broken),
-                    Poll::Ready(Ok(())) => (self.unflushed, self.batched) = (false, 0),
-                }
-            }
-            // Nothing is taken while tungstenite cannot take it: the outbox's limit applies.
-            match Pin::new(&mut *ws).poll_ready(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(_)) => return Poll::Ready(Step::Broken),
+            match self.poll_drain(ws, cx) {
                 Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(())) => return Poll::Ready(Step::Broken),
+                Poll::Pending => return Poll::Pending,
             }
-            match outbox.poll_recv(cx) {
-                Poll::Ready(Some(line)) => {
-                    self.batched += line.len();
-                    if let Ok(text) = Utf8Bytes::try_from(line) {
-                        if Pin::new(&mut *ws).start_send(Message::Text(text)).is_err() {
-                            return Poll::Ready(Step::Broken);
-                        }
-                        self.unflushed = true;
-                    }
-                }
+            // Drained: gather what is queued now (one write per batch, not per message).
+            let line = match outbox.poll_recv(cx) {
+                Poll::Ready(Some(line)) => line,
                 Poll::Ready(None) => return Poll::Ready(Step::Away),
-                // The outbox is empty: what was gathered goes out now.
-                Poll::Pending if self.unflushed => self.batched = WRITE_BATCH,
+                Poll::Pending => return Poll::Pending,
+            };
+            self.push(&line);
+            while self.out.len() < WRITE_BATCH {
+                let Some(line) = outbox.try_recv() else { break };
+                self.push(&line);
+            }
+        }
+    }
+
+    /// Whether a frame of ours is partly written (nothing else may be written until it is).
+    fn mid_frame(&self) -> bool {
+        self.at > 0
+    }
+
+    /// Writes out what is gathered; `Ok` once nothing is left (and the buffer is given back:
+    /// it is as big as the largest batch, a whole replayed message at times).
+    fn poll_drain<S>(&mut self, ws: &mut WebSocketStream<S>, cx: &mut Context<'_>) -> Poll<Result<(), ()>>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        if self.out.is_empty() {
+            return Poll::Ready(Ok(()));
+        }
+        if self.at == 0 {
+            // tungstenite's own frames (pongs) first, whole: ours must not cut into one.
+            match Pin::new(&mut *ws).poll_flush(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(_)) => return Poll::Ready(Err(())),
                 Poll::Pending => return Poll::Pending,
             }
         }
+        while self.at < self.out.len() {
+            match Pin::new(ws.get_mut()).poll_write(cx, &self.out[self.at..]) {
+                Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(Err(())),
+                Poll::Ready(Ok(n)) => self.at += n,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        (self.out, self.at) = (Vec::new(), 0);
+        Poll::Ready(Ok(()))
+    }
+
+    /// Appends `line` as one unmasked text frame (RFC 6455 §5.2: a server does not mask).
+    /// A line that is not UTF-8 cannot be a text frame, and is not sent.
+    fn push(&mut self, line: &[u8]) {
+        if std::str::from_utf8(line).is_err() {
+            tracing::warn!("dropped a message to a remote client that is not UTF-8");
+            return;
+        }
+        let len = line.len();
+        self.out.push(0x81); // FIN, text
+        if len < 126 {
+            self.out.push(len as u8);
+        } else if let Ok(short) = u16::try_from(len) {
+            self.out.push(126);
+            self.out.extend_from_slice(&short.to_be_bytes());
+        } else {
+            self.out.push(127);
+            self.out.extend_from_slice(&(len as u64).to_be_bytes());
+        }
+        self.out.extend_from_slice(line);
     }
 
     /// `Ready` once writes have been blocked, without a byte taken, for `limit`. The timer
@@ -202,5 +255,88 @@ impl Writer {
             Some(t) => t.as_mut().poll(cx),
             None => Poll::Pending,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::router::Outbox;
+    use crate::stall::Watched;
+    use bytes::Bytes;
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+
+    fn line(len: usize) -> Bytes {
+        Bytes::from((0..len).map(|i| b'a' + (i % 26) as u8).collect::<Vec<u8>>())
+    }
+
+    async fn pair()
+    -> (WebSocketStream<Watched<tokio::io::DuplexStream>>, WebSocketStream<tokio::io::DuplexStream>) {
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        let server = WebSocketStream::from_raw_socket(
+            Watched::new(ours, Arc::new(Stall::default())),
+            Role::Server,
+            None,
+        )
+        .await;
+        (server, WebSocketStream::from_raw_socket(theirs, Role::Client, None).await)
+    }
+
+    #[tokio::test]
+    async fn every_frame_length_arrives_whole_in_order_with_pongs_between_and_a_close_ends_it() {
+        let (ws, mut client) = pair().await;
+        let (out, outbox) = Outbox::new(None);
+        let (events, mut got) = mpsc::channel(8);
+        let kill = CancellationToken::new();
+        let remote = Remote {
+            ws,
+            stall: Arc::new(Stall::default()),
+            client: 7,
+            outbox,
+            kill,
+            write_stall: Duration::from_secs(60),
+        };
+        let task = tokio::spawn(async move { run(remote, &events).await });
+        // Every length encoding (7-bit, 16-bit, 64-bit) at its edges, and a batch past WRITE_BATCH.
+        let sizes = [0, 1, 125, 126, 127, 65_535, 65_536, 1 << 20, 3, 3, 3];
+        for (i, n) in sizes.iter().enumerate() {
+            client.send(Message::Ping(format!("p{i}").into())).await.unwrap();
+            assert!(out.send(line(*n)));
+        }
+        let mut texts = Vec::new();
+        let mut pongs = 0;
+        while texts.len() < sizes.len() || pongs < sizes.len() {
+            match client.next().await.unwrap().unwrap() {
+                Message::Text(t) => texts.push(Bytes::from(t)),
+                Message::Pong(_) => pongs += 1,
+                m => panic!("unexpected {m:?}"),
+            }
+        }
+        let want: Vec<Bytes> = sizes.iter().map(|n| line(*n)).collect();
+        assert!(texts == want, "the messages, whole and in order");
+        client.send(Message::text("{\"hello\":1}")).await.unwrap();
+        assert!(matches!(got.recv().await, Some(Event::Frame { client: 7, .. })));
+        client.send(Message::Close(None)).await.unwrap();
+        assert!(matches!(got.recv().await, Some(Event::Closed { client: 7 })));
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_write_buffer_is_given_back_once_a_big_message_is_written() {
+        let (mut ws, mut client) = pair().await;
+        let (out, mut outbox) = Outbox::new(None);
+        let reading = tokio::spawn(async move { client.next().await.unwrap().unwrap().len() });
+        assert!(out.send(line(4 << 20)));
+        let mut w = Writer::default();
+        // Written once the outbox is empty again (the client reads meanwhile).
+        std::future::poll_fn(|cx| match w.poll_write(&mut ws, &mut outbox, cx) {
+            Poll::Ready(_) => Poll::Ready(()),
+            Poll::Pending if w.out.is_empty() => Poll::Ready(()),
+            Poll::Pending => Poll::Pending,
+        })
+        .await;
+        assert_eq!(reading.await.unwrap(), 4 << 20);
+        assert_eq!(w.out.capacity(), 0, "no buffer kept after a 4 MiB message");
     }
 }
