@@ -3,7 +3,8 @@
 //! - [`router`]: the one task that owns routing state (clients, sessions, the agent link).
 //! - [`upstream`]: the agent process.
 //! - [`stdio`]: the editor's connection; [`server`]: the loopback WebSocket + HTTP server,
-//!   bounded by [`slots`] (connections) and [`stall`] (a remote client's writes).
+//!   bounded by [`slots`] (connections) and [`stall`] (a remote client's writes); [`remote`]:
+//!   one remote client's connection (one task).
 //! - [`settings`]: the loopback settings mount (`/settings/*`, `/backend/restart`).
 //! - [`register`]: registration and heartbeats with the hub (which it starts when none runs).
 //! - [`quota`]: where ACP `account/usage_stats` gets the plan quota (the hub, else itself).
@@ -23,6 +24,7 @@ pub mod lifecycle;
 pub mod local;
 pub mod quota;
 pub mod register;
+pub mod remote;
 pub mod router;
 pub mod server;
 pub mod settings;

@@ -8,11 +8,11 @@
 //! remote client's writes are bounded too: see [`crate::stall`].
 
 use crate::files::{self, Resp, full, text};
-use crate::router::{ClientId, ClientKind, Event, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
+use crate::remote::{Remote, WRITE_BATCH};
+use crate::router::{ClientId, ClientKind, Event, Outbox, REMOTE_QUEUE_LIMIT};
 use crate::slots::{Slot, Slots};
 use crate::stall::{Stall, Watched};
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
@@ -20,16 +20,14 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig, frame::coding::CloseCode};
-use tokio_tungstenite::tungstenite::{Message, Utf8Bytes, error::CapacityError};
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use zcode_shared::jsonrpc::RawMessage;
 
 /// The largest message a remote client may send (and we accept): 32 MiB.
 pub const MAX_MESSAGE: usize = 32 * 1024 * 1024;
@@ -43,10 +41,6 @@ const PORT_SCAN: u16 = 100;
 /// time, and be dropped as stalled ([`crate::stall`]) while it reads steadily. 256 KiB wakes it
 /// every ~85 KiB taken, and is still far above what loopback needs for full speed.
 const SEND_BUFFER: usize = 128 * 1024;
-
-/// The most bytes of queued messages gathered into one write to a remote client (tungstenite
-/// writes its buffer out once it holds this much, and on every flush).
-const WRITE_BATCH: usize = 16 * 1024;
 
 /// The largest request head (request line and headers) accepted.
 const MAX_HEAD: usize = 64 * 1024;
@@ -289,9 +283,7 @@ fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>) -> Resp {
     r
 }
 
-/// One remote client: a reader half feeding the router and a writer half draining its
-/// outbox, joined by the client's kill token (the survivor stops when its partner ends).
-/// The reader also drops the client once its socket has taken nothing for a stall period.
+/// One remote client, run by one task ([`crate::remote`]) once the router knows it.
 async fn remote_client<S>(ws: WebSocketStream<S>, stall: Arc<Stall>, ctx: Arc<Ctx>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -304,109 +296,7 @@ where
         return;
     }
     tracing::debug!(client, "remote client connected");
-    let (sink, mut stream) = ws.split();
-    // The close code the writer sends: normal, or why the reader gave up on the client.
-    let close_code = Arc::new(AtomicU16::new(u16::from(CloseCode::Away)));
-    let writer = tokio::spawn(write_frames(sink, reader, kill.clone(), close_code.clone()));
-    let limit = ctx.limits.write_stall.max(Duration::from_millis(10));
-    let mut check = tokio::time::interval(limit / 4);
-    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        let frame = tokio::select! {
-            () = kill.cancelled() => break,
-            f = stream.next() => f,
-            _ = check.tick() => {
-                if stall.stalled_for() >= limit {
-                    tracing::warn!(client, "remote client took nothing for {limit:?}: dropping it");
-                    close_code.store(u16::from(CloseCode::Policy), Ordering::Relaxed);
-                    break;
-                }
-                continue;
-            }
-        };
-        match frame {
-            Some(Ok(Message::Text(t))) => {
-                let msg = RawMessage::parse(t.as_str());
-                if ctx.events.send(Event::Frame { client, msg }).await.is_err() {
-                    break;
-                }
-            }
-            // Binary frames are not ACP; pings are answered by the library.
-            Some(Ok(Message::Binary(_) | Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
-            Some(Err(tokio_tungstenite::tungstenite::Error::Capacity(CapacityError::MessageTooLong {
-                size,
-                ..
-            }))) => {
-                tracing::warn!(client, size, "remote client sent a message over 32 MiB: closing it (1009)");
-                close_code.store(u16::from(CloseCode::Size), Ordering::Relaxed);
-                break;
-            }
-            Some(Err(tokio_tungstenite::tungstenite::Error::Utf8(_))) => {
-                tracing::warn!(
-                    client,
-                    "remote client sent a text frame that is not UTF-8: closing it (1007)"
-                );
-                close_code.store(u16::from(CloseCode::Invalid), Ordering::Relaxed);
-                break;
-            }
-            Some(Ok(Message::Close(_))) => {
-                close_code.store(u16::from(CloseCode::Normal), Ordering::Relaxed);
-                break;
-            }
-            Some(Err(_)) | None => break,
-        }
-    }
-    kill.cancel();
-    let _ = ctx.events.send(Event::Closed { client }).await;
-    let _ = writer.await;
+    let remote = Remote { ws, stall, client, outbox: reader, kill, write_stall: ctx.limits.write_stall };
+    crate::remote::run(remote, &ctx.events).await;
     tracing::debug!(client, "remote client closed");
-}
-
-async fn write_frames<K>(
-    mut sink: K,
-    mut reader: OutboxReader,
-    kill: CancellationToken,
-    close_code: Arc<AtomicU16>,
-) where
-    K: futures_util::Sink<Message> + Unpin,
-{
-    loop {
-        let line = tokio::select! {
-            () = kill.cancelled() => break,
-            l = reader.recv() => match l { Some(l) => l, None => break },
-        };
-        // What piled up meanwhile (a streaming agent, a slow spell) goes out with it: one write
-        // per batch rather than one per message.
-        let mut batch = Some(line);
-        let mut bytes = 0;
-        let sent = tokio::select! {
-            () = kill.cancelled() => break,
-            r = async {
-                while let Some(line) = batch.take() {
-                    bytes += line.len();
-                    if let Ok(text) = Utf8Bytes::try_from(line) {
-                        sink.feed(Message::Text(text)).await?;
-                    }
-                    if bytes < WRITE_BATCH {
-                        batch = reader.try_recv();
-                    }
-                }
-                sink.flush().await
-            } => r,
-        };
-        if sent.is_err() {
-            kill.cancel();
-            return;
-        }
-    }
-    let code = CloseCode::from(close_code.load(Ordering::Relaxed));
-    let reason = match code {
-        CloseCode::Size => "message too big",
-        CloseCode::Invalid => "text frame not UTF-8",
-        CloseCode::Policy => "not reading",
-        _ => "bridge closing",
-    };
-    let frame = CloseFrame { code, reason: reason.into() };
-    let _ = tokio::time::timeout(Duration::from_millis(500), sink.send(Message::Close(Some(frame)))).await;
-    let _ = tokio::time::timeout(Duration::from_millis(200), sink.close()).await;
 }

@@ -40,6 +40,11 @@ impl Stall {
         self.lock().blocked_since.map_or(Duration::ZERO, |t| t.elapsed())
     }
 
+    /// Since when a write has been waiting for the socket (`None`: writes go through).
+    pub fn blocked_since(&self) -> Option<Instant> {
+        self.lock().blocked_since
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }

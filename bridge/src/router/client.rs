@@ -2,10 +2,10 @@
 //! attached to, and which of the agent's requests it holds copies of.
 
 use bytes::Bytes;
-use std::collections::{BTreeSet, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use tokio::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use tokio_util::sync::CancellationToken;
 use zcode_shared::jsonrpc::Id;
 
@@ -27,43 +27,79 @@ enum Item {
     Batch(Vec<Bytes>),
 }
 
-/// Where a client's messages go: a queue drained by the connection's writer task, with byte
-/// counts so a client that stops reading is noticed instead of waited for.
+/// Where a client's messages go: a queue drained by the connection's writer, with byte counts
+/// so a client that stops reading is noticed instead of waited for.
 ///
 /// Live messages and replay batches share one queue, so their order is the order they were
 /// queued (a batch is atomic: nothing interleaves with it). They are bounded apart: the live
 /// bytes waiting (behind a batch too) by `limit`; a replay batch is exempt while it is the
 /// only one waiting, so one slow client can take a replay of any size at its own pace.
-#[derive(Clone, Debug)]
+///
+/// An idle client's queue holds no buffer: it is allocated when a message is queued and given
+/// back when the writer finds it empty (a channel would keep its first block, ~1 KiB, for the
+/// client's life; thousands of idle clients are the common case behind the hub).
+#[derive(Debug)]
 pub struct Outbox {
-    tx: mpsc::UnboundedSender<Item>,
-    queued: Arc<AtomicUsize>,
-    replay: Arc<AtomicUsize>,
+    shared: Arc<Shared>,
     limit: Option<usize>,
 }
 
 /// The writer's end of an [`Outbox`].
 pub struct OutboxReader {
-    rx: mpsc::UnboundedReceiver<Item>,
-    queued: Arc<AtomicUsize>,
-    replay: Arc<AtomicUsize>,
-    /// The rest of the replay batch being written.
-    batch: std::vec::IntoIter<Bytes>,
+    shared: Arc<Shared>,
+    /// The rest of the replay batch being written (none once it is done: its buffer, a slot
+    /// per replayed line, is not kept).
+    batch: Option<std::vec::IntoIter<Bytes>>,
+}
+
+/// What both ends share.
+#[derive(Debug, Default)]
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Live bytes waiting.
+    queued: AtomicUsize,
+    /// Replay bytes waiting (batches the writer has not started).
+    replay: AtomicUsize,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    items: VecDeque<Item>,
+    /// The writer, parked on an empty queue.
+    waker: Option<Waker>,
+    /// The router dropped the client: the writer ends once the queue is drained.
+    closed: bool,
+    /// The writer is gone: nothing more is queued.
+    gone: bool,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `item`; `false` when the writer is gone.
+    fn push(&self, item: Item) -> bool {
+        let waker = {
+            let mut q = self.lock();
+            if q.gone {
+                return false;
+            }
+            q.items.push_back(item);
+            q.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+        true
+    }
 }
 
 impl Outbox {
     /// A new outbox; `limit` bounds the queued bytes (`None`: the editor, never dropped).
     pub fn new(limit: Option<usize>) -> (Outbox, OutboxReader) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let queued = Arc::new(AtomicUsize::new(0));
-        let replay = Arc::new(AtomicUsize::new(0));
-        let reader = OutboxReader {
-            rx,
-            queued: queued.clone(),
-            replay: replay.clone(),
-            batch: Vec::new().into_iter(),
-        };
-        (Outbox { tx, queued, replay, limit }, reader)
+        let shared = Arc::new(Shared::default());
+        (Outbox { shared: shared.clone(), limit }, OutboxReader { shared, batch: None })
     }
 
     /// The live-bytes limit (`None`: never dropped).
@@ -73,11 +109,11 @@ impl Outbox {
 
     /// Queues one live message. `false` when the client is gone or over its limit.
     pub fn send(&self, line: Bytes) -> bool {
-        let total = self.queued.fetch_add(line.len(), Ordering::Relaxed) + line.len();
+        let total = self.shared.queued.fetch_add(line.len(), Ordering::Relaxed) + line.len();
         if self.limit.is_some_and(|l| total > l) {
             return false;
         }
-        self.tx.send(Item::Line(line)).is_ok()
+        self.shared.push(Item::Line(line))
     }
 
     /// Queues a replay batch (its lines and the answer), written in one piece and paced by the
@@ -87,24 +123,57 @@ impl Outbox {
     /// faster than it reads them) or the client is gone.
     pub fn send_batch(&self, lines: Vec<Bytes>) -> bool {
         let size: usize = lines.iter().map(Bytes::len).sum();
-        let waiting = self.replay.fetch_add(size, Ordering::Relaxed);
+        let waiting = self.shared.replay.fetch_add(size, Ordering::Relaxed);
         if waiting > 0 && self.limit.is_some_and(|l| waiting + size > l) {
             return false;
         }
-        self.tx.send(Item::Batch(lines)).is_ok()
+        self.shared.push(Item::Batch(lines))
+    }
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        let waker = {
+            let mut q = self.shared.lock();
+            q.closed = true;
+            q.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
     }
 }
 
 impl OutboxReader {
-    /// The next message to write; `None` once the router dropped the client. Cancel-safe.
+    /// The next message to write; `None` once the router dropped the client (and everything
+    /// it queued before was taken). Cancel-safe.
     pub async fn recv(&mut self) -> Option<Bytes> {
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    /// [`OutboxReader::recv`] as a poll: `Pending` registers `cx` to be woken by the next
+    /// message. An empty queue gives its buffer back here.
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         loop {
-            if let Some(line) = self.batch.next() {
-                return Some(line);
+            if let Some(line) = self.batch_line() {
+                return Poll::Ready(Some(line));
             }
-            let item = self.rx.recv().await?;
+            let mut q = self.shared.lock();
+            let Some(item) = q.items.pop_front() else {
+                if q.closed {
+                    return Poll::Ready(None);
+                }
+                if q.items.capacity() > 0 {
+                    q.items = VecDeque::new();
+                }
+                if !q.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    q.waker = Some(cx.waker().clone());
+                }
+                return Poll::Pending;
+            };
+            drop(q);
             if let Some(line) = self.take(item) {
-                return Some(line);
+                return Poll::Ready(Some(line));
             }
         }
     }
@@ -113,14 +182,24 @@ impl OutboxReader {
     /// A replay batch is taken like in [`OutboxReader::recv`], a line at a time.
     pub fn try_recv(&mut self) -> Option<Bytes> {
         loop {
-            if let Some(line) = self.batch.next() {
+            if let Some(line) = self.batch_line() {
                 return Some(line);
             }
-            let item = self.rx.try_recv().ok()?;
+            let item = self.shared.lock().items.pop_front()?;
             if let Some(line) = self.take(item) {
                 return Some(line);
             }
         }
+    }
+
+    /// The next line of the replay batch being written; the batch's buffer goes once it is done.
+    fn batch_line(&mut self) -> Option<Bytes> {
+        let batch = self.batch.as_mut()?;
+        let line = batch.next();
+        if batch.len() == 0 {
+            self.batch = None;
+        }
+        line
     }
 
     /// Counts an item out of the queue: a live line is returned; a replay batch becomes the
@@ -128,16 +207,25 @@ impl OutboxReader {
     fn take(&mut self, item: Item) -> Option<Bytes> {
         match item {
             Item::Line(line) => {
-                self.queued.fetch_sub(line.len(), Ordering::Relaxed);
+                self.shared.queued.fetch_sub(line.len(), Ordering::Relaxed);
                 Some(line)
             }
             Item::Batch(lines) => {
                 let size: usize = lines.iter().map(Bytes::len).sum();
-                self.replay.fetch_sub(size, Ordering::Relaxed);
-                self.batch = lines.into_iter();
+                self.shared.replay.fetch_sub(size, Ordering::Relaxed);
+                self.batch = Some(lines.into_iter());
                 None
             }
         }
+    }
+}
+
+impl Drop for OutboxReader {
+    fn drop(&mut self) {
+        let mut q = self.shared.lock();
+        q.gone = true;
+        // What was queued for a writer that is gone is freed now, not with the router's entry.
+        q.items = VecDeque::new();
     }
 }
 
@@ -349,6 +437,46 @@ mod tests {
         assert_eq!(got, want);
         assert!(out.send_batch(lines(1, 10)), "nothing waits: a new replay is taken whatever its size");
         assert!(out.send(Bytes::from_static(b"0123456789")), "the live bytes were counted down");
+    }
+
+    #[tokio::test]
+    async fn a_drained_outbox_keeps_no_buffer_not_even_a_replay_batchs() {
+        let (out, mut reader) = Outbox::new(Some(1 << 20));
+        assert_eq!(out.shared.lock().items.capacity(), 0, "nothing allocated before a message");
+        for i in 0..100 {
+            assert!(out.send(Bytes::from(format!("{i}"))));
+        }
+        assert!(out.send_batch(lines(1000, 10)));
+        for _ in 0..1100 {
+            reader.recv().await.unwrap();
+        }
+        assert!(reader.batch.is_none(), "the finished batch's buffer is not kept");
+        // The writer finds the queue empty and parks: the queue's buffer goes.
+        let parked = tokio::time::timeout(std::time::Duration::from_millis(10), reader.recv()).await;
+        assert!(parked.is_err());
+        assert_eq!(out.shared.lock().items.capacity(), 0, "an idle client holds no queue");
+        // …and a message queued after that still wakes the writer.
+        let woken = tokio::spawn(async move { reader.recv().await });
+        tokio::task::yield_now().await;
+        assert!(out.send(Bytes::from_static(b"again")));
+        assert_eq!(woken.await.unwrap(), Some(Bytes::from_static(b"again")));
+    }
+
+    #[tokio::test]
+    async fn the_writer_ends_after_what_was_queued_and_a_gone_writer_takes_nothing() {
+        let (out, mut reader) = Outbox::new(Some(100));
+        assert!(out.send(Bytes::from_static(b"last")));
+        assert!(out.send_batch(lines(2, 3)));
+        drop(out);
+        assert_eq!(reader.recv().await, Some(Bytes::from_static(b"last")));
+        assert_eq!(reader.recv().await, Some(lines(2, 3)[0].clone()));
+        assert_eq!(reader.recv().await, Some(lines(2, 3)[1].clone()));
+        assert_eq!(reader.recv().await, None, "the router dropped the client");
+        let (out, reader) = Outbox::new(Some(100));
+        assert!(out.send(Bytes::from_static(b"queued")));
+        drop(reader);
+        assert!(!out.send(Bytes::from_static(b"x")) && !out.send_batch(lines(1, 1)));
+        assert_eq!(out.shared.lock().items.capacity(), 0, "what was queued for it is freed");
     }
 
     #[test]

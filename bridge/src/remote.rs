@@ -1,0 +1,342 @@
+//! One remote client's WebSocket, run by ONE task: it reads the client's frames into the
+//! router and writes the client's outbox, polling both from the same place.
+//!
+//! Memory is the point (thousands of idle clients are the common case behind the hub): a
+//! reader and a writer task cost two task allocations, a shared lock around the socket and a
+//! timer each; here an idle client is one task parked on its socket and its outbox, with no
+//! timer. The stall check ([`crate::stall`]) arms a timer only while a write is blocked, since
+//! only then can the client be stalled.
+//!
+//! The outbox's messages are framed here, not by tungstenite, whose write buffer stays as big
+//! as the largest batch it ever held (a replayed message of megabytes, kept for the client's
+//! life): what piled up goes out in one write of up to [`WRITE_BATCH`] bytes and the buffer
+//! is dropped once written. tungstenite still writes its own frames (pongs, the close frame):
+//! ours start only once its are out, and it is not read (where it writes pongs) while one of
+//! ours is half written. While a write is blocked no more is taken from the outbox, so its
+//! byte limit keeps bounding a client that does not read.
+
+use crate::router::{ClientId, Event, OutboxReader};
+use crate::stall::Stall;
+use futures_util::{Sink, SinkExt, Stream};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, Sleep};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, frame::coding::CloseCode};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message, error::CapacityError};
+use tokio_util::sync::CancellationToken;
+use zcode_shared::jsonrpc::RawMessage;
+
+/// The most bytes of queued messages gathered into one write to a remote client (tungstenite
+/// writes its buffer out once it holds this much, and on every flush).
+pub const WRITE_BATCH: usize = 16 * 1024;
+
+/// What one client's task was given.
+pub struct Remote<S> {
+    /// The upgraded socket.
+    pub ws: WebSocketStream<S>,
+    /// Its write state (see [`crate::stall`]).
+    pub stall: Arc<Stall>,
+    /// The client's id.
+    pub client: ClientId,
+    /// Its outbox's reading end.
+    pub outbox: OutboxReader,
+    /// Cancelled to drop it (slow reader, shutdown).
+    pub kill: CancellationToken,
+    /// Dropped once its socket has taken nothing for this long.
+    pub write_stall: Duration,
+}
+
+/// Why the loop stopped, or what it got.
+enum Step {
+    Read(Option<Result<Message, WsError>>),
+    /// Killed or dropped by the router: a close frame saying the bridge is closing.
+    Away,
+    /// Its socket took nothing for a whole stall period.
+    Stalled,
+    /// A write failed: the socket is gone, no close frame.
+    Broken,
+}
+
+/// The write side's state.
+#[derive(Default)]
+struct Writer {
+    /// Encoded frames not written yet, from `at` on; empty (no buffer) once written.
+    out: Vec<u8>,
+    at: usize,
+    /// Armed only while a write is blocked: when the client counts as stalled.
+    stall_timer: Option<Pin<Box<Sleep>>>,
+}
+
+/// Runs the client until it or the bridge ends it; the router is told `Closed` at the end.
+pub async fn run<S>(mut r: Remote<S>, events: &mpsc::Sender<Event>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let client = r.client;
+    let limit = r.write_stall.max(Duration::from_millis(10));
+    let mut w = Writer::default();
+    let cancelled = r.kill.clone().cancelled_owned();
+    tokio::pin!(cancelled);
+    let code = loop {
+        let step = std::future::poll_fn(|cx| {
+            if cancelled.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Step::Away);
+            }
+            match w.poll_write(&mut r.ws, &mut r.outbox, cx) {
+                Poll::Ready(step) => return Poll::Ready(step),
+                Poll::Pending => {}
+            }
+            // Not while a frame of ours is half written: tungstenite would write a pong into it.
+            if !w.mid_frame() {
+                if let Poll::Ready(frame) = Pin::new(&mut r.ws).poll_next(cx) {
+                    return Poll::Ready(Step::Read(frame));
+                }
+            }
+            // Last: reading may have blocked a write too (tungstenite answers pings there).
+            w.poll_stalled(&r.stall, limit, cx).map(|()| Step::Stalled)
+        })
+        .await;
+        match step {
+            Step::Read(Some(Ok(Message::Text(t)))) => {
+                let msg = RawMessage::parse(t.as_str());
+                if events.send(Event::Frame { client, msg }).await.is_err() {
+                    break Some(CloseCode::Away);
+                }
+            }
+            // Binary frames are not ACP; pings are answered by the library.
+            Step::Read(Some(Ok(
+                Message::Binary(_) | Message::Ping(_) | Message::Pong(_) | Message::Frame(_),
+            ))) => {}
+            Step::Read(Some(Err(WsError::Capacity(CapacityError::MessageTooLong { size, .. })))) => {
+                tracing::warn!(client, size, "remote client sent a message over 32 MiB: closing it (1009)");
+                break Some(CloseCode::Size);
+            }
+            Step::Read(Some(Err(WsError::Utf8(_)))) => {
+                tracing::warn!(
+                    client,
+                    "remote client sent a text frame that is not UTF-8: closing it (1007)"
+                );
+                break Some(CloseCode::Invalid);
+            }
+            Step::Read(Some(Ok(Message::Close(_)))) => break Some(CloseCode::Normal),
+            Step::Read(Some(Err(_)) | None) => break Some(CloseCode::Away),
+            Step::Away => break Some(CloseCode::Away),
+            Step::Stalled => {
+                tracing::warn!(client, "remote client took nothing for {limit:?}: dropping it");
+                break Some(CloseCode::Policy);
+            }
+            Step::Broken => break None,
+        }
+    };
+    r.kill.cancel();
+    let _ = events.send(Event::Closed { client }).await;
+    if let Some(code) = code {
+        let reason = match code {
+            CloseCode::Size => "message too big",
+            CloseCode::Invalid => "text frame not UTF-8",
+            CloseCode::Policy => "not reading",
+            _ => "bridge closing",
+        };
+        let frame = CloseFrame { code, reason: reason.into() };
+        let close = async {
+            // What was queued before goes first, and a half-written frame must be finished.
+            std::future::poll_fn(|cx| w.poll_drain(&mut r.ws, cx)).await?;
+            r.ws.send(Message::Close(Some(frame))).await.map_err(|_| ())
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(500), close).await;
+        let _ = tokio::time::timeout(Duration::from_millis(200), SinkExt::close(&mut r.ws)).await;
+    }
+}
+
+impl Writer {
+    /// Moves the outbox to the socket until one of them blocks. `Ready` ends the client.
+    fn poll_write<S>(
+        &mut self,
+        ws: &mut WebSocketStream<S>,
+        outbox: &mut OutboxReader,
+        cx: &mut Context<'_>,
+    ) -> Poll<Step>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        loop {
+            match self.poll_drain(ws, cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(())) => return Poll::Ready(Step::Broken),
+                Poll::Pending => return Poll::Pending,
+            }
+            // Drained: gather what is queued now (one write per batch, not per message).
+            let line = match outbox.poll_recv(cx) {
+                Poll::Ready(Some(line)) => line,
+                Poll::Ready(None) => return Poll::Ready(Step::Away),
+                Poll::Pending => return Poll::Pending,
+            };
+            self.push(&line);
+            while self.out.len() < WRITE_BATCH {
+                let Some(line) = outbox.try_recv() else { break };
+                self.push(&line);
+            }
+        }
+    }
+
+    /// Whether a frame of ours is partly written (nothing else may be written until it is).
+    fn mid_frame(&self) -> bool {
+        self.at > 0
+    }
+
+    /// Writes out what is gathered; `Ok` once nothing is left (and the buffer is given back:
+    /// it is as big as the largest batch, a whole replayed message at times).
+    fn poll_drain<S>(&mut self, ws: &mut WebSocketStream<S>, cx: &mut Context<'_>) -> Poll<Result<(), ()>>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        if self.out.is_empty() {
+            return Poll::Ready(Ok(()));
+        }
+        if self.at == 0 {
+            // tungstenite's own frames (pongs) first, whole: ours must not cut into one.
+            match Pin::new(&mut *ws).poll_flush(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(_)) => return Poll::Ready(Err(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        while self.at < self.out.len() {
+            match Pin::new(ws.get_mut()).poll_write(cx, &self.out[self.at..]) {
+                Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(Err(())),
+                Poll::Ready(Ok(n)) => self.at += n,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        (self.out, self.at) = (Vec::new(), 0);
+        Poll::Ready(Ok(()))
+    }
+
+    /// Appends `line` as one unmasked text frame (RFC 6455 §5.2: a server does not mask).
+    /// A line that is not UTF-8 cannot be a text frame, and is not sent.
+    fn push(&mut self, line: &[u8]) {
+        if std::str::from_utf8(line).is_err() {
+            tracing::warn!("dropped a message to a remote client that is not UTF-8");
+            return;
+        }
+        let len = line.len();
+        self.out.push(0x81); // FIN, text
+        if len < 126 {
+            self.out.push(len as u8);
+        } else if let Ok(short) = u16::try_from(len) {
+            self.out.push(126);
+            self.out.extend_from_slice(&short.to_be_bytes());
+        } else {
+            self.out.push(127);
+            self.out.extend_from_slice(&(len as u64).to_be_bytes());
+        }
+        self.out.extend_from_slice(line);
+    }
+
+    /// `Ready` once writes have been blocked, without a byte taken, for `limit`. The timer
+    /// exists only while they are blocked.
+    fn poll_stalled(&mut self, stall: &Stall, limit: Duration, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(since) = stall.blocked_since() else {
+            self.stall_timer = None;
+            return Poll::Pending;
+        };
+        let deadline = Instant::from_std(since) + limit;
+        match &mut self.stall_timer {
+            Some(t) if t.deadline() == deadline => {}
+            Some(t) => t.as_mut().reset(deadline),
+            None => self.stall_timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+        }
+        match &mut self.stall_timer {
+            Some(t) => t.as_mut().poll(cx),
+            None => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::router::Outbox;
+    use crate::stall::Watched;
+    use bytes::Bytes;
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+
+    fn line(len: usize) -> Bytes {
+        Bytes::from((0..len).map(|i| b'a' + (i % 26) as u8).collect::<Vec<u8>>())
+    }
+
+    async fn pair()
+    -> (WebSocketStream<Watched<tokio::io::DuplexStream>>, WebSocketStream<tokio::io::DuplexStream>) {
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        let server = WebSocketStream::from_raw_socket(
+            Watched::new(ours, Arc::new(Stall::default())),
+            Role::Server,
+            None,
+        )
+        .await;
+        (server, WebSocketStream::from_raw_socket(theirs, Role::Client, None).await)
+    }
+
+    #[tokio::test]
+    async fn every_frame_length_arrives_whole_in_order_with_pongs_between_and_a_close_ends_it() {
+        let (ws, mut client) = pair().await;
+        let (out, outbox) = Outbox::new(None);
+        let (events, mut got) = mpsc::channel(8);
+        let kill = CancellationToken::new();
+        let remote = Remote {
+            ws,
+            stall: Arc::new(Stall::default()),
+            client: 7,
+            outbox,
+            kill,
+            write_stall: Duration::from_secs(60),
+        };
+        let task = tokio::spawn(async move { run(remote, &events).await });
+        // Every length encoding (7-bit, 16-bit, 64-bit) at its edges, and a batch past WRITE_BATCH.
+        let sizes = [0, 1, 125, 126, 127, 65_535, 65_536, 1 << 20, 3, 3, 3];
+        for (i, n) in sizes.iter().enumerate() {
+            client.send(Message::Ping(format!("p{i}").into())).await.unwrap();
+            assert!(out.send(line(*n)));
+        }
+        let mut texts = Vec::new();
+        let mut pongs = 0;
+        while texts.len() < sizes.len() || pongs < sizes.len() {
+            match client.next().await.unwrap().unwrap() {
+                Message::Text(t) => texts.push(Bytes::from(t)),
+                Message::Pong(_) => pongs += 1,
+                m => panic!("unexpected {m:?}"),
+            }
+        }
+        let want: Vec<Bytes> = sizes.iter().map(|n| line(*n)).collect();
+        assert!(texts == want, "the messages, whole and in order");
+        client.send(Message::text("{\"hello\":1}")).await.unwrap();
+        assert!(matches!(got.recv().await, Some(Event::Frame { client: 7, .. })));
+        client.send(Message::Close(None)).await.unwrap();
+        assert!(matches!(got.recv().await, Some(Event::Closed { client: 7 })));
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_write_buffer_is_given_back_once_a_big_message_is_written() {
+        let (mut ws, mut client) = pair().await;
+        let (out, mut outbox) = Outbox::new(None);
+        let reading = tokio::spawn(async move { client.next().await.unwrap().unwrap().len() });
+        assert!(out.send(line(4 << 20)));
+        let mut w = Writer::default();
+        // Written once the outbox is empty again (the client reads meanwhile).
+        std::future::poll_fn(|cx| match w.poll_write(&mut ws, &mut outbox, cx) {
+            Poll::Ready(_) => Poll::Ready(()),
+            Poll::Pending if w.out.is_empty() => Poll::Ready(()),
+            Poll::Pending => Poll::Pending,
+        })
+        .await;
+        assert_eq!(reading.await.unwrap(), 4 << 20);
+        assert_eq!(w.out.capacity(), 0, "no buffer kept after a 4 MiB message");
+    }
+}
