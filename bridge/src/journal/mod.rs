@@ -245,6 +245,14 @@ impl Worker {
                 }
             }
             if self.batch.len() >= BATCH_MAX || self.since.is_some_and(|t| t.elapsed() >= COMMIT_AFTER) {
+                // Everything already queued goes in this commit: a journal that fell behind
+                // (a slow commit, a starved thread) catches up in big batches, not in one
+                // commit per write that is already due.
+                while self.batch.len() < BATCH_MAX {
+                    let Ok((at, op)) = rx.try_recv() else { break };
+                    self.sent = at;
+                    self.handle(op);
+                }
                 self.commit();
             }
         }
