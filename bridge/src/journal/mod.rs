@@ -2,7 +2,8 @@
 //! per bridge process, merged into the contract's messages, and read back as replay slices.
 //!
 //! The router hands it `session/update` lines as they fan out (cheap: a channel send); the
-//! thread parses, merges ([`merge`]) and commits in small batches (at most 100 ms apart). A read
+//! thread parses, merges ([`merge`]) and commits in small batches (a write is durable within
+//! 100 ms of its send, [`BATCH_WINDOW`], unless the machine stalls the commit). A read
 //! is queued behind every write the router sent before it, so it sees exactly the history the
 //! router had at that instant: the replay's read and the start of the client's queue are one
 //! atomic step.
@@ -24,8 +25,14 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use zcode_shared::store::{NewMessage, SessionMeta, Store, StoreError, TurnRecord};
 
-/// The longest a write waits before it is committed.
-pub const BATCH_WINDOW: Duration = Duration::from_millis(100);
+/// The longest a write waits, from when the router sends it, until it is committed.
+pub const BATCH_WINDOW: Duration = Duration::from_millis(WINDOW_MS);
+const WINDOW_MS: u64 = 100;
+/// A batch's commit starts once its oldest write has waited this long: the other half of
+/// [`BATCH_WINDOW`] is for the commit itself (~5–30 ms for 500 new messages on a 100 k-row
+/// store, longer on a loaded machine), so a write is durable within the window, not a window
+/// plus a commit (plus the commit before it, which the write waited behind).
+const COMMIT_AFTER: Duration = Duration::from_millis(WINDOW_MS / 2);
 /// A batch is committed early once it holds this many operations.
 const BATCH_MAX: usize = 1000;
 
@@ -54,7 +61,8 @@ enum Op {
 /// read with an empty history, so the bridge keeps serving without one.
 #[derive(Clone)]
 pub struct Journal {
-    tx: Option<mpsc::Sender<Op>>,
+    /// Each op with when it was sent: a batch's age counts from its oldest write's send.
+    tx: Option<mpsc::Sender<(Instant, Op)>>,
 }
 
 /// Retention: a session keeps at most this many messages (older whole turns are dropped).
@@ -83,7 +91,7 @@ impl Journal {
 
     fn send(&self, op: Op) -> Result<(), Op> {
         match &self.tx {
-            Some(tx) => tx.send(op).map_err(|e| e.0),
+            Some(tx) => tx.send((Instant::now(), op)).map_err(|e| e.0.1),
             None => Err(op),
         }
     }
@@ -197,7 +205,10 @@ struct Worker {
     batch: Vec<Write>,
     /// Latest merged body (JSON text) per (session, key) of this batch.
     bodies: HashMap<(String, u64), String>,
+    /// When the oldest write of the batch was sent.
     since: Option<Instant>,
+    /// When the op being handled was sent.
+    sent: Instant,
     prefix: String,
 }
 
@@ -211,25 +222,37 @@ impl Worker {
             batch: vec![],
             bodies: HashMap::new(),
             since: None,
+            sent: Instant::now(),
             prefix,
         }
     }
 
-    fn run(mut self, rx: &mpsc::Receiver<Op>) {
+    fn run(mut self, rx: &mpsc::Receiver<(Instant, Op)>) {
         loop {
             let op = match self.since {
                 None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
-                Some(t) => rx.recv_timeout(BATCH_WINDOW.saturating_sub(t.elapsed())),
+                Some(t) => rx.recv_timeout(COMMIT_AFTER.saturating_sub(t.elapsed())),
             };
             match op {
-                Ok(op) => self.handle(op),
+                Ok((at, op)) => {
+                    self.sent = at;
+                    self.handle(op)
+                }
                 Err(mpsc::RecvTimeoutError::Timeout) => self.commit(),
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     self.commit();
                     return;
                 }
             }
-            if self.batch.len() >= BATCH_MAX || self.since.is_some_and(|t| t.elapsed() >= BATCH_WINDOW) {
+            if self.batch.len() >= BATCH_MAX || self.since.is_some_and(|t| t.elapsed() >= COMMIT_AFTER) {
+                // Everything already queued goes in this commit: a journal that fell behind
+                // (a slow commit, a starved thread) catches up in big batches, not in one
+                // commit per write that is already due.
+                while self.batch.len() < BATCH_MAX {
+                    let Ok((at, op)) = rx.try_recv() else { break };
+                    self.sent = at;
+                    self.handle(op);
+                }
                 self.commit();
             }
         }
@@ -237,7 +260,7 @@ impl Worker {
 
     fn queue(&mut self, w: Write) {
         self.batch.push(w);
-        self.since.get_or_insert_with(Instant::now);
+        self.since.get_or_insert(self.sent);
     }
 
     fn handle(&mut self, op: Op) {
@@ -330,7 +353,10 @@ impl Worker {
         let result = self.store.write(|w| {
             let mut appended: HashSet<(String, u64)> = HashSet::new();
             let mut rewritten: HashSet<(String, u64)> = HashSet::new();
-            for write in &batch {
+            let mut i = 0;
+            while i < batch.len() {
+                let write = &batch[i];
+                i += 1;
                 match write {
                     Write::Meta(m) => w.set_meta(m, now)?,
                     Write::Title { session, title, overridden } => {
@@ -338,19 +364,26 @@ impl Worker {
                     }
                     Write::State { session, kind, body } => w.put_state(session, kind, body, now)?,
                     Write::Turn(rec) => w.put_turn(rec, now)?,
-                    Write::Append { session, key, msg_id, kind } => {
-                        let k = (session.clone(), *key);
-                        let body = bodies.get(&k).cloned().unwrap_or_default();
-                        let seq = w.append(
-                            session,
-                            &NewMessage { msg_id: msg_id.clone(), kind: (*kind).into(), body },
-                            now,
-                        )?;
-                        if let Some(s) = sessions.get_mut(session) {
-                            s.seqs.insert(*key, seq);
+                    Write::Append { session, .. } => {
+                        // The run of appends to this session starting here goes in as one (the
+                        // session's counters read and written once, not once per message).
+                        let mut keys = vec![];
+                        let mut msgs = vec![];
+                        while let Some(Write::Append { session: s, key, msg_id, kind }) = batch.get(i - 1)
+                            && (s == session)
+                        {
+                            let body = bodies.get(&(session.clone(), *key)).cloned().unwrap_or_default();
+                            msgs.push(NewMessage { msg_id: msg_id.clone(), kind: (*kind).into(), body });
+                            keys.push(*key);
+                            i += 1;
                         }
+                        i -= 1;
+                        let first = w.append_all(session, &msgs, now)?;
+                        if let Some(s) = sessions.get_mut(session) {
+                            s.seqs.extend(keys.iter().zip(first..).map(|(k, seq)| (*k, seq)));
+                        }
+                        appended.extend(keys.into_iter().map(|k| (session.clone(), k)));
                         touched.insert(session.clone());
-                        appended.insert(k);
                     }
                     Write::Body { session, key } => {
                         let k = (session.clone(), *key);

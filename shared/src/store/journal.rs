@@ -118,33 +118,46 @@ impl Writer<'_> {
 
     /// Appends a message; returns its seq.
     pub fn append(&self, session: &str, msg: &NewMessage, now: u64) -> Result<i64, StoreError> {
+        self.append_all(session, std::slice::from_ref(msg), now)
+    }
+
+    /// Appends messages to one session, in order; returns the seq of the first (the n-th gets
+    /// `first + n`). The session's counters are read and written once for the run, not once per
+    /// message: a fast stream of new messages is mostly this.
+    pub fn append_all(&self, session: &str, msgs: &[NewMessage], now: u64) -> Result<i64, StoreError> {
         self.ensure_session(session, now)?;
-        let (seq, mut turns): (i64, i64) = self
+        let (first, mut turns): (i64, i64) = self
             .tx
             .prepare_cached("SELECT next_seq, turns FROM sessions WHERE session_id = ?1")?
             .query_row(params![session], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        if msg.kind == "user" {
-            turns += 1;
+        if msgs.is_empty() {
+            return Ok(first);
         }
         // Messages before the first prompt belong to turn 0; a user message opens turn `turns`.
-        let turn: i64 = self
+        let mut turn: i64 = self
             .tx
             .prepare_cached(
                 "SELECT coalesce(max(turn), 0) FROM messages WHERE session_id = ?1 AND seq = ?2 - 1",
             )?
-            .query_row(params![session, seq], |r| r.get(0))?;
-        let turn = if msg.kind == "user" { turn + 1 } else { turn };
-        self.tx
-            .prepare_cached(
-                "INSERT INTO messages (session_id, seq, msg_id, turn, kind, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?
-            .execute(params![session, seq, msg.msg_id, turn, msg.kind, msg.body])?;
+            .query_row(params![session, first], |r| r.get(0))?;
+        let mut insert = self.tx.prepare_cached(
+            "INSERT INTO messages (session_id, seq, msg_id, turn, kind, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        let mut seq = first;
+        for msg in msgs {
+            if msg.kind == "user" {
+                turns += 1;
+                turn += 1;
+            }
+            insert.execute(params![session, seq, msg.msg_id, turn, msg.kind, msg.body])?;
+            seq += 1;
+        }
         self.tx
             .prepare_cached(
                 "UPDATE sessions SET next_seq = ?2, turns = ?3, updated_at = max(updated_at, ?4) WHERE session_id = ?1",
             )?
-            .execute(params![session, seq + 1, turns, now as i64])?;
-        Ok(seq)
+            .execute(params![session, seq, turns, now as i64])?;
+        Ok(first)
     }
 
     /// Replaces a message's merged body (a chunk appended, a tool call updated).

@@ -52,6 +52,37 @@ fn foreign_and_corrupt_files_are_refused_by_name_and_left_alone() {
     assert!(err.contains("corrupt.db") && err.contains("not a SQLite database"), "{err}");
 }
 
+/// What a store holds for session "s": (seq, msg_id, turn, kind) per message, and its counters.
+fn history(s: &Store) -> (Vec<(i64, String, i64, String)>, SessionCounters) {
+    let c = s.counters("s").unwrap().unwrap();
+    let rows = s.messages_between("s", c.first_seq, c.next_seq).unwrap();
+    (rows.into_iter().map(|m| (m.seq, m.msg_id, m.turn, m.kind)).collect(), c)
+}
+
+#[test]
+fn a_run_appended_at_once_numbers_seqs_and_turns_like_one_by_one_appends() {
+    let kinds = ["other", "user", "agent", "agent", "tool", "user", "user", "agent", "thought"];
+    let msgs: Vec<NewMessage> = kinds.iter().enumerate().map(|(i, k)| msg(k, &format!("m{i}"))).collect();
+    let one = tempfile::tempdir().unwrap();
+    let mut one_by_one = Store::open_in(one.path()).unwrap();
+    for m in &msgs {
+        one_by_one.write(|w| w.append("s", m, 1)).unwrap();
+    }
+    let run = tempfile::tempdir().unwrap();
+    let mut runs = Store::open_in(run.path()).unwrap();
+    // Runs of 1, 3 and 5, each continuing where the last ended (its seq and its turn).
+    let firsts =
+        runs.write(|w| Ok([w.append_all("s", &msgs[..1], 1)?, w.append_all("s", &msgs[1..4], 1)?])).unwrap();
+    let last = runs.write(|w| w.append_all("s", &msgs[4..], 1)).unwrap();
+    assert_eq!((firsts, last), ([1, 2], 5));
+    assert_eq!(runs.write(|w| w.append_all("s", &[], 1)).unwrap(), 10, "an empty run appends nothing");
+    assert_eq!(history(&runs), history(&one_by_one));
+    let (rows, c) = history(&runs);
+    assert_eq!((c.next_seq, c.turns), (10, 3));
+    let turns: Vec<i64> = rows.iter().map(|r| r.2).collect();
+    assert_eq!(turns, [0, 1, 1, 1, 1, 2, 3, 3, 3]);
+}
+
 #[test]
 fn appends_number_messages_and_turns() {
     let dir = tempfile::tempdir().unwrap();
