@@ -4,11 +4,20 @@
 //! An instance expires `instance_ttl` after its last heartbeat. A failed probe only marks it
 //! unhealthy; it is pruned when failures span `probe_grace` (a busy bridge must not lose its
 //! clients over one slow accept), and a heartbeat clears the mark.
+//!
+//! An instance that left (unregistered, expired or pruned) is remembered for [`DEPARTED_FOR`]:
+//! a delete a phone sends after closing a serve bridge's last session (which ends that bridge)
+//! is then still answered, by the hub (`routes::instance_relay`).
 
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 pub use zcode_shared::registration::{Registration, SessionRow};
+
+/// How long an instance that left is remembered (at most [`DEPARTED_MAX`] of them).
+pub const DEPARTED_FOR: Duration = Duration::from_secs(600);
+/// The most departed instances remembered: the oldest is forgotten first.
+const DEPARTED_MAX: usize = 256;
 
 struct Instance {
     reg: Registration,
@@ -19,6 +28,8 @@ struct Instance {
 /// The registered bridges.
 pub struct Registry {
     instances: HashMap<String, Instance>,
+    /// Instances that left, with when: see [`Registry::departed`].
+    departed: HashMap<String, Instant>,
     ttl: Duration,
     grace: Duration,
 }
@@ -27,7 +38,7 @@ impl Registry {
     /// An empty registry: instances expire `ttl` after their last heartbeat and are pruned
     /// when probe failures span `grace`.
     pub fn new(ttl: Duration, grace: Duration) -> Registry {
-        Registry { instances: HashMap::new(), ttl, grace }
+        Registry { instances: HashMap::new(), departed: HashMap::new(), ttl, grace }
     }
 
     fn live(&self, now: Instant) -> impl Iterator<Item = &Instance> {
@@ -45,6 +56,7 @@ impl Registry {
                 new = now.saturating_duration_since(old.last_seen) >= self.ttl;
             }
         }
+        self.departed.remove(&reg.id);
         self.instances.insert(reg.id.clone(), Instance { reg, last_seen: now, unhealthy_since: None });
         new
     }
@@ -57,8 +69,39 @@ impl Registry {
     }
 
     /// Forgets instance `id`; whether it was known.
-    pub fn unregister(&mut self, id: &str) -> bool {
-        self.instances.remove(id).is_some()
+    pub fn unregister(&mut self, id: &str, now: Instant) -> bool {
+        self.leave(id, now)
+    }
+
+    /// Removes instance `id` and remembers that it left; whether it was known.
+    fn leave(&mut self, id: &str, now: Instant) -> bool {
+        if self.instances.remove(id).is_none() {
+            return false;
+        }
+        self.departed.retain(|_, at| now.saturating_duration_since(*at) < DEPARTED_FOR);
+        if self.departed.len() >= DEPARTED_MAX {
+            if let Some(oldest) = self.departed.iter().min_by_key(|(_, at)| **at).map(|(id, _)| id.clone()) {
+                self.departed.remove(&oldest);
+            }
+        }
+        self.departed.insert(id.to_owned(), now);
+        true
+    }
+
+    /// Whether instance `id` was registered and left (unregistered, expired or pruned) in the
+    /// last [`DEPARTED_FOR`], and has not come back.
+    pub fn departed(&self, id: &str, now: Instant) -> bool {
+        if self.port_of(id, now).is_some() {
+            return false;
+        }
+        let expired = self.instances.get(id).map(|i| i.last_seen + self.ttl);
+        let left = self.departed.get(id).copied().or(expired);
+        left.is_some_and(|at| now.saturating_duration_since(at) < DEPARTED_FOR)
+    }
+
+    /// Whether a live instance advertises session `sid` (live or running there).
+    pub fn advertised(&self, sid: &str, now: Instant) -> bool {
+        self.live(now).any(|i| i.reg.sessions.iter().any(|s| s.session_id == sid))
     }
 
     /// Drops instances whose heartbeats stopped; returns their ids.
@@ -71,7 +114,7 @@ impl Registry {
             .map(|i| i.reg.id.clone())
             .collect();
         for id in &expired {
-            self.instances.remove(id);
+            self.leave(id, now);
         }
         expired
     }
@@ -134,7 +177,7 @@ impl Registry {
         }
         let since = *inst.unhealthy_since.get_or_insert(now);
         if now.saturating_duration_since(since) >= self.grace {
-            self.instances.remove(id);
+            self.leave(id, now);
             return true;
         }
         false
@@ -274,5 +317,43 @@ mod tests {
         assert!(!r.probed("1", 9001, false, t0 + grace * 3), "a probe of an old port is ignored");
         assert!(r.probed("1", 9000, false, t0 + grace * 2), "failures spanning the grace prune it");
         assert_eq!(r.live_count(t0 + grace * 2), 0);
+    }
+
+    #[test]
+    fn an_instance_that_left_is_remembered_for_a_while_and_forgotten_when_it_comes_back() {
+        let mut r = Registry::new(Duration::from_secs(30), Duration::from_secs(8));
+        let t0 = Instant::now();
+        assert!(!r.departed("1", t0), "never seen");
+        r.register(reg("1", 1, &[("s1", 1)]), t0);
+        assert!(!r.departed("1", t0), "live");
+        assert!(r.advertised("s1", t0) && !r.advertised("s2", t0));
+        assert!(r.unregister("1", t0));
+        assert!(r.departed("1", t0) && r.departed("1", t0 + DEPARTED_FOR - Duration::from_millis(1)));
+        assert!(!r.advertised("s1", t0), "a bridge that left advertises nothing");
+        assert!(!r.departed("1", t0 + DEPARTED_FOR), "forgotten after DEPARTED_FOR");
+        r.register(reg("1", 1, &[]), t0);
+        assert!(!r.departed("1", t0), "back again");
+
+        // Expired (before the sweep and after it) and pruned by probes count as departed.
+        r.register(reg("2", 1, &[]), t0);
+        assert!(r.departed("2", t0 + Duration::from_secs(30)), "expired, not yet swept");
+        r.prune(t0 + Duration::from_secs(30));
+        assert!(r.departed("2", t0 + Duration::from_secs(31)));
+        r.register(reg("3", 1, &[]), t0);
+        r.probed("3", 9000, false, t0);
+        assert!(r.probed("3", 9000, false, t0 + Duration::from_secs(8)));
+        assert!(r.departed("3", t0 + Duration::from_secs(8)));
+
+        // The memory is bounded: the oldest departure is forgotten first.
+        for n in 0..DEPARTED_MAX + 10 {
+            let id = format!("x{n}");
+            r.register(reg(&id, 1, &[]), t0);
+            r.unregister(&id, t0 + Duration::from_millis(n as u64));
+        }
+        assert!(r.departed.len() <= DEPARTED_MAX);
+        assert!(
+            !r.departed("x0", t0 + Duration::from_secs(1))
+                && r.departed(&format!("x{}", DEPARTED_MAX + 9), t0 + Duration::from_secs(1))
+        );
     }
 }

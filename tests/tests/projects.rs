@@ -278,6 +278,76 @@ fn an_idle_serve_bridge_exits_and_closing_its_last_session_ends_it() {
     );
 }
 
+/// The sessions `/api/projects/sessions` lists for project `p`.
+fn listed_sessions(w: &World, p: &Path) -> Vec<String> {
+    let l = get(&w.hub, &format!("/api/projects/sessions?workspacePath={}", enc(p))).json();
+    l["sessions"].as_array().unwrap().iter().map(|s| s["sessionId"].as_str().unwrap().to_owned()).collect()
+}
+
+#[test]
+fn a_delete_sent_after_closing_a_serve_bridges_last_session_is_done_once_that_bridge_has_gone() {
+    // What a phone does (`session.js` `deleteSession`): close, then delete. The close ends the
+    // serve bridge; a delete that comes after it has gone (a slow phone, a loaded machine)
+    // used to find no instance (404) and the session stayed listed.
+    let w = world(&[("ZCODE_ACP_SERVE_IDLE_MS", "600000")]);
+    let (p, _) = project_with_history(&w, "epsilon");
+    let id = post(&w.hub, "/api/instances", &json!({"workspacePath": p})).json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut phone = w.hub.connect(&id).unwrap();
+    initialize(&mut phone, json!({}));
+    let sid = new_session(&mut phone, &p);
+    let (r, _) = phone.call("session/prompt", prompt(&sid, "hello from the phone"));
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    drop(phone);
+    let r = post(&w.hub, &format!("/api/instances/{id}/sessions/{sid}/close"), &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(zcode_tests::hub::wait_gone(id.parse().unwrap(), zcode_tests::WAIT), "the close did not end it");
+    zcode_tests::hub::wait_until("the hub to forget the bridge that left", || {
+        !get(&w.hub, "/api/instances").text().contains(&format!("\"{id}\""))
+    });
+    assert!(listed_sessions(&w, &p).contains(&sid), "closed, not deleted: still in the history");
+
+    // Anything but a delete still meets an unknown instance.
+    let r = post(&w.hub, &format!("/api/instances/{id}/sessions/{sid}/close"), &json!({}));
+    assert_eq!((r.status, r.text().as_str()), (404, "unknown instance"));
+
+    let r = post(&w.hub, &format!("/api/instances/{id}/sessions/{sid}/delete"), &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"ok": true, "deleted": true}));
+    assert!(!listed_sessions(&w, &p).contains(&sid), "deleted: hidden from the listing");
+    let r = post(&w.hub, "/api/instances", &json!({"workspacePath": p, "sessionId": sid}));
+    assert_eq!(r.status, 404, "a tombstoned session is not resumed: {}", r.text());
+    let r = post(&w.hub, &format!("/api/instances/{id}/sessions/a%20b/delete"), &json!({}));
+    assert_eq!(r.status, 400, "a malformed id: {}", r.text());
+
+    // A session live on another bridge is refused, as its own bridge would (close it first);
+    // an instance the hub never knew is still unknown.
+    let other = post(&w.hub, "/api/instances", &json!({"workspacePath": p})).json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut phone = w.hub.connect(&other).unwrap();
+    initialize(&mut phone, json!({}));
+    let live = new_session(&mut phone, &p);
+    let (r, _) = phone.call("session/prompt", prompt(&live, "still here"));
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    zcode_tests::hub::wait_until("the other bridge to advertise its session", || {
+        get(&w.hub, "/api/instances").text().contains(&live)
+    });
+    let r = post(&w.hub, &format!("/api/instances/{id}/sessions/{live}/delete"), &json!({}));
+    assert_eq!(r.status, 409, "{}", r.text());
+    drop(phone);
+    let r = post(&w.hub, &format!("/api/instances/{other}/sessions/{live}/close"), &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    zcode_tests::hub::wait_until("the closed session in the project's history", || {
+        listed_sessions(&w, &p).contains(&live)
+    });
+    let r = post(&w.hub, &format!("/api/instances/4000000000/sessions/{sid}/delete"), &json!({}));
+    assert_eq!((r.status, r.text().as_str()), (404, "unknown instance"));
+}
+
 #[test]
 fn a_create_opens_chat_in_a_real_tmux_window() {
     let tmux_dir = tempfile::tempdir().unwrap();

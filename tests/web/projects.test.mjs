@@ -6,7 +6,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Stack, launchBrowser, watchConsole, WAIT } from './harness.mjs';
+import { Stack, launchBrowser, watchConsole, until, WAIT } from './harness.mjs';
 
 describe('web client projects', () => {
   let stack; let browser; let page; let errors; let ed; let closed;
@@ -80,11 +80,23 @@ describe('web client projects', () => {
   });
 
   it('deletes a session from its view, even the last one of a serve bridge', async () => {
+    // The close (first) ends the serve bridge; the delete is held until that bridge has left
+    // the hub, as a slow phone's would be: the hub answers it then.
+    const deletes = /\/api\/instances\/([^/]+)\/sessions\/[^/]+\/delete$/;
+    let held = null;
+    await page.route(deletes, async (route) => {
+      const id = deletes.exec(new URL(route.request().url()).pathname)[1];
+      await until(`instance ${id} to leave the hub`, async () => !(await stack.api('/api/instances')).some((i) => i.id === id));
+      held = id;
+      await route.continue();
+    });
     await page.click('#more summary');
     await page.click('#delete-btn');
     await page.click('dialog button[value="ok"]');
     await page.locator('text=Session deleted.').waitFor();
     await page.waitForURL((u) => new URL(u).pathname === '/');
+    await page.unroute(deletes);
+    assert.ok(held, 'the delete went through the held route');
   });
 
   it('deletes a project', async () => {

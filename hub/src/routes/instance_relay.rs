@@ -2,6 +2,11 @@
 //! method, query (minus `token`), end-to-end headers, body and status kept, both bodies
 //! streamed (a request body is never cut short when the client finishes sending it: trap 2 of
 //! the original). The hub adds the machine's token. Unknown instance 404, dead port 502.
+//!
+//! One exception: a session delete addressed to a bridge that has gone (it left in the last
+//! [`crate::registry::DEPARTED_FOR`], or its port no longer answers) is done by the hub itself.
+//! Closing a serve bridge's last session ends that bridge, so the delete a client sends after
+//! its close (the contract's "close them first") would otherwise find nobody to answer it.
 
 use crate::Hub;
 use crate::http::{MAX_BODY, Resp, query_without_token, text, too_large};
@@ -28,8 +33,17 @@ pub async fn relay(req: Request<Incoming>, hub: &Arc<Hub>, id: &str, rest: &str)
         let v = serde_json::json!({"ok": false, "error": "body too large (256 KiB at most)"});
         return crate::http::json(StatusCode::PAYLOAD_TOO_LARGE, &v);
     }
-    let Some(port) = hub.registry().port_of(id, Instant::now()) else {
-        return text(StatusCode::NOT_FOUND, "unknown instance");
+    let deleting = (req.method() == hyper::Method::POST)
+        .then(|| rest.strip_prefix("sessions/")?.strip_suffix("/delete"))
+        .flatten()
+        .filter(|sid| !sid.contains('/'))
+        .map(str::to_owned);
+    let port = hub.registry().port_of(id, Instant::now());
+    let Some(port) = port else {
+        return match deleting {
+            Some(sid) if hub.registry().departed(id, Instant::now()) => delete_here(hub, id, sid).await,
+            _ => text(StatusCode::NOT_FOUND, "unknown instance"),
+        };
     };
     let (parts, body) = req.into_parts();
     let target = match query_without_token(&parts.uri) {
@@ -54,9 +68,31 @@ pub async fn relay(req: Request<Incoming>, hub: &Arc<Hub>, id: &str, rest: &str)
         }
         Ok(Err(e)) => {
             tracing::debug!(instance = %id, port, "relay to the bridge failed: {e}");
-            text(StatusCode::BAD_GATEWAY, "bridge unreachable")
+            match deleting {
+                Some(sid) => delete_here(hub, id, sid).await,
+                None => text(StatusCode::BAD_GATEWAY, "bridge unreachable"),
+            }
         }
         Err(_) => text(StatusCode::GATEWAY_TIMEOUT, "bridge did not answer"),
+    }
+}
+
+/// Tombstones `sid` in the tasks index for a bridge that is gone, with the bridge's own rules
+/// and answers: `400` a malformed id, `409` while a live bridge still advertises the session
+/// (it is live there: close it first), `503` no tasks index.
+async fn delete_here(hub: &Arc<Hub>, id: &str, sid: String) -> Resp {
+    if !zcode_bridge::files::valid_session_id(&sid) {
+        return text(StatusCode::BAD_REQUEST, "invalid sessionId — session id expected");
+    }
+    if hub.registry().advertised(&sid, Instant::now()) {
+        return text(StatusCode::CONFLICT, "the session is live on a bridge — close it first");
+    }
+    tracing::info!(instance = %id, session = %sid, "the bridge has gone: the hub deletes the session");
+    let now = zcode_shared::time::now_ms();
+    match hub.store.run(move |st| st.write(|w| w.set_deleted(&sid, true, now))).await {
+        Ok(Ok(())) => crate::http::json(StatusCode::OK, &serde_json::json!({"ok": true, "deleted": true})),
+        Ok(Err(e)) => crate::http::store_unavailable(e),
+        Err(e) => crate::http::store_unavailable(e),
     }
 }
 

@@ -85,7 +85,7 @@ pub async fn unregister(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr
         Some(Value::Number(n)) => n.to_string(),
         _ => return text(StatusCode::BAD_REQUEST, "id required"),
     };
-    if hub.registry().unregister(&id) {
+    if hub.registry().unregister(&id, std::time::Instant::now()) {
         tracing::info!(instance = %id, "instance unregistered");
     }
     json(StatusCode::OK, &serde_json::json!({"ok": true}))
