@@ -28,7 +28,6 @@ use tokio::time::{Instant, Sleep};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, frame::coding::CloseCode};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, error::CapacityError};
-use tokio_util::sync::CancellationToken;
 use zcode_shared::jsonrpc::RawMessage;
 
 /// The most bytes of queued messages gathered into one write to a remote client (tungstenite
@@ -43,10 +42,8 @@ pub struct Remote<S> {
     pub stall: Arc<Stall>,
     /// The client's id.
     pub client: ClientId,
-    /// Its outbox's reading end.
+    /// Its outbox's reading end (also how the router drops it: [`OutboxReader::poll_killed`]).
     pub outbox: OutboxReader,
-    /// Cancelled to drop it (slow reader, shutdown).
-    pub kill: CancellationToken,
     /// Dropped once its socket has taken nothing for this long.
     pub write_stall: Duration,
 }
@@ -80,11 +77,9 @@ where
     let client = r.client;
     let limit = r.write_stall.max(Duration::from_millis(10));
     let mut w = Writer::default();
-    let cancelled = r.kill.clone().cancelled_owned();
-    tokio::pin!(cancelled);
     let code = loop {
         let step = std::future::poll_fn(|cx| {
-            if cancelled.as_mut().poll(cx).is_ready() {
+            if r.outbox.poll_killed(cx).is_ready() {
                 return Poll::Ready(Step::Away);
             }
             match w.poll_write(&mut r.ws, &mut r.outbox, cx) {
@@ -101,17 +96,14 @@ where
             w.poll_stalled(&r.stall, limit, cx).map(|()| Step::Stalled)
         })
         .await;
-        match step {
-            Step::Read(Some(Ok(Message::Text(t)))) => {
-                let msg = RawMessage::parse(t.as_str());
-                if events.send(Event::Frame { client, msg }).await.is_err() {
-                    break Some(CloseCode::Away);
-                }
-            }
+        // Taken apart before any await: a step (a tungstenite error is ~100 B) or a pending
+        // send must not become part of the task's state, which an idle client carries for life.
+        let msg = match step {
+            Step::Read(Some(Ok(Message::Text(t)))) => RawMessage::parse(t.as_str()),
             // Binary frames are not ACP; pings are answered by the library.
             Step::Read(Some(Ok(
                 Message::Binary(_) | Message::Ping(_) | Message::Pong(_) | Message::Frame(_),
-            ))) => {}
+            ))) => continue,
             Step::Read(Some(Err(WsError::Capacity(CapacityError::MessageTooLong { size, .. })))) => {
                 tracing::warn!(client, size, "remote client sent a message over 32 MiB: closing it (1009)");
                 break Some(CloseCode::Size);
@@ -131,10 +123,43 @@ where
                 break Some(CloseCode::Policy);
             }
             Step::Broken => break None,
+        };
+        let sent = match forward(events, Event::Frame { client, msg }) {
+            Ok(sent) => sent,
+            Err(waiting) => waiting.await,
+        };
+        if !sent {
+            break Some(CloseCode::Away);
         }
     };
-    r.kill.cancel();
-    let _ = events.send(Event::Closed { client }).await;
+    // Boxed, for the same reason: it runs once, at the end.
+    Box::pin(close(r, w, code, events)).await;
+}
+
+/// Hands `event` to the router: `Ok` at once when its queue has room (the usual case) or it is
+/// gone (`false`); else the send to wait for, boxed, so a waiting send's state (the event, a
+/// semaphore waiter) is not part of every client's task.
+#[allow(clippy::type_complexity)]
+fn forward(
+    events: &mpsc::Sender<Event>,
+    event: Event,
+) -> Result<bool, Pin<Box<impl Future<Output = bool> + '_>>> {
+    match events.try_send(event) {
+        Ok(()) => Ok(true),
+        Err(mpsc::error::TrySendError::Closed(_)) => Ok(false),
+        Err(mpsc::error::TrySendError::Full(event)) => {
+            Err(Box::pin(async move { events.send(event).await.is_ok() }))
+        }
+    }
+}
+
+/// The end of a client: the router is told `Closed`, then (unless the socket broke) what was
+/// gathered is written and a close frame with `code` is sent, each within a short limit.
+async fn close<S>(mut r: Remote<S>, mut w: Writer, code: Option<CloseCode>, events: &mpsc::Sender<Event>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let _ = events.send(Event::Closed { client: r.client }).await;
     if let Some(code) = code {
         let reason = match code {
             CloseCode::Size => "message too big",
@@ -288,13 +313,11 @@ mod tests {
         let (ws, mut client) = pair().await;
         let (out, outbox) = Outbox::new(None);
         let (events, mut got) = mpsc::channel(8);
-        let kill = CancellationToken::new();
         let remote = Remote {
             ws,
             stall: Arc::new(Stall::default()),
             client: 7,
             outbox,
-            kill,
             write_stall: Duration::from_secs(60),
         };
         let task = tokio::spawn(async move { run(remote, &events).await });
@@ -320,6 +343,29 @@ mod tests {
         client.send(Message::Close(None)).await.unwrap();
         assert!(matches!(got.recv().await, Some(Event::Closed { client: 7 })));
         task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_killed_outbox_ends_the_client_at_once_even_while_its_writes_are_blocked() {
+        let (ws, mut client) = pair().await;
+        let (out, outbox) = Outbox::new(None);
+        let (events, mut got) = mpsc::channel(8);
+        let remote = Remote {
+            ws,
+            stall: Arc::new(Stall::default()),
+            client: 9,
+            outbox,
+            write_stall: Duration::from_secs(60),
+        };
+        let task = tokio::spawn(async move { run(remote, &events).await });
+        assert!(out.send(line(10)));
+        assert!(matches!(client.next().await.unwrap().unwrap(), Message::Text(_)));
+        // 4 MiB the client does not read: the write blocks (the pipe holds 64 KiB).
+        assert!(out.send(line(4 << 20)));
+        out.kill();
+        assert!(matches!(got.recv().await, Some(Event::Closed { client: 9 })), "killed, outbox still open");
+        task.await.unwrap();
+        drop(out);
     }
 
     #[tokio::test]

@@ -6,7 +6,6 @@ use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use tokio_util::sync::CancellationToken;
 use zcode_shared::jsonrpc::Id;
 
 /// A client's id inside this bridge. The editor is always [`EDITOR`].
@@ -71,6 +70,8 @@ struct Queue {
     closed: bool,
     /// The writer is gone: nothing more is queued.
     gone: bool,
+    /// The router dropped the client at once (not reading, shutdown): see [`Outbox::kill`].
+    killed: bool,
 }
 
 impl Shared {
@@ -129,6 +130,21 @@ impl Outbox {
         }
         self.shared.push(Item::Batch(lines))
     }
+
+    /// Ends the connection now, without waiting for the queue to drain (a client that does not
+    /// read, shutdown): its task sees [`OutboxReader::poll_killed`]. A flag here rather than a
+    /// cancellation token per client: a token is a tree node (~128 B) and a waiter in the
+    /// task, for each of thousands of idle clients.
+    pub fn kill(&self) {
+        let waker = {
+            let mut q = self.shared.lock();
+            q.killed = true;
+            q.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
 }
 
 impl Drop for Outbox {
@@ -176,6 +192,19 @@ impl OutboxReader {
                 return Poll::Ready(Some(line));
             }
         }
+    }
+
+    /// `Ready` once the router killed the client ([`Outbox::kill`]); `Pending` registers `cx`
+    /// (the same task's waker as [`OutboxReader::poll_recv`]'s: one slot serves both).
+    pub fn poll_killed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut q = self.shared.lock();
+        if q.killed {
+            return Poll::Ready(());
+        }
+        if !q.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            q.waker = Some(cx.waker().clone());
+        }
+        Poll::Pending
     }
 
     /// The next message if one is queued now (a writer batching what piled up).
@@ -311,8 +340,6 @@ pub struct Client {
     pub kind: ClientKind,
     /// Its queue.
     pub outbox: Outbox,
-    /// Cancelled to drop the connection (slow reader, shutdown).
-    pub kill: CancellationToken,
     /// Handshake state.
     pub init: Init,
     /// What it advertised.
@@ -333,11 +360,10 @@ pub struct Client {
 
 impl Client {
     /// A freshly connected client.
-    pub fn new(kind: ClientKind, outbox: Outbox, kill: CancellationToken) -> Client {
+    pub fn new(kind: ClientKind, outbox: Outbox) -> Client {
         Client {
             kind,
             outbox,
-            kill,
             init: Init::No,
             caps: Caps::default(),
             name: None,
