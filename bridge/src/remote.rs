@@ -28,7 +28,7 @@ use tokio::time::{Instant, Sleep};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, frame::coding::CloseCode};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, error::CapacityError};
-use zcode_shared::jsonrpc::RawMessage;
+use zcode_shared::jsonrpc::{ParseError, RawMessage};
 
 /// The most bytes of queued messages gathered into one write to a remote client (tungstenite
 /// writes its buffer out once it holds this much, and on every flush).
@@ -70,7 +70,7 @@ struct Writer {
 }
 
 /// Runs the client until it or the bridge ends it; the router is told `Closed` at the end.
-pub async fn run<S>(mut r: Remote<S>, events: &mpsc::Sender<Event>)
+pub async fn run<S>(mut r: Box<Remote<S>>, events: &mpsc::Sender<Event>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -96,33 +96,13 @@ where
             w.poll_stalled(&r.stall, limit, cx).map(|()| Step::Stalled)
         })
         .await;
-        // Taken apart before any await: a step (a tungstenite error is ~100 B) or a pending
-        // send must not become part of the task's state, which an idle client carries for life.
-        let msg = match step {
-            Step::Read(Some(Ok(Message::Text(t)))) => RawMessage::parse(t.as_str()),
-            // Binary frames are not ACP; pings are answered by the library.
-            Step::Read(Some(Ok(
-                Message::Binary(_) | Message::Ping(_) | Message::Pong(_) | Message::Frame(_),
-            ))) => continue,
-            Step::Read(Some(Err(WsError::Capacity(CapacityError::MessageTooLong { size, .. })))) => {
-                tracing::warn!(client, size, "remote client sent a message over 32 MiB: closing it (1009)");
-                break Some(CloseCode::Size);
-            }
-            Step::Read(Some(Err(WsError::Utf8(_)))) => {
-                tracing::warn!(
-                    client,
-                    "remote client sent a text frame that is not UTF-8: closing it (1007)"
-                );
-                break Some(CloseCode::Invalid);
-            }
-            Step::Read(Some(Ok(Message::Close(_)))) => break Some(CloseCode::Normal),
-            Step::Read(Some(Err(_)) | None) => break Some(CloseCode::Away),
-            Step::Away => break Some(CloseCode::Away),
-            Step::Stalled => {
-                tracing::warn!(client, "remote client took nothing for {limit:?}: dropping it");
-                break Some(CloseCode::Policy);
-            }
-            Step::Broken => break None,
+        // Taken apart in a function of its own, the step wholly moved into it: a step held
+        // across the await below (a tungstenite error is ~100 B) would be part of the task's
+        // state, which an idle client carries for life.
+        let msg = match then(step, client, limit) {
+            Then::Forward(msg) => msg,
+            Then::Next => continue,
+            Then::End(code) => break code,
         };
         let sent = match forward(events, Event::Frame { client, msg }) {
             Ok(sent) => sent,
@@ -134,6 +114,41 @@ where
     };
     // Boxed, for the same reason: it runs once, at the end.
     Box::pin(close(r, w, code, events)).await;
+}
+
+/// What a step means.
+enum Then {
+    /// A message for the router.
+    Forward(Result<RawMessage, ParseError>),
+    /// Nothing to do.
+    Next,
+    /// The client ends, with this close frame (none: the socket is gone).
+    End(Option<CloseCode>),
+}
+
+fn then(step: Step, client: ClientId, limit: Duration) -> Then {
+    match step {
+        Step::Read(Some(Ok(Message::Text(t)))) => Then::Forward(RawMessage::parse(t.as_str())),
+        // Binary frames are not ACP; pings are answered by the library.
+        Step::Read(Some(Ok(
+            Message::Binary(_) | Message::Ping(_) | Message::Pong(_) | Message::Frame(_),
+        ))) => Then::Next,
+        Step::Read(Some(Err(WsError::Capacity(CapacityError::MessageTooLong { size, .. })))) => {
+            tracing::warn!(client, size, "remote client sent a message over 32 MiB: closing it (1009)");
+            Then::End(Some(CloseCode::Size))
+        }
+        Step::Read(Some(Err(WsError::Utf8(_)))) => {
+            tracing::warn!(client, "remote client sent a text frame that is not UTF-8: closing it (1007)");
+            Then::End(Some(CloseCode::Invalid))
+        }
+        Step::Read(Some(Ok(Message::Close(_)))) => Then::End(Some(CloseCode::Normal)),
+        Step::Read(Some(Err(_)) | None) | Step::Away => Then::End(Some(CloseCode::Away)),
+        Step::Stalled => {
+            tracing::warn!(client, "remote client took nothing for {limit:?}: dropping it");
+            Then::End(Some(CloseCode::Policy))
+        }
+        Step::Broken => Then::End(None),
+    }
 }
 
 /// Hands `event` to the router: `Ok` at once when its queue has room (the usual case) or it is
@@ -155,7 +170,7 @@ fn forward(
 
 /// The end of a client: the router is told `Closed`, then (unless the socket broke) what was
 /// gathered is written and a close frame with `code` is sent, each within a short limit.
-async fn close<S>(mut r: Remote<S>, mut w: Writer, code: Option<CloseCode>, events: &mpsc::Sender<Event>)
+async fn close<S>(mut r: Box<Remote<S>>, mut w: Writer, code: Option<CloseCode>, events: &mpsc::Sender<Event>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -320,7 +335,7 @@ mod tests {
             outbox,
             write_stall: Duration::from_secs(60),
         };
-        let task = tokio::spawn(async move { run(remote, &events).await });
+        let task = tokio::spawn(async move { run(Box::new(remote), &events).await });
         // Every length encoding (7-bit, 16-bit, 64-bit) at its edges, and a batch past WRITE_BATCH.
         let sizes = [0, 1, 125, 126, 127, 65_535, 65_536, 1 << 20, 3, 3, 3];
         for (i, n) in sizes.iter().enumerate() {
@@ -357,7 +372,7 @@ mod tests {
             outbox,
             write_stall: Duration::from_secs(60),
         };
-        let task = tokio::spawn(async move { run(remote, &events).await });
+        let task = tokio::spawn(async move { run(Box::new(remote), &events).await });
         assert!(out.send(line(10)));
         assert!(matches!(client.next().await.unwrap().unwrap(), Message::Text(_)));
         // 4 MiB the client does not read: the write blocks (the pipe holds 64 KiB).

@@ -279,7 +279,7 @@ fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>) -> Resp {
 }
 
 /// Makes the upgraded socket a remote client the router knows; `None` when the router is gone.
-async fn join(upgraded: Upgraded, ctx: &Ctx) -> Option<Remote<Watched<TokioIo<Upgraded>>>> {
+async fn join(upgraded: Upgraded, ctx: &Ctx) -> Option<Box<Remote<Watched<TokioIo<Upgraded>>>>> {
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_MESSAGE))
         .max_frame_size(Some(MAX_MESSAGE))
@@ -296,5 +296,6 @@ async fn join(upgraded: Upgraded, ctx: &Ctx) -> Option<Remote<Watched<TokioIo<Up
     let connected = Event::Connected { client, kind: ClientKind::Remote, outbox };
     ctx.events.send(connected).await.ok()?;
     tracing::debug!(client, "remote client connected");
-    Some(Remote { ws, stall, client, outbox: reader, write_stall: ctx.limits.write_stall })
+    // Boxed: moved from here into `run`, a value this size was kept twice in the task.
+    Some(Box::new(Remote { ws, stall, client, outbox: reader, write_stall: ctx.limits.write_stall }))
 }
