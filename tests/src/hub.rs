@@ -383,3 +383,27 @@ pub fn run_cli(home: &Home, args: &[&str], env: &[(&str, &str)]) -> (i32, String
     let out = cmd.stdin(Stdio::null()).output().expect("run zcode-acp");
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
 }
+
+/// Holds `home`'s hub lock (`run/hub.pid`, `flock`ed) the way a hub does, from another process
+/// (python3), with `pid` written in the file (0: the holder's own); returns once it is held.
+/// Killing the child lets go of the lock.
+pub fn hold_hub_lock(home: &Home, pid: u32) -> Child {
+    use std::io::BufRead;
+    let run_dir = home.path().join("run");
+    std::fs::create_dir_all(&run_dir).expect("run dir");
+    let script = "import fcntl,os,sys,time\n\
+                  f=open(sys.argv[1],'a+'); fcntl.flock(f,fcntl.LOCK_EX); f.truncate(0)\n\
+                  f.write((sys.argv[2] if sys.argv[2]!='0' else str(os.getpid()))+'\\n'); f.flush()\n\
+                  print('locked',flush=True); time.sleep(600)";
+    let mut c = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .arg(run_dir.join("hub.pid"))
+        .arg(pid.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufReader::new(c.stdout.take().expect("stdout")).read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "locked");
+    c
+}

@@ -208,11 +208,8 @@ fn a_missing_agent_binary_is_named_once_and_said_to_be_not_on_path() {
 
 #[test]
 fn stop_signals_only_a_zcode_acp_hub_of_this_user() {
-    use std::io::BufRead;
-    use std::process::{Command, Stdio};
+    use std::process::Command;
     let home = Home::new();
-    let run_dir = home.path().join("run");
-    std::fs::create_dir_all(&run_dir).unwrap();
     // Another user's process, named in a pid file whose lock is held, as a hub's would be.
     let mut other = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "60"])
@@ -235,26 +232,8 @@ fn stop_signals_only_a_zcode_acp_hub_of_this_user() {
         );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    // Holds the pid file's lock the way a hub does and writes `pid` (0: its own) into it.
-    let lock_holder = |pid: u32| {
-        let script = "import fcntl,os,sys,time\n\
-                      f=open(sys.argv[1],'a+'); fcntl.flock(f,fcntl.LOCK_EX); f.truncate(0)\n\
-                      f.write((sys.argv[2] if sys.argv[2]!='0' else str(os.getpid()))+'\\n'); f.flush()\n\
-                      print('locked',flush=True); time.sleep(60)";
-        let mut c = Command::new("/usr/bin/python3")
-            .args(["-c", script])
-            .arg(run_dir.join("hub.pid"))
-            .arg(pid.to_string())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let mut line = String::new();
-        std::io::BufReader::new(c.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "locked");
-        c
-    };
     for (victim, why) in [(other.id(), "belongs to uid 65534"), (0, "not `zcode-acp hub`")] {
-        let mut holder = lock_holder(victim);
+        let mut holder = zcode_tests::hub::hold_hub_lock(&home, victim);
         let victim = if victim == 0 { holder.id() } else { victim };
         let (code, out, err) = run(&home, &["stop"], &[]);
         assert_eq!(code, 1, "{out}{err}");

@@ -167,22 +167,10 @@ fn one_hub_per_home_and_per_port() {
 /// is already running") and leave none: it waits for the holder to serve or let go.
 #[test]
 fn a_hub_waits_for_a_lock_holder_that_never_serves_instead_of_stepping_aside() {
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
+    use std::process::Stdio;
     let home = Home::new();
-    let run = home.path().join("run");
-    std::fs::create_dir_all(&run).unwrap();
-    // Another process holds the hub lock and serves nothing until its stdin closes.
-    let mut holder = Command::new("flock")
-        .arg(run.join("hub.pid"))
-        .args(["sh", "-c", "echo locked; exec cat"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("flock (util-linux)");
-    let mut said = String::new();
-    BufReader::new(holder.stdout.take().unwrap()).read_line(&mut said).unwrap();
-    assert_eq!(said.trim(), "locked");
+    // Another process holds the hub lock and serves nothing until it is killed.
+    let mut holder = zcode_tests::hub::hold_hub_lock(&home, 0);
     let log_file = home.path().join("second-hub.log");
     let mut hub = home
         .command(&["hub"])
@@ -195,7 +183,7 @@ fn a_hub_waits_for_a_lock_holder_that_never_serves_instead_of_stepping_aside() {
     let waiting = wait_log(&log_file, "does not answer yet", 1);
     assert!(alive(hub.id()), "{waiting:?}");
     // The holder goes away without ever serving: this hub takes over.
-    drop(holder.stdin.take());
+    holder.kill().unwrap();
     holder.wait().unwrap();
     let port = wait_for_hub(&home, None);
     assert_eq!(http(port, "GET", "/api/health", &[], b"").status, 200);

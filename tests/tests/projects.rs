@@ -256,6 +256,11 @@ fn an_idle_serve_bridge_exits_and_closing_its_last_session_ends_it() {
     let pid: u32 = id.parse().unwrap();
     assert!(zcode_tests::hub::wait_gone(pid, zcode_tests::WAIT), "the idle serve bridge kept running");
 
+    // A serve bridge created for a phone, on a hub whose bridges do not idle out: here only the
+    // close may end it (with the 600 ms above, a loaded machine could take longer than that to
+    // connect the phone, and the bridge rightly left first).
+    let w = world(&[("ZCODE_ACP_SERVE_IDLE_MS", "600000")]);
+    let (p, _) = project_with_history(&w, "gamma");
     let created = post(&w.hub, "/api/instances", &json!({"workspacePath": p})).json();
     let id = created["id"].as_str().unwrap().to_owned();
     let mut phone = w.hub.connect(&id).unwrap();

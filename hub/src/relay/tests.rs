@@ -242,10 +242,12 @@ async fn a_close_the_other_side_never_answers_ends_the_relay_after_the_grace() {
 
 #[tokio::test]
 async fn a_slow_reader_and_the_bridge_held_back_by_it_stay_relayed() {
-    // Pings every 20 ms; the client reads 8 MiB at about 6 MB/s, so its pongs come seconds
-    // behind the data queued ahead of them, and the bridge's wait behind data the hub is not
-    // reading (backpressure). Neither is silent.
-    let (mut client, mut bridge, _relays, mut relay) = setup(Duration::from_millis(20)).await;
+    // Pings every 100 ms; the client reads 8 MiB at about 3 MB/s, so its pongs come long
+    // after the data queued ahead of them, and the bridge waits behind data the hub is not
+    // reading (backpressure) for most of the transfer. Neither is silent. (A period of 20 ms
+    // left a loaded machine's scheduler, not the relay, to decide: the bridge task, once
+    // unblocked, missed two periods.)
+    let (mut client, mut bridge, _relays, mut relay) = setup(Duration::from_millis(100)).await;
     const N: usize = 128;
     const SIZE: usize = 64 * 1024;
     let bridge_side = tokio::spawn(async move {
@@ -267,7 +269,7 @@ async fn a_slow_reader_and_the_bridge_held_back_by_it_stay_relayed() {
             Some(Ok(Message::Binary(b))) => {
                 assert_eq!((b.len(), b[0]), (SIZE, got as u8));
                 got += 1;
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
             Some(Ok(_)) => {}
             other => panic!("the client was dropped after {got} of {N} messages: {other:?}"),
