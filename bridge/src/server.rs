@@ -297,5 +297,5 @@ async fn join(upgraded: Upgraded, ctx: &Ctx) -> Option<Box<Remote<Watched<TokioI
     ctx.events.send(connected).await.ok()?;
     tracing::debug!(client, "remote client connected");
     // Boxed: moved from here into `run`, a value this size was kept twice in the task.
-    Some(Box::new(Remote { ws, stall, client, outbox: reader, write_stall: ctx.limits.write_stall }))
+    Some(Remote::new(ws, stall, client, reader, ctx.limits.write_stall))
 }

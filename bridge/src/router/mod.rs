@@ -208,7 +208,9 @@ const ORPHAN_LIMIT: usize = 1000;
 pub struct Router {
     events: mpsc::Receiver<Event>,
     events_tx: mpsc::Sender<Event>,
-    clients: HashMap<ClientId, Client>,
+    /// Boxed: the table's slots are as big as an entry, and there are more slots than
+    /// clients (a grown table is up to half empty), thousands of them behind the hub.
+    clients: HashMap<ClientId, Box<Client>>,
     sessions: HashMap<String, Session>,
     agent: AgentLink,
     requests: HashMap<u64, AgentRequest>,
@@ -333,7 +335,7 @@ impl Router {
             match event {
                 Event::Shutdown => break,
                 Event::Connected { client, kind, outbox } => {
-                    self.clients.insert(client, Client::new(kind, outbox));
+                    self.clients.insert(client, Box::new(Client::new(kind, outbox)));
                 }
                 Event::Frame { client, msg } => self.on_frame(client, msg),
                 Event::Closed { client } => {
