@@ -15,6 +15,7 @@ use crate::stall::{Stall, Watched};
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
+use hyper::upgrade::Upgraded;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
@@ -254,23 +255,17 @@ fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>) -> Resp {
     let on_upgrade = hyper::upgrade::on(&mut req);
     let tracker = ctx.tracker.clone();
     tracker.spawn(async move {
-        match on_upgrade.await {
-            Ok(upgraded) => {
-                let config = WebSocketConfig::default()
-                    .max_message_size(Some(MAX_MESSAGE))
-                    .max_frame_size(Some(MAX_MESSAGE))
-                    // tungstenite's 128 KiB default per socket would make thousands of idle
-                    // remote clients cost the bridge hundreds of MiB: `Watched` reads ahead
-                    // for it, so a small chunk costs no extra system calls.
-                    .read_buffer_size(crate::stall::READ_CHUNK)
-                    .write_buffer_size(WRITE_BATCH);
-                let stall = Arc::new(Stall::default());
-                let io = Watched::new(TokioIo::new(upgraded), stall.clone());
-                let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
-                remote_client(ws, stall, ctx).await;
-            }
-            Err(e) => tracing::debug!("websocket upgrade failed: {e}"),
-        }
+        let upgraded = match on_upgrade.await {
+            Ok(u) => u,
+            Err(e) => return tracing::debug!("websocket upgrade failed: {e}"),
+        };
+        // Boxed: a task is as big as its largest state for its whole life, and the setup's
+        // (the socket, the router's send) would otherwise sit beside `run`'s in every idle
+        // client (3.9 KiB per task, where `run` alone needs a fraction of it).
+        let Some(remote) = Box::pin(join(upgraded, &ctx)).await else { return };
+        let client = remote.client;
+        crate::remote::run(remote, &ctx.events).await;
+        tracing::debug!(client, "remote client closed");
     });
     let mut r = Response::new(full(Bytes::new()));
     *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -283,20 +278,24 @@ fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>) -> Resp {
     r
 }
 
-/// One remote client, run by one task ([`crate::remote`]) once the router knows it.
-async fn remote_client<S>(ws: WebSocketStream<S>, stall: Arc<Stall>, ctx: Arc<Ctx>)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
+/// Makes the upgraded socket a remote client the router knows; `None` when the router is gone.
+async fn join(upgraded: Upgraded, ctx: &Ctx) -> Option<Box<Remote<Watched<TokioIo<Upgraded>>>>> {
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE))
+        .max_frame_size(Some(MAX_MESSAGE))
+        // tungstenite's 128 KiB default per socket would make thousands of idle
+        // remote clients cost the bridge hundreds of MiB: `Watched` reads ahead
+        // for it, so a small chunk costs no extra system calls.
+        .read_buffer_size(crate::stall::READ_CHUNK)
+        .write_buffer_size(WRITE_BATCH);
+    let stall = Arc::new(Stall::default());
+    let io = Watched::new(TokioIo::new(upgraded), stall.clone());
+    let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
     let client: ClientId = ctx.next_client.fetch_add(1, Ordering::Relaxed);
     let (outbox, reader) = Outbox::new(Some(REMOTE_QUEUE_LIMIT));
-    let kill = ctx.shutdown.child_token();
-    let connected = Event::Connected { client, kind: ClientKind::Remote, outbox, kill: kill.clone() };
-    if ctx.events.send(connected).await.is_err() {
-        return;
-    }
+    let connected = Event::Connected { client, kind: ClientKind::Remote, outbox };
+    ctx.events.send(connected).await.ok()?;
     tracing::debug!(client, "remote client connected");
-    let remote = Remote { ws, stall, client, outbox: reader, kill, write_stall: ctx.limits.write_stall };
-    crate::remote::run(remote, &ctx.events).await;
-    tracing::debug!(client, "remote client closed");
+    // Boxed: moved from here into `run`, a value this size was kept twice in the task.
+    Some(Remote::new(ws, stall, client, reader, ctx.limits.write_stall))
 }

@@ -51,7 +51,7 @@ impl Stall {
 }
 
 /// The read buffer tungstenite is given: small, since [`Watched`] reads ahead for it.
-pub const READ_CHUNK: usize = 512;
+pub const READ_CHUNK: usize = 128;
 
 /// The most read from the socket in one system call.
 const SCRATCH: usize = 64 * 1024;

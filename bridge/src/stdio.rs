@@ -3,7 +3,6 @@
 use crate::router::{EDITOR, Event, Outbox, OutboxReader};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use zcode_shared::jsonrpc::RawMessage;
 
@@ -11,9 +10,8 @@ use zcode_shared::jsonrpc::RawMessage;
 /// editor, which ends the bridge) and writes its outbox to stdout.
 pub async fn connect_editor(events: mpsc::Sender<Event>, tracker: &TaskTracker) {
     let (outbox, reader) = Outbox::new(None);
-    let kill = CancellationToken::new();
     let _ = events
-        .send(Event::Connected { client: EDITOR, kind: crate::router::ClientKind::Editor, outbox, kill })
+        .send(Event::Connected { client: EDITOR, kind: crate::router::ClientKind::Editor, outbox })
         .await;
     tracker.spawn(write_stdout(reader));
     tracker.spawn(async move {

@@ -456,7 +456,7 @@ impl Router {
             .iter_mut()
             .filter_map(|(c, client)| match &client.init {
                 Init::Waiting(id) => {
-                    let id = id.clone();
+                    let id = Id::clone(id);
                     client.init = next.clone();
                     Some((*c, id))
                 }

@@ -79,7 +79,7 @@ impl Router {
             let line = Bytes::from(jsonrpc::response_line(id, Ok(for_clients)));
             return self.send_to(client, line);
         }
-        c.init = Init::Waiting(id.clone());
+        c.init = Init::Waiting(Box::new(id.clone()));
         self.start_agent();
     }
 

@@ -38,7 +38,6 @@ use session::Session;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
 use zcode_shared::jsonrpc::{self, Id, ParseError, RawMessage, RpcError};
 
 /// Everything the router reacts to.
@@ -49,10 +48,8 @@ pub enum Event {
         client: ClientId,
         /// Editor or remote.
         kind: ClientKind,
-        /// Where its messages go.
+        /// Where its messages go (and how it is dropped: [`Outbox::kill`]).
         outbox: Outbox,
-        /// Cancelled to drop the connection.
-        kill: CancellationToken,
     },
     /// A frame from a client, parsed (or not).
     Frame {
@@ -211,7 +208,9 @@ const ORPHAN_LIMIT: usize = 1000;
 pub struct Router {
     events: mpsc::Receiver<Event>,
     events_tx: mpsc::Sender<Event>,
-    clients: HashMap<ClientId, Client>,
+    /// Boxed: the table's slots are as big as an entry, and there are more slots than
+    /// clients (a grown table is up to half empty), thousands of them behind the hub.
+    clients: HashMap<ClientId, Box<Client>>,
     sessions: HashMap<String, Session>,
     agent: AgentLink,
     requests: HashMap<u64, AgentRequest>,
@@ -335,8 +334,8 @@ impl Router {
             let Some(event) = event else { break };
             match event {
                 Event::Shutdown => break,
-                Event::Connected { client, kind, outbox, kill } => {
-                    self.clients.insert(client, Client::new(kind, outbox, kill));
+                Event::Connected { client, kind, outbox } => {
+                    self.clients.insert(client, Box::new(Client::new(kind, outbox)));
                 }
                 Event::Frame { client, msg } => self.on_frame(client, msg),
                 Event::Closed { client } => {
@@ -377,7 +376,7 @@ impl Router {
             }
         }
         for client in self.clients.values() {
-            client.kill.cancel();
+            client.outbox.kill();
         }
         self.local.kill_all();
         crate::hooks::run::kill_all();
@@ -462,7 +461,7 @@ impl Router {
     fn drop_slow(&mut self, client: ClientId) {
         let Some(c) = self.clients.get(&client) else { return };
         tracing::warn!(client, "client is not reading (queue over its limit): disconnecting it");
-        c.kill.cancel();
+        c.outbox.kill();
         self.on_closed(client);
     }
 
