@@ -4,9 +4,11 @@
 //! `BENCH_JOURNALED` (100 000) messages. Per phase: agent-stdout → client-receive latency (the
 //! agent stamps each update with the wall clock just before writing it), every client's
 //! updates checked complete and in order, the bridge's CPU per delivered update, the journal's
-//! lag ([`journal_lag`]) and the bridge's RSS with the clients attached.
+//! lag ([`journal_lag`]) and the bridge's RSS with the clients attached, and how long the
+//! bridge's threads and the bench's client readers waited for a CPU (the run queue) during
+//! the phase: on a 2-CPU machine the p99 follows that wait, not the bridge's own path.
 
-use crate::{Ws, connect, cpu_ns, env_num, read_text, wall_nanos};
+use crate::{Ws, connect, cpu_ns, env_num, read_text, wait_ns, wall_nanos};
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -90,9 +92,10 @@ pub fn run() {
     );
     println!(
         "| bridge | remote clients | editor p50 / p99 (ms) | remote p50 / p99 (ms) | lost / reordered (all receivers) \
-         | bridge CPU per delivered update (µs) | journal max lag (ms ≈ updates) | bridge RSS (MiB) |"
+         | bridge CPU per delivered update (µs) | journal max lag (ms ≈ updates) | bridge RSS (MiB) \
+         | waiting for a CPU: bridge's threads / the bench's client readers (ms) |"
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for (label, exe) in crate::bridges() {
         bridge_rows(&label, &exe);
     }
@@ -140,10 +143,12 @@ fn bridge_rows(label: &str, exe: &std::path::Path) {
             std::thread::spawn(move || journal_lag(data, sid, phase, count, started, done))
         };
         let cpu = cpu_ns(bridge_pid);
+        let waited = wait_ns(bridge_pid);
         let readers: Vec<_> = remotes
             .drain(..)
             .map(|mut ws| {
                 std::thread::spawn(move || {
+                    let waited = thread_wait_ns();
                     let mut seen = Seen::default();
                     let _ = ws.get_mut().set_read_timeout(Some(Duration::from_secs(30)));
                     loop {
@@ -157,7 +162,7 @@ fn bridge_rows(label: &str, exe: &std::path::Path) {
                             Err(_) => break,
                         }
                     }
-                    (seen, ws)
+                    (seen, ws, thread_wait_ns() - waited)
                 })
             })
             .collect();
@@ -174,14 +179,18 @@ fn bridge_rows(label: &str, exe: &std::path::Path) {
         }
         let mut all = Seen::default();
         let mut sockets = Vec::new();
+        let mut own_waited = 0;
         for r in readers {
-            let (s, ws) = r.join().expect("a reader");
+            let (s, ws, w) = r.join().expect("a reader");
+            own_waited += w;
             all.lat.extend(s.lat);
             all.received += s.received;
             all.reordered += s.reordered;
             sockets.push(ws);
         }
         let cpu = (cpu_ns(bridge_pid) - cpu) as f64 / 1e3;
+        let waited = (wait_ns(bridge_pid) - waited) as f64 / 1e6;
+        let own_waited = own_waited as f64 / 1e6;
         let rss = zcode_tests::rss_kib(bridge_pid) as f64 / 1024.0;
         done.store(true, Ordering::Relaxed);
         let lag_ms = sampler.join().expect("the sampler");
@@ -196,7 +205,7 @@ fn bridge_rows(label: &str, exe: &std::path::Path) {
         let (e50, e99) = pcts(editor.lat);
         let (r50, r99) = pcts(all.lat);
         println!(
-            "| {label} | {n} | {:.2} / {:.2} | {:.2} / {:.2} | {lost} / {} | {:.2} | {lag_ms:.0} ≈ {:.0} | {rss:.1} |",
+            "| {label} | {n} | {:.2} / {:.2} | {:.2} / {:.2} | {lost} / {} | {:.2} | {lag_ms:.0} ≈ {:.0} | {rss:.1} | {waited:.0} / {own_waited:.0} |",
             e50 / 1e3,
             e99 / 1e3,
             r50 / 1e3,
@@ -211,6 +220,14 @@ fn bridge_rows(label: &str, exe: &std::path::Path) {
         }
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// This thread's run-queue wait so far, ns (/proc/thread-self/schedstat).
+fn thread_wait_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
 }
 
 /// A remote client attached to the session (`initialize`, then `session/load`).

@@ -168,11 +168,23 @@ fn percentiles(ws: &mut Ws, msg: &str, n: usize, server: u32) -> (f64, f64, f64)
 
 /// Run time of all of `pid`'s threads so far, in ns (`/proc/<pid>/task/*/schedstat`).
 pub fn cpu_ns(pid: u32) -> u64 {
+    schedstat(pid, 0)
+}
+
+/// The time `pid`'s threads spent runnable but waiting for a CPU (the run queue), ns: what
+/// a latency tail costs when the machine, not the bridge's own path, is the bottleneck.
+pub fn wait_ns(pid: u32) -> u64 {
+    schedstat(pid, 1)
+}
+
+/// Field `field` of /proc/PID/task/*/schedstat (0: on-CPU ns, 1: run-queue wait ns), summed
+/// over the threads.
+fn schedstat(pid: u32, field: usize) -> u64 {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
     tasks
         .flatten()
         .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()))
+        .filter_map(|s| s.split_whitespace().nth(field).and_then(|v| v.parse::<u64>().ok()))
         .sum()
 }
 
