@@ -58,6 +58,16 @@ describe('hooks settings', () => {
     await page.locator('[data-event="Stop"] .hook-enabled').nth(1).check();
     await until('the second Stop hook to be on', () => read().hooks.events.Stop[0].hooks[1].enabled === true);
 
+    // The answer to a save may come back after the person has typed again (a slow phone): it
+    // must not redraw the entry under their fingers. Held here until they have.
+    let release;
+    const held = new Promise((r) => { release = r; });
+    const entryPut = /\/api\/settings\/hooks\/PreToolUse\/0$/;
+    await page.route(entryPut, async (route) => {
+      const response = await route.fetch();
+      await held;
+      await route.fulfill({ response });
+    });
     const pre = page.locator('[data-event="PreToolUse"] .hook-entry');
     await pre.locator('.hook-command').fill('echo edited');
     await pre.locator('.hook-timeout').fill('1500');
@@ -66,9 +76,13 @@ describe('hooks settings', () => {
     const entry = read().hooks.events.PreToolUse[0].hooks[0];
     assert.deepEqual(entry, { type: 'command', command: 'echo edited', note: 'kept', timeoutMs: 1500 });
     assert.equal(read().custom, 1);
+    await pre.locator('.hook-command').fill('   ');
+    release();
+    await page.locator('#hooks-status', { hasText: 'PreToolUse hook 1 saved.' }).waitFor();
+    await page.unroute(entryPut);
+    assert.equal(await pre.locator('.hook-command').inputValue(), '   ', 'what was typed after the save is kept');
 
     // A refused edit says why and changes nothing.
-    await pre.locator('.hook-command').fill('   ');
     await pre.locator('.hook-save').click();
     await page.locator('#hooks-status.error', { hasText: 'command' }).waitFor();
     assert.equal(read().hooks.events.PreToolUse[0].hooks[0].command, 'echo edited');

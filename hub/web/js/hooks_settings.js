@@ -19,13 +19,22 @@ export function hooksSettingsView(root, app) {
     h('p', { class: 'muted', text: 'Commands the bridge runs on its agent\'s events. Changes apply when an agent restarts.' }),
     status, body)));
   const say = (text, bad) => { status.textContent = text; status.className = bad ? 'error' : 'muted'; };
+  // An answer comes back after the person may have moved on: one older than the newest write
+  // says nothing, and the tree is drawn again from it only when nothing was typed since (that
+  // would wipe what is being typed in another entry).
+  let writes = 0;
+  let typed = false;
+  body.addEventListener('input', () => { typed = true; });
   const write = async (method, path, json, done) => {
+    const mine = ++writes;
+    typed = false;
     try {
       const r = await api(`${BASE}${path}`, { method, json, what: 'Saving the hooks', expectJson: true });
+      if (mine !== writes) return;
       say(`${done} Applies when an agent restarts.`);
-      render(r.hooks);
+      if (!typed) render(r.hooks);
     } catch (e) {
-      say(e.message, true);
+      if (mine === writes) say(e.message, true);
     }
   };
   const render = (tree) => {
