@@ -37,6 +37,8 @@ describe('hooks settings', () => {
     await page.locator('#view').waitFor();
     await page.goto(`${stack.base}/settings/hooks`);
     await page.locator('#hooks-enabled').waitFor();
+    // The header says what loading the screen found (it said `connecting` on this screen).
+    assert.equal(await page.locator('#conn').textContent(), 'online');
     assert.equal(await page.locator('.hook-event').count(), 7);
     assert.equal(await page.locator('.hook-entry').count(), 3);
     assert.equal(await page.locator('[data-event="PreToolUse"] .hook-entry').textContent().then((t) => t.includes('tools matching ^read$')), true);
@@ -87,6 +89,19 @@ describe('hooks settings', () => {
     await page.locator('#hooks-status.error', { hasText: 'command' }).waitFor();
     assert.equal(read().hooks.events.PreToolUse[0].hooks[0].command, 'echo edited');
     assert.deepEqual(errors.filter((e) => !e.includes('400')), []);
+    await context.close();
+  });
+
+  it('says when the hub cannot be reached', async () => {
+    const context = await browser.newContext(PHONE);
+    context.setDefaultTimeout(15000);
+    const page = await context.newPage();
+    await page.goto(`${stack.base}/#token=${stack.token}`);
+    await page.locator('#view').waitFor();
+    await page.route(/\/api\/settings\/hooks$/, (route) => route.abort('connectionrefused'));
+    await page.goto(`${stack.base}/settings/hooks`);
+    await page.locator('#hooks-status.error').waitFor();
+    assert.equal(await page.locator('#conn').textContent(), 'hub offline');
     await context.close();
   });
 });

@@ -55,6 +55,19 @@ describe('web client token usage', () => {
     await page.context().close();
   });
 
+  it('says when the hub cannot be reached, and offers to retry', async () => {
+    const page = await phonePage(browser, 'light', stack.token);
+    await page.route(/\/api\/settings\/usage/, (route) => route.abort('connectionrefused'));
+    await page.goto(`${stack.base}/usage`);
+    await page.locator('#view [role="alert"]').waitFor();
+    assert.equal(await page.locator('#conn').textContent(), 'hub offline');
+    await page.unroute(/\/api\/settings\/usage/);
+    await page.locator('#view button', { hasText: 'Retry' }).click();
+    await page.locator('#usage-empty, #usage-total').first().waitFor();
+    assert.equal(await page.locator('#conn').textContent(), 'online');
+    await page.context().close();
+  });
+
   it('shows totals, models and days, and switches ranges', async () => {
     const old = await bridge(10);
     let sid = await old.newSession(stack.project);

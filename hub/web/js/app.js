@@ -54,7 +54,8 @@ export const app = {
   /**
    * The header's connection indicator: state open | connecting (also `idle`: not started
    * yet) | waiting | failed | unpaired. Every screen sets it: a session from its WebSocket,
-   * home and files from their last request to the hub, pairing as `unpaired`.
+   * home, files, settings, hooks and usage from their last request to the hub, pairing as
+   * `unpaired`.
    */
   setConn(state, message, why) {
     const c = $('#conn');

@@ -56,7 +56,17 @@ export function hooksSettingsView(root, app) {
     });
     clear(body, toggle, sections);
   };
-  getJson(BASE, 'The hooks').then((r) => { say(''); render(r.hooks || {}); }).catch((e) => say(e.message, true));
+  // The header's connection pill says what the last request to the hub found (every screen
+  // sets it: left alone it kept the previous screen's state, or `connecting` on a fresh load).
+  getJson(BASE, 'The hooks').then((r) => {
+    app.setConn('open', 'Hub reachable');
+    say('');
+    render(r.hooks || {});
+  }).catch((e) => {
+    if (e.kind === 'auth') return app.pair(e.message);
+    app.setConn('waiting', e.message, e.kind === 'network' ? 'down' : e.kind);
+    say(e.message, true);
+  });
   return null;
 }
 

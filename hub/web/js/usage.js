@@ -94,6 +94,7 @@ export function usageView(root, app, { range }) {
     } catch (e) {
       if (mine !== seq) return;
       if (e.kind === 'auth') return app.pair(e.message);
+      app.setConn('waiting', e.message, e.kind === 'network' ? 'down' : e.kind);
       clear(body, h('p', { class: 'error', role: 'alert', text: e.message }),
         h('button', { type: 'button', onclick: () => load() }, 'Retry'));
     }
