@@ -334,7 +334,15 @@ fn a_client_reading_at_50_kib_per_second_gets_a_20_mb_replay_through_the_hub_and
     let hub = Hub::start(&home, &[("ZCODE_ACP_PING_MS", "1000"), ("RUST_LOG", "info,zcode_hub=debug")]);
     let filler = history::filler_for_mib(mb);
     let sid = history::session_with_filler(&home, filler);
-    let b = Bridge::start_env(&home, &demo_agent(0), &[("ZCODE_ACP_HEARTBEAT_MS", "200")]);
+    // The bridge drops a client whose socket takes nothing for a ping period: 10 s here (30 s
+    // in production). The relay between them must keep taking what the slow client drains,
+    // not in bursts a period apart (with the hub's send buffer to the client autotuned to
+    // 4 MiB, it took ~40 s at a time).
+    let b = Bridge::start_env(
+        &home,
+        &demo_agent(0),
+        &[("ZCODE_ACP_HEARTBEAT_MS", "200"), ("ZCODE_ACP_PING_MS", "10000")],
+    );
     let id = b.id();
     wait_instances(hub.port, "the bridge to register", |l| listed(l, &id));
 

@@ -90,6 +90,11 @@ pub struct Open {
     pub on_end: OnEnd,
 }
 
+/// The send buffer asked of the kernel for a relayed client's socket (it doubles it): 256 KiB
+/// marks it writable again every ~128 KiB taken, and is far above what a phone's link (or the
+/// loopback to a tunnel) needs for full speed.
+const CLIENT_SEND_BUFFER: usize = 128 * 1024;
+
 /// The relay thread's handle. Dropping it shuts every relay down.
 pub struct Relays {
     /// The commands' channel and the socket that wakes the loop for them.
@@ -133,6 +138,17 @@ impl Relays {
 
     /// Starts relaying between `open`'s client and bridge.
     pub fn open(&self, open: Open) {
+        // A bounded send buffer to the client, like the bridge's own (`bridge::server`): the
+        // kernel marks a socket writable again only once half of what is queued has drained,
+        // and with the loopback's autotuned 4 MiB a client reading at 50 KiB/s left the relay
+        // unwritable ~40 s at a time; the relay then read nothing from the bridge, whose
+        // writes stood still that long, and the bridge dropped the relay as a client that
+        // takes nothing (its 30 s stall rule) while the phone read steadily.
+        let _ = nix::sys::socket::setsockopt(
+            &open.client,
+            nix::sys::socket::sockopt::SndBuf,
+            &CLIENT_SEND_BUFFER,
+        );
         if let Err(event_loop::Command::Open(open)) = self.tell(event_loop::Command::Open(open)) {
             // The relay thread is gone (it only ends after a shutdown): closed at once, as
             // the loop closes relays opened while it shuts down.
