@@ -36,9 +36,21 @@ describe('web client projects', () => {
 
   const project = () => page.locator(`#projects .project[data-path="${stack.project}"]`);
 
-  it('lists the project and its history, and resumes a session from it', async () => {
+  // The home screen, once its cards above the projects have filled in. They fill as their own
+  // requests come back (the live sessions after the hub has probed every bridge, the board,
+  // the quota), and a card growing between a click's aim and its press moves the button away
+  // from under it: on a loaded machine a project's Delete was pressed, the press landed
+  // elsewhere and its dialog never opened. A person waits for the page to settle; so does this.
+  async function home() {
     await page.goto(`${stack.base}/`);
+    await page.locator('#instances .card-head').waitFor();
+    await page.locator('#board > :not(h2)').first().waitFor({ state: 'attached' });
+    await page.locator('#quota[data-state]').waitFor({ state: 'attached' });
     await project().waitFor();
+  }
+
+  it('lists the project and its history, and resumes a session from it', async () => {
+    await home();
     await project().locator('button', { hasText: 'History' }).click();
     const row = project().locator('.history li', { hasText: 'an old conversation' });
     await row.waitFor();
@@ -50,7 +62,7 @@ describe('web client projects', () => {
   });
 
   it('creates a session in a project', async () => {
-    await page.goto(`${stack.base}/`);
+    await home();
     await project().locator('button', { hasText: 'New session' }).click();
     await page.waitForURL(/\/n\/\d+/);
     const instance = new URL(page.url()).pathname.split('/')[2];
@@ -65,7 +77,7 @@ describe('web client projects', () => {
   });
 
   it('browses to a directory under a project root and starts a session there', async () => {
-    await page.goto(`${stack.base}/`);
+    await home();
     const browse = page.locator('#browse');
     await browse.locator('.dirs button', { hasText: 'fresh/' }).click();
     await browse.locator('code.path', { hasText: /fresh$/ }).waitFor();
@@ -100,8 +112,7 @@ describe('web client projects', () => {
   });
 
   it('deletes a project', async () => {
-    await page.goto(`${stack.base}/`);
-    await project().waitFor();
+    await home();
     await project().locator('button', { hasText: 'Delete' }).click();
     await page.click('dialog button[value="ok"]');
     await page.locator('text=/sessions hidden/').waitFor();
