@@ -153,6 +153,12 @@ impl Store {
         Ok(store)
     }
 
+    /// Caps this connection's page cache at `kib` KiB (SQLite's default is 2 MiB). A cap only
+    /// bounds what stays resident: pages beyond it are read again from the OS's file cache.
+    pub fn cap_cache(&self, kib: u32) -> Result<(), StoreError> {
+        self.conn.pragma_update(None, "cache_size", -i64::from(kib)).map_err(StoreError::from)
+    }
+
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path
