@@ -284,6 +284,21 @@ fn listed_sessions(w: &World, p: &Path) -> Vec<String> {
     l["sessions"].as_array().unwrap().iter().map(|s| s["sessionId"].as_str().unwrap().to_owned()).collect()
 }
 
+/// A serve bridge the hub starts for project `p`, a phone on it through the relay, and one
+/// finished turn: (instance id, the phone, session id).
+fn phone_turn_on_a_new_serve_bridge(w: &World, p: &Path, text: &str) -> (String, zcode_tests::Peer, String) {
+    let id = post(&w.hub, "/api/instances", &json!({"workspacePath": p})).json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut phone = w.hub.connect(&id).unwrap();
+    initialize(&mut phone, json!({}));
+    let sid = new_session(&mut phone, p);
+    let (r, _) = phone.call("session/prompt", prompt(&sid, text));
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    (id, phone, sid)
+}
+
 #[test]
 fn a_delete_sent_after_closing_a_serve_bridges_last_session_is_done_once_that_bridge_has_gone() {
     // What a phone does (`session.js` `deleteSession`): close, then delete. The close ends the
@@ -291,15 +306,7 @@ fn a_delete_sent_after_closing_a_serve_bridges_last_session_is_done_once_that_br
     // used to find no instance (404) and the session stayed listed.
     let w = world(&[("ZCODE_ACP_SERVE_IDLE_MS", "600000")]);
     let (p, _) = project_with_history(&w, "epsilon");
-    let id = post(&w.hub, "/api/instances", &json!({"workspacePath": p})).json()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let mut phone = w.hub.connect(&id).unwrap();
-    initialize(&mut phone, json!({}));
-    let sid = new_session(&mut phone, &p);
-    let (r, _) = phone.call("session/prompt", prompt(&sid, "hello from the phone"));
-    assert_eq!(r["result"]["stopReason"], "end_turn");
+    let (id, phone, sid) = phone_turn_on_a_new_serve_bridge(&w, &p, "hello from the phone");
     drop(phone);
     let r = post(&w.hub, &format!("/api/instances/{id}/sessions/{sid}/close"), &json!({}));
     assert_eq!(r.status, 200, "{}", r.text());
@@ -324,15 +331,7 @@ fn a_delete_sent_after_closing_a_serve_bridges_last_session_is_done_once_that_br
 
     // A session live on another bridge is refused, as its own bridge would (close it first);
     // an instance the hub never knew is still unknown.
-    let other = post(&w.hub, "/api/instances", &json!({"workspacePath": p})).json()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let mut phone = w.hub.connect(&other).unwrap();
-    initialize(&mut phone, json!({}));
-    let live = new_session(&mut phone, &p);
-    let (r, _) = phone.call("session/prompt", prompt(&live, "still here"));
-    assert_eq!(r["result"]["stopReason"], "end_turn");
+    let (other, phone, live) = phone_turn_on_a_new_serve_bridge(&w, &p, "still here");
     zcode_tests::hub::wait_until("the other bridge to advertise its session", || {
         get(&w.hub, "/api/instances").text().contains(&live)
     });

@@ -91,12 +91,21 @@ describe('web client on a bad network', () => {
     await banner().filter({ hasText: 'The hub is not answering' }).waitFor();
     await page.locator('#conn', { hasText: 'hub offline' }).waitFor();
 
-    // The conversation moves on without us, then the hub comes back.
+    // The conversation moves on without us, then the hub comes back, not knowing the bridge
+    // until it registers again (held here: the bridge is stopped). Not listed is not gone.
     await ed.prompt(sid, 'while you were away');
-    await releaseDead();
-    await stack.startHub();
+    process.kill(Number(ed.id), 'SIGSTOP');
+    try {
+      await releaseDead();
+      await stack.startHub();
+      await banner().locator('button', { hasText: 'Retry now' }).click();
+      await banner().filter({ hasText: 'waiting for this instance to register' }).waitFor();
+    } finally {
+      process.kill(Number(ed.id), 'SIGCONT');
+    }
     await stack.listed(ed.id, sid);
-    await banner().locator('button', { hasText: 'Retry now' }).click();
+    // Its own retry may already have re-attached it: then there is no button to press.
+    await page.evaluate(() => [...document.querySelectorAll('.conn-banner button')].find((b) => b.textContent === 'Retry now')?.click());
     await page.locator('.msg.agent', { hasText: 'You said: "while you were away"' }).waitFor();
     await page.locator('#conn[data-state="open"]').waitFor();
     assert.ok(await banner().isHidden());

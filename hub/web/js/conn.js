@@ -20,6 +20,11 @@ const SUBPROTOCOL = 'zcode-acp';
 const TOKEN_PREFIX = 'zcode-acp.token.';
 const BACKOFF_MIN_MS = 500;
 const BACKOFF_MAX_MS = 15000;
+/**
+ * How long after the hub answers again an instance it does not list is still awaited: a hub
+ * that (re)started knows its bridges only as they re-register, every 10 s (the contract).
+ */
+const REREGISTER_MS = 15000;
 
 /**
  * The bridge's turn-end record (`_zcode/turn_end`: stopReason, startedAt, endedAt, promptedBy),
@@ -60,6 +65,8 @@ export class Conn {
     this.why = '';
     this.attempt = 0;
     this.retryAt = 0;
+    this.hubLost = false; // the hub did not answer (or something else did) during this outage
+    this.hubBack = 0; // when it answered again after that
     this.ws = null;
     this.nextId = 1;
     this.calls = new Map();
@@ -129,6 +136,8 @@ export class Conn {
         if (this.ws !== ws) return;
         this.initResult = r;
         this.attempt = 0;
+        this.hubLost = false;
+        this.hubBack = 0;
         this.setState('open', 'Connected');
         for (const [sid, cwd] of this.watched) if (sid !== this.viewing) this.attachQuietly(sid, cwd);
         this.emit({ type: 'open' });
@@ -147,15 +156,21 @@ export class Conn {
   /** The connection ended: find out why, then retry or give up. */
   async failed() {
     this.setState('waiting', 'Connection lost: checking the hub…');
-    const d = await diagnose(this.id);
+    let d = await diagnose(this.id);
     if (this.state === 'closed' || this.state === 'open' || this.state === 'connecting') return;
+    if (d.why === 'down' || d.why === 'garbage') this.hubLost = true;
+    else if (this.hubLost && !this.hubBack) this.hubBack = Date.now();
+    // Not listed by a hub that has just come back is not gone: its bridge re-registers soon.
+    if (d.why === 'gone' && this.hubBack && Date.now() - this.hubBack < REREGISTER_MS) d = { why: 'registering' };
     if (d.why === 'auth') return this.setState('failed', d.message, 'auth');
     if (d.why === 'gone') return this.setState('failed', d.message, 'gone');
     const delay = Math.min(BACKOFF_MAX_MS, BACKOFF_MIN_MS * 2 ** this.attempt);
     this.attempt++;
     this.retryAt = Date.now() + delay;
     const why = d.why === 'down' ? 'The hub is not answering (stopped, or the network is down).'
-      : d.why === 'garbage' ? d.message : 'The connection dropped.';
+      : d.why === 'garbage' ? d.message
+        : d.why === 'registering' ? 'The hub is back; waiting for this instance to register with it again.'
+          : 'The connection dropped.';
     this.setState('waiting', `${why} Retrying in ${(delay / 1000).toFixed(1)} s.`, d.why);
     this.timer = setTimeout(() => this.connect(), delay);
   }
