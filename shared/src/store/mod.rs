@@ -9,11 +9,13 @@
 //! file already at the current schema takes no write lock.
 
 mod journal;
+mod stream;
 mod tasks;
 mod turns;
 pub mod usage;
 
 pub use journal::{MessageRow, NewMessage, SessionCounters, SessionMeta};
+pub use stream::MessageRef;
 pub use tasks::{IndexView, ProjectRow, SessionRow};
 pub use turns::{RecentTurn, TurnRecord};
 
