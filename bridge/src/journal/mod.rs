@@ -57,6 +57,9 @@ enum Op {
     Flush(mpsc::Sender<()>),
 }
 
+/// The journal connection's page cache, KiB.
+const JOURNAL_CACHE_KIB: u32 = 256;
+
 /// The handle the router holds. Cloning is cheap; a disabled journal (no store) answers every
 /// read with an empty history, so the bridge keeps serving without one.
 #[derive(Clone)]
@@ -76,6 +79,10 @@ impl Journal {
     /// Opens the store in `data_dir` and starts the writer thread.
     pub fn open(data_dir: &Path, retention: Retention) -> Result<Journal, StoreError> {
         let store = Store::open_in(data_dir)?;
+        // The bridge's memory budget (20 MiB with 50 clients and 100 k journaled messages;
+        // `scripts/bench-bridge`) has no room for SQLite's default 2 MiB page cache: appends touch
+        // only the tree's right edge, and a replay reads its slice once.
+        store.cap_cache(JOURNAL_CACHE_KIB)?;
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new()
             .name("journal".into())

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use zcode_shared::store::{MessageRow, SessionCounters, Store, StoreError};
+use zcode_shared::store::{MessageRef, SessionCounters, Store, StoreError, TurnRecord};
 
 /// The largest tail or page.
 pub const MAX_LIMIT: u64 = 500;
@@ -51,7 +51,10 @@ pub enum ReadError {
     Store(#[from] StoreError),
 }
 
-/// Reads a slice of `session`'s history.
+/// Reads a slice of `session`'s history. The rows stream out of SQLite straight into their
+/// lines, so the slice is held once, as the lines it sends (a phone attaching with `limit: 1`
+/// to a session whose last turn has 10 000 messages gets that whole turn, as the contract
+/// says; the rows used to be copied whole first, then again into lines).
 pub fn read(store: &Store, session: &str, mode: &ReadMode) -> Result<Slice, ReadError> {
     let counters = store.counters(session)?;
     let c = counters.clone().unwrap_or(SessionCounters {
@@ -61,37 +64,46 @@ pub fn read(store: &Store, session: &str, mode: &ReadMode) -> Result<Slice, Read
         turns: 0,
         title: None,
     });
-    let (rows, end, is_load) = match mode {
-        ReadMode::Load { limit: None } => {
-            (store.messages_between(session, c.first_seq, c.next_seq)?, c.next_seq, true)
-        }
-        ReadMode::Load { limit: Some(0) } => (vec![], c.next_seq, true),
+    // The seqs [from, end) to replay.
+    let (from, end, is_load) = match mode {
+        ReadMode::Load { limit: None } => (c.first_seq, c.next_seq, true),
+        ReadMode::Load { limit: Some(0) } => (c.next_seq, c.next_seq, true),
         ReadMode::Load { limit: Some(n) } => {
-            let mut rows = store.messages_before(session, c.next_seq, *n as i64)?;
-            if let Some(first) = rows.first() {
-                let start =
-                    if first.turn > 0 { store.turn_start(session, first.turn)? } else { Some(c.first_seq) };
-                if let Some(start) = start.filter(|s| *s < first.seq) {
-                    let mut head = store.messages_between(session, start, first.seq)?;
-                    head.append(&mut rows);
-                    rows = head;
-                }
-            }
-            (rows, c.next_seq, true)
+            let from = match store.oldest_of_last(session, c.next_seq, *n as i64)? {
+                // Aligned back to the start of the oldest message's turn (turn 0: the history's).
+                Some((seq, turn)) if turn > 0 => store.turn_start(session, turn)?.map_or(seq, |s| s.min(seq)),
+                Some((seq, _)) => c.first_seq.min(seq),
+                None => c.next_seq,
+            };
+            (from, c.next_seq, true)
         }
         ReadMode::Earlier { cursor, limit } => {
             let before = decode(cursor, session, &c).ok_or(ReadError::CursorExpired)?;
-            (store.messages_before(session, before, *limit as i64)?, before, false)
+            let from = store.oldest_of_last(session, before, *limit as i64)?.map_or(before, |(seq, _)| seq);
+            (from, before, false)
         }
     };
-    let start = rows.first().map_or(end, |r| r.seq);
-    let last_id = if is_load {
-        store.messages_before(session, c.next_seq, 1)?.pop().map(|r| r.msg_id)
-    } else {
-        rows.last().map(|r| r.msg_id.clone())
-    };
+    let newest = store.newest_before(session, end)?;
     let sid = Value::from(session).to_string();
-    let (mut lines, remote_only) = with_turn_ends(store, session, &sid, &rows)?;
+    let mut out = Lines::new(&sid, end.saturating_sub(from));
+    if from < end {
+        if let (Some(first), Some((last, _))) = (store.turn_after(session, from - 1)?, &newest) {
+            out.records = store.turns_between(session, first, *last)?;
+        }
+        store.each_message_between(session, from, end, |m| out.message(&m))?;
+    }
+    // The last message's turn is finished here only if no later message of it exists.
+    if let Some((seq, turn)) = out.last {
+        if store.turn_after(session, seq)? != Some(turn) {
+            out.turn_ended(turn);
+        }
+    }
+    let start = out.first_seq.unwrap_or(end);
+    let last_id = match (is_load, out.last) {
+        (true, _) | (false, Some(_)) => newest.map(|(_, id)| id),
+        (false, None) => None,
+    };
+    let Lines { mut lines, remote_only, messages, user_messages, .. } = out;
     if is_load {
         for (_, body) in store.states(session)? {
             lines.push(update_line(&sid, &body));
@@ -100,8 +112,8 @@ pub fn read(store: &Store, session: &str, mode: &ReadMode) -> Result<Slice, Read
     let meta = json!({
         "cursor": encode(session, c.epoch, start),
         "hasMore": start > c.first_seq,
-        "replayedMessages": rows.len(),
-        "replayedTurns": rows.iter().filter(|r: &&MessageRow| r.kind == "user").count(),
+        "replayedMessages": messages,
+        "replayedTurns": user_messages,
         "totalMessages": c.next_seq - c.first_seq,
         "totalTurns": c.turns,
         "lastMessageId": last_id,
@@ -109,36 +121,85 @@ pub fn read(store: &Store, session: &str, mode: &ReadMode) -> Result<Slice, Read
     Ok(Slice { lines, remote_only, meta, title: c.title })
 }
 
-/// The messages' lines, each finished turn's record right after its last message (the last
-/// row's turn is finished here only if no later message of it exists beyond the slice).
-fn with_turn_ends(
-    store: &Store,
-    session: &str,
-    sid: &str,
-    rows: &[MessageRow],
-) -> Result<(Vec<bytes::Bytes>, Vec<usize>), ReadError> {
-    let (Some(first), Some(last)) = (rows.first(), rows.last()) else { return Ok((vec![], vec![])) };
-    let records = store.turns_between(session, first.turn, last.turn)?;
-    let mut lines = Vec::with_capacity(rows.len() + records.len());
-    let mut remote_only = vec![];
-    for (i, r) in rows.iter().enumerate() {
-        lines.push(update_line(sid, &r.body));
-        let Some(rec) = records.iter().find(|t| t.turn == r.turn) else { continue };
-        let ends_here = match rows.get(i + 1) {
-            Some(next) => next.turn != r.turn,
-            None => store.turn_after(session, r.seq)? != Some(r.turn),
-        };
-        if ends_here {
-            remote_only.push(lines.len());
-            lines.push(super::turn_end::line(rec, Some(rec.turn)));
-        }
-    }
-    Ok((lines, remote_only))
+/// A slice's lines as its rows stream in: each message's `session/update`, and each finished
+/// turn's record right after the turn's last message.
+struct Lines<'a> {
+    sid: &'a str,
+    /// The records of the slice's turns, in turn order; `next` walks them.
+    records: Vec<TurnRecord>,
+    next: usize,
+    lines: Vec<bytes::Bytes>,
+    /// Where the message lines are copied: a few blocks shared by the lines they hold, not
+    /// an allocation per line (10 000 small ones, freed in send order, scattered the
+    /// allocator's free space among longer-lived allocations; a block goes once its last line
+    /// is sent).
+    block: bytes::BytesMut,
+    remote_only: Vec<usize>,
+    first_seq: Option<i64>,
+    /// (seq, turn) of the newest message so far.
+    last: Option<(i64, i64)>,
+    messages: u64,
+    user_messages: u64,
 }
 
+impl<'a> Lines<'a> {
+    fn new(sid: &'a str, rows: i64) -> Lines<'a> {
+        // Sized once for the rows (seqs are dense): growing by doubling would copy the
+        // vector, and leave the smaller copies behind in the allocator, along the way.
+        let rows = usize::try_from(rows).unwrap_or(0).min(1 << 20);
+        Lines {
+            sid,
+            records: vec![],
+            next: 0,
+            lines: Vec::with_capacity(rows + 8),
+            block: bytes::BytesMut::new(),
+            remote_only: vec![],
+            first_seq: None,
+            last: None,
+            messages: 0,
+            user_messages: 0,
+        }
+    }
+
+    fn message(&mut self, m: &MessageRef<'_>) {
+        if let Some((_, turn)) = self.last.filter(|(_, t)| *t != m.turn) {
+            self.turn_ended(turn);
+        }
+        self.first_seq.get_or_insert(m.seq);
+        self.last = Some((m.seq, m.turn));
+        self.messages += 1;
+        self.user_messages += u64::from(m.kind == "user");
+        let line = update_line_text(self.sid, m.body);
+        if self.block.capacity() - self.block.len() < line.len() {
+            self.block = bytes::BytesMut::with_capacity(BLOCK.max(line.len()));
+        }
+        self.block.extend_from_slice(line.as_bytes());
+        self.lines.push(self.block.split().freeze());
+    }
+
+    /// `turn`'s last message was the latest line: its record (if any) follows it.
+    fn turn_ended(&mut self, turn: i64) {
+        while self.records.get(self.next).is_some_and(|r| r.turn < turn) {
+            self.next += 1;
+        }
+        if let Some(rec) = self.records.get(self.next).filter(|r| r.turn == turn) {
+            self.remote_only.push(self.lines.len());
+            self.lines.push(super::turn_end::line(rec, Some(rec.turn)));
+        }
+    }
+}
+
+/// The size of a block of replayed lines: under glibc's mmap threshold (128 KiB), so blocks
+/// come from the heap and go back to it as a run.
+const BLOCK: usize = 64 * 1024;
+
 fn update_line(sid: &str, body: &str) -> bytes::Bytes {
+    bytes::Bytes::from(update_line_text(sid, body))
+}
+
+fn update_line_text(sid: &str, body: &str) -> String {
     let params = format!(r#"{{"sessionId":{sid},"update":{body}}}"#);
-    bytes::Bytes::from(zcode_shared::jsonrpc::notification_line("session/update", &params))
+    zcode_shared::jsonrpc::notification_line("session/update", &params)
 }
 
 /// A short tag of the session id, so a cursor of another session is recognised as foreign.
@@ -287,6 +348,25 @@ mod tests {
         s.write(|w| w.truncate_before("s", 3)).unwrap();
         let err = read(&s, "s", &ReadMode::Earlier { cursor, limit: 2 }).unwrap_err();
         assert_eq!(err.to_string(), "cursor expired");
+    }
+
+    #[test]
+    fn a_long_turn_is_replayed_whole_for_a_tail_of_one_from_a_few_shared_blocks() {
+        let (_d, s) = scripted(3, 2000);
+        let tail = read(&s, "s", &ReadMode::Load { limit: Some(1) }).unwrap();
+        let got = names(&tail);
+        assert_eq!(got.len(), 2000, "the whole last turn, aligned back to its start");
+        assert_eq!((got[0].as_str(), got[1999].as_str()), ("u2", "a2.1999"));
+        assert_eq!(tail.meta["replayedMessages"], 2000);
+        assert_eq!(tail.meta["replayedTurns"], 1);
+        // The message lines are slices of a few blocks, back to back, not 2000 allocations.
+        let messages = &tail.lines[..2000];
+        let bytes: usize = messages.iter().map(|l| l.len()).sum();
+        let blocks = 1 + messages
+            .windows(2)
+            .filter(|w| w[0].as_ptr().wrapping_add(w[0].len()) != w[1].as_ptr())
+            .count();
+        assert!(blocks <= bytes / BLOCK + 1, "{blocks} blocks for {bytes} bytes");
     }
 
     #[test]

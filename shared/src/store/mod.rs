@@ -9,11 +9,13 @@
 //! file already at the current schema takes no write lock.
 
 mod journal;
+mod stream;
 mod tasks;
 mod turns;
 pub mod usage;
 
 pub use journal::{MessageRow, NewMessage, SessionCounters, SessionMeta};
+pub use stream::MessageRef;
 pub use tasks::{IndexView, ProjectRow, SessionRow};
 pub use turns::{RecentTurn, TurnRecord};
 
@@ -151,6 +153,12 @@ impl Store {
         let mut store = Store { conn, path: path.to_owned() };
         store.prepare().map_err(|e| fail(describe(&e)))?;
         Ok(store)
+    }
+
+    /// Caps this connection's page cache at `kib` KiB (SQLite's default is 2 MiB). A cap only
+    /// bounds what stays resident: pages beyond it are read again from the OS's file cache.
+    pub fn cap_cache(&self, kib: u32) -> Result<(), StoreError> {
+        self.conn.pragma_update(None, "cache_size", -i64::from(kib)).map_err(StoreError::from)
     }
 
     /// The file.

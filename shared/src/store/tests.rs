@@ -165,3 +165,23 @@ fn a_stored_title_holds_no_control_sequence() {
     s.write(|w| w.set_title("s", "a\x1b]0;evil\x07 b\x1b[2J\u{9b}1m\nc\x07", true, 1)).unwrap();
     assert_eq!(s.counters("s").unwrap().unwrap().title.as_deref(), Some("a b c"));
 }
+
+#[test]
+fn a_capped_page_cache_is_the_connections_and_still_reads_what_it_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open_in(dir.path()).unwrap();
+    let cache = |s: &Store| -> i64 { s.conn.query_row("PRAGMA cache_size", [], |r| r.get(0)).unwrap() };
+    assert_eq!(cache(&s), -2000, "SQLite's default, 2 MiB");
+    s.cap_cache(256).unwrap();
+    assert_eq!(cache(&s), -256);
+    // More than the cap written and read back whole.
+    s.write(|w| {
+        for i in 0..2000 {
+            w.append("s", &msg("agent", &format!("m{i}")), 1)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    let n: i64 = s.conn.query_row("SELECT count(*) FROM messages", [], |r| r.get(0)).unwrap();
+    assert_eq!(n, 2000);
+}

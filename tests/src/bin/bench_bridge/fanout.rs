@@ -1,7 +1,8 @@
 //! (b) Fan-out: the scripted agent ([`crate::peers::agent`]) streams `BENCH_RATE` (5000)
 //! updates/s, `BENCH_UPDATES` (10000) per phase, to the editor on stdio and 1 / 10 / 50
 //! (`BENCH_CLIENTS`) remote clients attached to the same session, whose journal already holds
-//! `BENCH_JOURNALED` (100 000) messages. Per phase: agent-stdout → client-receive latency (the
+//! `BENCH_JOURNALED` (100 000) messages, each attaching with the tail limit `BENCH_LIMIT` (1:
+//! the whole last turn, the previous phase's). Per phase: agent-stdout → client-receive latency (the
 //! agent stamps each update with the wall clock just before writing it), every client's
 //! updates checked complete and in order, the bridge's CPU per delivered update, the journal's
 //! lag ([`journal_lag`]) and the bridge's RSS with the clients attached, and how long the
@@ -111,6 +112,8 @@ fn bridge_rows(label: &str, exe: &std::path::Path) {
         .split(',')
         .filter_map(|c| c.trim().parse().ok())
         .collect();
+    // The attaches' tail limit: 1 replays the whole last turn (aligned back to its start).
+    let limit = env_num("BENCH_LIMIT", 1);
     let home = Home::new();
     let sid = {
         let mut b = crate::start_bridge(&home, exe, &agent_cmd());
@@ -125,7 +128,7 @@ fn bridge_rows(label: &str, exe: &std::path::Path) {
     let bridge_pid = b.editor.pid();
     initialize(&mut b.editor, json!({}));
     let load =
-        json!({"sessionId": sid, "cwd": home.path(), "mcpServers": [], "_meta": {"zcode": {"limit": 1}}});
+        json!({"sessionId": sid, "cwd": home.path(), "mcpServers": [], "_meta": {"zcode": {"limit": limit}}});
     let (r, _) = b.editor.call("session/load", load.clone());
     assert!(r["result"].is_object(), "the editor could not load the session: {r}");
     let store = Store::open_in(&home.path().join("data")).expect("the journal");
@@ -192,6 +195,7 @@ fn bridge_rows(label: &str, exe: &std::path::Path) {
         let waited = (wait_ns(bridge_pid) - waited) as f64 / 1e6;
         let own_waited = own_waited as f64 / 1e6;
         let rss = zcode_tests::rss_kib(bridge_pid) as f64 / 1024.0;
+        eprintln!("bench-bridge: {label}, {n} clients: {}", rss_parts(bridge_pid));
         done.store(true, Ordering::Relaxed);
         let lag_ms = sampler.join().expect("the sampler");
         // Every update must end up journaled too.
@@ -220,6 +224,27 @@ fn bridge_rows(label: &str, exe: &std::path::Path) {
         }
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// What the bridge's RSS is made of (/proc/<pid>/status): anonymous, file-backed, the peak, and
+/// its thread count (each thread that allocates may get its own glibc arena).
+fn rss_parts(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or("?")
+            .to_owned()
+    };
+    format!(
+        "RssAnon {} KiB, RssFile {} KiB, VmHWM {} KiB, threads {}",
+        field("RssAnon:"),
+        field("RssFile:"),
+        field("VmHWM:"),
+        field("Threads:")
+    )
 }
 
 /// This thread's run-queue wait so far, ns (/proc/thread-self/schedstat).

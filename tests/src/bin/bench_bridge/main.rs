@@ -9,7 +9,8 @@
 //! - (c) memory per idle remote client with 3000 held, beside the echo server's.
 //!
 //! `BENCH_BASE=<path of another zcode-acp build>` adds that build's bridge beside ours to every
-//! part, in the same run (an A/B of a change: `git worktree add` the old revision, build it).
+//! part, in the same run (an A/B of a change: `git worktree add` the old revision, build it);
+//! several, `:`-separated, add one row set each.
 //!
 //! The binary is also its own children: `bench-bridge echo-server` and `bench-bridge agent`
 //! ([`peers`]).
@@ -63,11 +64,17 @@ pub fn wall_nanos() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// The bridges measured: ours (`ZCODE_ACP_BIN`), and `BENCH_BASE` if given: (label, binary).
+/// The bridges measured: ours (`ZCODE_ACP_BIN`), then each of `BENCH_BASE` (`:`-separated): (label, binary).
 pub fn bridges() -> Vec<(String, std::path::PathBuf)> {
     let mut out = vec![("bridge".to_owned(), zcode_tests::bin().to_owned())];
-    if let Some(base) = std::env::var_os("BENCH_BASE") {
-        out.push(("bridge (BENCH_BASE)".to_owned(), base.into()));
+    // Several builds may be compared in one run: `BENCH_BASE=/a:/b`.
+    let bases = std::env::var("BENCH_BASE").unwrap_or_default();
+    for (i, base) in bases.split(':').filter(|b| !b.is_empty()).enumerate() {
+        let label = match i {
+            0 => "bridge (BENCH_BASE)".to_owned(),
+            _ => format!("bridge (BENCH_BASE #{}: {base})", i + 1),
+        };
+        out.push((label, base.into()));
     }
     out
 }
