@@ -300,6 +300,11 @@ impl Pipe {
             self.fwd += h.size;
             self.remaining = h.len;
         };
+        // What was read may all have been a pong to the hub's ping, dropped above: nothing is
+        // left to write (so no write gives the buffer back) and the read that brought it was
+        // the socket's last for now (so no empty read does either). Given back here, or every
+        // idle relay would keep a buffer per direction after its first ping.
+        self.tidy();
         result.map(|()| found)
     }
 }
@@ -408,6 +413,20 @@ pub(super) mod tests {
         header.extend_from_slice(&((MAX_MESSAGE as u64) + 1).to_be_bytes());
         let (out, r) = relay(false, &header, 64);
         assert_eq!((out.len(), r), (0, Err(Fault::TooBig)));
+    }
+
+    #[test]
+    fn a_pipe_that_read_only_the_answer_to_the_hubs_ping_holds_no_buffer() {
+        for masked in [true, false] {
+            let mut p = Pipe::new(masked, Vec::new());
+            let mask = masked.then_some([1, 2, 3, 4]);
+            let pong = frame::control(Op::Pong, PING_PAYLOAD, mask);
+            let mut src: &[u8] = &pong;
+            assert_eq!(p.read(&mut src).unwrap(), Read::Drained);
+            assert!(p.approve().unwrap().pong, "the pong answers the hub's ping");
+            assert!(!p.pending(), "nothing to write: the pong is not forwarded");
+            assert!(p.buf.is_none(), "an idle pipe gives its 16 KiB buffer back (masked: {masked})");
+        }
     }
 
     #[test]
