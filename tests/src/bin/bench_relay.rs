@@ -11,9 +11,10 @@
 //! - the relay's resident memory per idle connection with 5000 held (each did `initialize`
 //!   once), and the 64 B round trip while they are held.
 //!
-//! All but the last run `BENCH_ROUNDS` times (default 5), the targets taking turns each round,
-//! and the medians of the rounds are reported: a slow spell of the shared machine then hits
-//! every target alike.
+//! All but the last run `BENCH_ROUNDS` times (default 5), the targets taking turns each round
+//! (every latency first, then every busy phase, in an order that turns by one each round), and
+//! the medians of the rounds are reported: a slow spell of the shared machine then hits every
+//! target alike, and so does being measured first, second or third.
 
 use std::io::ErrorKind;
 use std::net::TcpStream;
@@ -78,12 +79,8 @@ fn main() {
         },
     ];
     // BENCH_ONLY=hub (or direct, nginx) measures those targets only, for quick experiments.
-    let mut targets: Vec<Target> =
+    let targets: Vec<Target> =
         targets.into_iter().filter(|t| only.is_empty() || t.name.contains(only.as_str())).collect();
-    // BENCH_REVERSE=1 measures the relays in the other order (nginx before the hub).
-    if std::env::var_os("BENCH_REVERSE").is_some() && targets.len() == 3 {
-        targets.swap(1, 2);
-    }
     // BENCH_IDLE=0 skips the idle-connections measurement.
     let idle_too = std::env::var("BENCH_IDLE").map_or(true, |v| v != "0");
     // Every measurement but the idle one runs in rounds, the targets taking turns, and the
@@ -91,12 +88,22 @@ fn main() {
     let rounds = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
     let mut rows: Vec<Row> = targets.iter().map(|_| Row::default()).collect();
     let mut conns: Vec<Ws> = targets.iter().map(connect).collect();
+    // Each round measures every target's latency first, then every target's busy phase, in
+    // an order that turns by one each round: a latency measured just after a busy phase ran
+    // while the bridge (and that relay) were still tearing its 16 connections down, and with a
+    // fixed order the same target always took that (the target measured second, unpinned,
+    // lost 10-40 µs at p99 that way, whichever relay it was).
+    let n = targets.len();
     for round in 1..=rounds {
-        for ((t, row), ws) in targets.iter().zip(&mut rows).zip(&mut conns) {
-            eprintln!("bench-relay: round {round}/{rounds}: {} …", t.name);
-            row.small.push(percentiles(ws, 64, 100, 1000));
-            row.large.push(percentiles(ws, 64 * 1024, 20, 200));
-            row.rounds.push(busy(t));
+        let order: Vec<usize> = (0..n).map(|i| (i + round - 1) % n).collect();
+        for &i in &order {
+            eprintln!("bench-relay: round {round}/{rounds}: latency, {} …", targets[i].name);
+            rows[i].small.push(percentiles(&mut conns[i], 64, 100, 1000));
+            rows[i].large.push(percentiles(&mut conns[i], 64 * 1024, 20, 200));
+        }
+        for &i in &order {
+            eprintln!("bench-relay: round {round}/{rounds}: busy, {} …", targets[i].name);
+            rows[i].rounds.push(busy(&targets[i]));
         }
     }
     for ((t, row), ws) in targets.iter().zip(&mut rows).zip(&mut conns) {
@@ -186,8 +193,14 @@ fn busy(t: &Target) -> (f64, Option<(f64, f64)>) {
         let (user, sys) = (after.user - before.user, after.system - before.system);
         (per_msg, if user + sys > 0.0 { user / (user + sys) } else { 0.0 })
     });
-    for mut ws in conns {
+    // Closed both ways before the next measurement starts (the peer's close frame read back),
+    // so that what tearing them down costs is not counted in the next target's figures.
+    for ws in &mut conns {
         let _ = ws.close(None);
+    }
+    for mut ws in conns {
+        let _ = ws.get_mut().set_read_timeout(Some(Duration::from_secs(2)));
+        while ws.read().is_ok() {}
     }
     (trips / secs, cpu)
 }
