@@ -437,7 +437,7 @@ fn a_create_opens_chat_in_a_real_tmux_window() {
     screen("Permission granted (allow)");
 
     // Ctrl-C in the window cancels the running turn.
-    tmux(&["send-keys", "-t", "zcode-acp", "long", "Enter"]);
+    tmux(&["send-keys", "-t", "zcode-acp", "long hold", "Enter"]);
     screen("tick 3 ");
     tmux(&["send-keys", "-t", "zcode-acp", "C-c"]);
     screen("[cancelled]");

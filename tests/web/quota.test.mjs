@@ -12,8 +12,9 @@ import path from 'node:path';
 import { Stack, launchBrowser, until } from './harness.mjs';
 import { phonePage, looksRight } from './look.mjs';
 
+const FIVE_HOUR_RESET = Date.now() + 2 * 3600e3;
 const GLM = JSON.stringify({ code: 200, msg: 'ok', success: true, data: { level: 'pro', limits: [
-  { type: 'TOKENS_LIMIT', number: 5, usage: 100, currentValue: 35, remaining: 65, nextResetTime: Date.now() + 2 * 3600e3 },
+  { type: 'TOKENS_LIMIT', number: 5, usage: 100, currentValue: 35, remaining: 65, nextResetTime: FIVE_HOUR_RESET },
   { type: 'TOKENS_LIMIT', number: 7, percentage: 62, nextResetTime: Date.now() + 4 * 86400e3 },
   { type: 'TIME_LIMIT', number: 1, usage: 30, currentValue: 27, remaining: 3, nextResetTime: Date.now() + 20 * 86400e3,
     usageDetails: [{ modelCode: 'search-prime', usage: 20 }] },
@@ -77,8 +78,15 @@ describe('the plan quota card on the home screen', () => {
       assert.match(await glm.innerText(), /GLM Coding Plan\s+pro/);
       assert.deepEqual(await glm.locator('.quota-label').allInnerTexts(), ['5h', 'Week', 'MCP']);
       assert.deepEqual(await glm.locator('.quota-pct').allInnerTexts(), ['35%', '62%', '90%']);
+      // A reset later today shows its time; one on another day shows the day too (the 5h
+      // window's reset, two hours from now, is tomorrow when the test runs after 22:00).
+      const onAnotherDay = /^resets [A-Z][a-z]{2}, [A-Z][a-z]{2} \d{1,2}, \d\d:\d\d( [AP]M)?$/;
       const reset = await glm.locator('[data-key="token_5h"] .quota-reset').innerText();
-      assert.match(reset, /^35\/100 · resets \d\d:\d\d/);
+      const today = await page.evaluate((t) => new Date(t).toDateString() === new Date().toDateString(), FIVE_HOUR_RESET);
+      if (today) assert.match(reset, /^35\/100 · resets \d\d:\d\d( [AP]M)?$/);
+      else assert.match(reset.replace(/^35\/100 · /, ''), onAnotherDay);
+      assert.match(reset, /^35\/100 · resets /);
+      assert.match(await glm.locator('[data-key="token_week"] .quota-reset').innerText(), onAnotherDay);
       const fills = await glm.locator('.quota-fill').evaluateAll((els) => els.map((e) => [e.className, e.style.width]));
       assert.deepEqual(fills, [['quota-fill low', '35%'], ['quota-fill mid', '62%'], ['quota-fill high', '90%']]);
       const go = card.locator('[data-provider="opencode"]');
