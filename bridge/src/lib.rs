@@ -181,7 +181,7 @@ pub async fn run(
         Some(mounted),
     );
     tracker.spawn(server::serve(listener, ctx));
-    register::spawn(
+    let registration = register::spawn(
         cfg,
         &token,
         port,
@@ -189,7 +189,6 @@ pub async fn run(
         register::Registrant { origin: opts.origin, nonce: opts.nonce.clone(), launcher: opts.launcher },
         nudge,
         shutdown.clone(),
-        &tracker,
     );
     if opts.stdio {
         stdio::connect_editor(events.clone(), &tracker).await;
@@ -213,7 +212,8 @@ pub async fn run(
     shutdown.cancel();
     tracker.close();
     // Close frames go out to remote clients; the stdin reader may still block, so do not wait long.
-    let _ = tokio::time::timeout(Duration::from_millis(1000), tracker.wait()).await;
+    // The unregister has its own bound (a slow hub gets longer than the connections).
+    let _ = tokio::join!(tokio::time::timeout(Duration::from_millis(1000), tracker.wait()), registration);
     let _ = std::fs::remove_file(&port_file);
     Ok(())
 }

@@ -39,14 +39,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use zcode_shared::config::Config;
 use zcode_shared::registration::{Registration, SessionRow};
 
 /// How long one registration may take.
 const TIMEOUT: Duration = Duration::from_secs(3);
-/// How long unregistering may delay the bridge's exit.
-const UNREGISTER_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long unregistering may delay the bridge's exit (a hub on a loaded machine can take
+/// more than half a second to answer; one not answered keeps listing the bridge until its
+/// probes fail).
+const UNREGISTER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Retry period right after starting a hub.
 const FAST_RETRY: Duration = Duration::from_millis(200);
 /// How long fast retries go on after a spawn.
@@ -70,10 +71,11 @@ impl Registrant {
     }
 }
 
-/// Starts registering (on `tracker`) the bridge listening on `port`; unregisters when `stop`
-/// fires. Sessions come from the router (`Event::Status` on `events`); `nudge` (the router's
-/// [`crate::router::Router::status_nudge`]) asks for a heartbeat now.
-#[allow(clippy::too_many_arguments)]
+/// Starts registering the bridge listening on `port`; unregisters when `stop` fires. Sessions
+/// come from the router (`Event::Status` on `events`); `nudge` (the router's
+/// [`crate::router::Router::status_nudge`]) asks for a heartbeat now. The bridge's exit awaits
+/// the returned task (it ends after the unregister, at most [`UNREGISTER_TIMEOUT`] after `stop`
+/// once no registration is under way).
 pub fn spawn(
     cfg: &Config,
     token: &Arc<zcode_shared::token::Live>,
@@ -82,8 +84,7 @@ pub fn spawn(
     who: Registrant,
     nudge: Arc<Notify>,
     stop: CancellationToken,
-    tracker: &TaskTracker,
-) {
+) -> tokio::task::JoinHandle<()> {
     let workspace = std::env::current_dir()
         .and_then(std::fs::canonicalize)
         .map(|p| p.display().to_string())
@@ -100,7 +101,7 @@ pub fn spawn(
         who,
         events,
     };
-    tracker.spawn(run(ctx, nudge, stop));
+    tokio::spawn(run(ctx, nudge, stop))
 }
 
 struct Ctx {

@@ -143,17 +143,8 @@ impl AgentProcess {
         let _ = self.stdin.send(Bytes::from(line));
     }
 
-    /// SIGTERM to its process group, then SIGKILL after a short grace; returns when done
-    /// (shutdown: the bridge must not exit before its agent's group is gone).
-    pub async fn terminate(self) {
-        let Some(pgid) = self.group() else { return };
-        self.ending.store(true, Ordering::Relaxed);
-        let _ = killpg(pgid, Signal::SIGTERM);
-        tokio::time::sleep(KILL_GRACE).await;
-        let _ = killpg(pgid, Signal::SIGKILL);
-    }
-
-    /// SIGTERM to its process group, SIGKILL after a short grace; whether the group is gone
+    /// SIGTERM to its process group, SIGKILL after a short grace (only when some of it is still
+    /// there: an agent that ends on SIGTERM ends the wait); whether the group is gone
     /// within 2 s more (a backend restart reports a group that refused to die).
     pub async fn stop(self) -> bool {
         let Some(pgid) = self.group() else { return true };

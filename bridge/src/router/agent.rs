@@ -227,10 +227,13 @@ impl AgentLink {
         (process, self.exited())
     }
 
-    /// Terminates the agent's process group and waits for it (shutdown).
+    /// Terminates the agent's process group and waits for it (shutdown: the bridge must not
+    /// exit before its agent's group is gone, nor wait out the kill grace once it is).
     pub async fn terminate(&mut self) {
         if let Some(p) = self.process.take() {
-            p.terminate().await;
+            if !p.stop().await {
+                tracing::warn!("the agent's process group outlived SIGKILL by 2 s: exiting anyway");
+            }
         }
         self.state = LinkState::Down;
     }
