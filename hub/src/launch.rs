@@ -93,7 +93,14 @@ pub async fn headless_for(hub: &Arc<Hub>, path: &Path) -> Result<String, Resp> {
 /// Starts a bridge (joined with an identical one in flight) and waits for its registration.
 pub async fn launch(hub: &Arc<Hub>, path: &Path, session: Option<String>, headless_only: bool) -> Outcome {
     let key = (path.display().to_string(), session.clone(), headless_only);
-    let cell = hub.creates.inflight().entry(key.clone()).or_default().clone();
+    let (cell, joined) = {
+        let mut map = hub.creates.inflight();
+        let joined = map.contains_key(&key);
+        (map.entry(key.clone()).or_default().clone(), joined)
+    };
+    if joined {
+        tracing::info!(workspace = %key.0, "an identical create is under way: joining it");
+    }
     let out = cell
         .get_or_init(|| spawn_and_wait(hub.clone(), path.to_owned(), session, headless_only))
         .await

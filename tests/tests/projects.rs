@@ -181,9 +181,27 @@ fn projects_history_resume_create_and_delete() {
     assert_eq!(post(&w.hub, "/api/projects/delete", &json!({})).status, 400);
 }
 
+/// Three identical creates while the first one's spawn is still under way share it. The spawn
+/// is held open until the hub has said it joined the other two: a terminal command (the
+/// `remote.terminal.command` recipe, which the hub runs to completion) that waits for a gate
+/// file, then starts the window's script in the background with its stdin on a FIFO this test
+/// holds (the chat ends when the test lets go of it).
 #[test]
 fn concurrent_identical_creates_join_one_spawn() {
-    let w = world(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("open");
+    let stdin = dir.path().join("stdin");
+    let made = std::process::Command::new("mkfifo").arg(&stdin).status().unwrap();
+    assert!(made.success(), "mkfifo: {made}");
+    // Read and write: opening it never blocks, and the windows' chats read no EOF while held.
+    let held = std::fs::OpenOptions::new().read(true).write(true).open(&stdin).unwrap();
+    let q = |p: &Path| format!("'{}'", p.display());
+    let command = format!(
+        "until [ -e {gate} ]; do sleep 0.05; done; sh {{script}} <{stdin} >/dev/null 2>&1 &",
+        gate = q(&gate),
+        stdin = q(&stdin)
+    );
+    let w = world(&[("ZCODE_ACP_HUB_TERMINAL", "1"), ("ZCODE_ACP_HUB_TERMINAL_COMMAND", &command)]);
     let (p, _) = project_with_history(&w, "beta");
     let port = w.hub.port;
     let threads: Vec<_> = (0..3)
@@ -201,12 +219,24 @@ fn concurrent_identical_creates_join_one_spawn() {
             })
         })
         .collect();
+    zcode_tests::hub::wait_log(&w.hub.log_file, "an identical create is under way: joining it", 2);
+    std::fs::write(&gate, "").unwrap();
     let ids: Vec<Value> = threads.into_iter().map(|t| t.join().unwrap()["id"].clone()).collect();
-    assert!(ids[0].is_string(), "{ids:?}");
+    assert!(ids[0].is_string(), "{ids:?}\n{}", w.hub.log());
     assert!(ids.iter().all(|i| *i == ids[0]), "three spawns: {ids:?}");
     // A later create is a new spawn again.
     let later = post(&w.hub, "/api/instances", &json!({"workspacePath": p})).json();
+    assert!(later["id"].is_string(), "{later}");
     assert_ne!(later["id"], ids[0]);
+    // The windows' chats read EOF and end, their bridges with them.
+    drop(held);
+    for id in [&ids[0], &later["id"]] {
+        let pid: u32 = id.as_str().unwrap().parse().unwrap();
+        assert!(
+            zcode_tests::hub::wait_gone(pid, zcode_tests::WAIT),
+            "the window's bridge {pid} kept running"
+        );
+    }
 }
 
 #[test]

@@ -245,9 +245,13 @@ export class Stack {
         if (m) pids.add(m[1]);
       }
     } catch { /* no run dir */ }
-    for (const pid of pids) {
-      if (!ours.has(pid) && Number(pid) > 0) try { process.kill(Number(pid), 'SIGTERM'); } catch { /* gone */ }
-    }
+    const alive = (pid) => { try { process.kill(pid, 0); return true; } catch { return false; } };
+    const theirs = [...pids].map(Number).filter((pid) => pid > 0 && !ours.has(String(pid)));
+    for (const pid of theirs) try { process.kill(pid, 'SIGTERM'); } catch { /* gone */ }
+    // They write to the home until they are gone (journal, logs): it is removed after them.
+    const deadline = Date.now() + 5000;
+    while (theirs.some(alive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    for (const pid of theirs.filter(alive)) try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
     await Promise.all(this.editors.map((e) => e.close()));
     this.killSpawnedHub();
     if (this.hub.exitCode === null) {
