@@ -380,8 +380,13 @@ fn a_hook_that_hangs_or_floods_disturbs_no_other_session() {
     let (mut a, sid_a) = remote_session(&b, &proj);
     std::fs::write(out.join(format!("hang-{sid_a}")), "").unwrap();
     let held = a.request("session/prompt", prompt(&sid_a, "stuck behind its hook"));
-    wait_until("the hanging hook to start", || out.join("hung.pid").exists());
-    let hung: u32 = std::fs::read_to_string(out.join("hung.pid")).unwrap().trim().parse().unwrap();
+    // The shell creates the file before it writes the pid (read in between, it was empty).
+    let mut hung = 0;
+    wait_until("the hanging hook to write its pid", || {
+        let text = std::fs::read_to_string(out.join("hung.pid")).unwrap_or_default();
+        hung = text.strip_suffix('\n').and_then(|t| t.parse().ok()).unwrap_or(0);
+        hung > 0
+    });
 
     let (mut other, sid_b) = remote_session(&b, &proj);
     for _ in 0..3 {

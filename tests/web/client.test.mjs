@@ -258,7 +258,13 @@ describe('web client', () => {
 
   it('starts a new session on an instance', async () => {
     await page.goto(`${stack.base}/`);
-    await page.locator(`[data-instance="${ed.id}"] a.button`, { hasText: 'New session' }).click();
+    const button = page.locator(`[data-instance="${ed.id}"] a.button`, { hasText: 'New session' });
+    await button.waitFor();
+    // The board above the live sessions fills in when its own request comes back, and moves
+    // them down: a press aimed before that lands elsewhere (on a loaded machine the page
+    // never left home). A person waits for the page to settle; so does this.
+    await page.locator('#board > :not(h2)').first().waitFor({ state: 'attached' });
+    await button.click();
     // Created with its first prompt (nothing until then): /n/… becomes /s/… once sent.
     await page.waitForURL(/\/n\/\d+/);
     await page.locator('#send:not([disabled])').waitFor();
