@@ -7,7 +7,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Stack, launchBrowser, watchConsole, until, SHOTS, WAIT } from './harness.mjs';
+import { Stack, launchBrowser, watchConsole, until, settledHome, SHOTS, WAIT } from './harness.mjs';
 
 describe('web client', () => {
   let stack; let browser; let context; let page; let errors; let ed; let sid;
@@ -257,14 +257,8 @@ describe('web client', () => {
   });
 
   it('starts a new session on an instance', async () => {
-    await page.goto(`${stack.base}/`);
-    const button = page.locator(`[data-instance="${ed.id}"] a.button`, { hasText: 'New session' });
-    await button.waitFor();
-    // The board above the live sessions fills in when its own request comes back, and moves
-    // them down: a press aimed before that lands elsewhere (on a loaded machine the page
-    // never left home). A person waits for the page to settle; so does this.
-    await page.locator('#board > :not(h2)').first().waitFor({ state: 'attached' });
-    await button.click();
+    await settledHome(page, stack.base);
+    await page.locator(`[data-instance="${ed.id}"] a.button`, { hasText: 'New session' }).click();
     // Created with its first prompt (nothing until then): /n/… becomes /s/… once sent.
     await page.waitForURL(/\/n\/\d+/);
     await page.locator('#send:not([disabled])').waitFor();

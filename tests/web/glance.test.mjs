@@ -6,7 +6,7 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { Stack, BIN, launchBrowser, until } from './harness.mjs';
+import { Stack, BIN, launchBrowser, until, settledHome } from './harness.mjs';
 import { phonePage, looksRight } from './look.mjs';
 
 describe('home: inbox, board, idle serve bridges', () => {
@@ -94,7 +94,7 @@ describe('About: versions and "Update hub"', () => {
 
   it('shows the versions and updates the hub when the disk binary is newer', async () => {
     const page = await phonePage(browser, 'light', stack.token);
-    await page.goto(`${stack.base}/`);
+    await settledHome(page, stack.base);
     await page.locator('#about summary').click();
     await page.locator('#about-version', { hasText: '0.0.1' }).waitFor();
     const disk = await page.locator('#about-disk').innerText();

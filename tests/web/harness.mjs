@@ -263,6 +263,23 @@ export class Stack {
   }
 }
 
+/**
+ * Opens the home screen at `base` and waits until its cards have filled in. Each fills when
+ * its own request comes back (the live sessions after the hub has probed every bridge, the
+ * board, the quota, the projects, the directory listing), and a card growing between a
+ * press's aim and the press moves what was aimed at from under it: on a loaded machine a
+ * press landed elsewhere ("New session" never left home, a project's Delete opened no dialog).
+ * A person waits for the page to settle; so do the tests.
+ */
+export async function settledHome(page, base) {
+  await page.goto(`${base}/`);
+  await page.locator('#instances .card-head').waitFor();
+  await page.locator('#board > :not(h2)').first().waitFor({ state: 'attached' });
+  await page.locator('#quota[data-state]').waitFor({ state: 'attached' });
+  await page.locator('#projects', { hasText: 'Loading projects…' }).waitFor({ state: 'detached' });
+  await page.locator('#browse', { hasText: 'Listing…' }).waitFor({ state: 'detached' });
+}
+
 /** Collects a page's console errors and uncaught exceptions. */
 export function watchConsole(page) {
   const errors = [];

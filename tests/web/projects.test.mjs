@@ -6,7 +6,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Stack, launchBrowser, watchConsole, until, WAIT } from './harness.mjs';
+import { Stack, launchBrowser, watchConsole, until, settledHome, WAIT } from './harness.mjs';
 
 describe('web client projects', () => {
   let stack; let browser; let page; let errors; let ed; let closed;
@@ -36,16 +36,9 @@ describe('web client projects', () => {
 
   const project = () => page.locator(`#projects .project[data-path="${stack.project}"]`);
 
-  // The home screen, once its cards above the projects have filled in. They fill as their own
-  // requests come back (the live sessions after the hub has probed every bridge, the board,
-  // the quota), and a card growing between a click's aim and its press moves the button away
-  // from under it: on a loaded machine a project's Delete was pressed, the press landed
-  // elsewhere and its dialog never opened. A person waits for the page to settle; so does this.
+  // The home screen, once its cards have filled in (`settledHome`), with the project listed.
   async function home() {
-    await page.goto(`${stack.base}/`);
-    await page.locator('#instances .card-head').waitFor();
-    await page.locator('#board > :not(h2)').first().waitFor({ state: 'attached' });
-    await page.locator('#quota[data-state]').waitFor({ state: 'attached' });
+    await settledHome(page, stack.base);
     await project().waitFor();
   }
 

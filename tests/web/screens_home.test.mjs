@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
-import { Stack, BIN, SHOTS, launchBrowser, watchConsole, until } from './harness.mjs';
+import { Stack, BIN, SHOTS, launchBrowser, watchConsole, until, settledHome } from './harness.mjs';
 
 const PHONE = { width: 390, height: 844 };
 // "null", "nullnull", "undefined", "NaN" as words (not inside "nullable"), "[object Object]".
@@ -157,7 +157,7 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
 
   it('creates a session only when its first prompt is sent, and lists it on home after', async () => {
     const before = (await ed.call('session/list', {})).sessions.length;
-    await page.goto(`${stack.base}/`);
+    await settledHome(page, stack.base);
     await page.locator(`[data-instance="${ed.id}"] a.button`, { hasText: 'New session' }).click();
     await page.locator('#send:not([disabled])').waitFor();
     assert.match(new URL(page.url()).pathname, /^\/n\/\d+$/, 'still the new-session route');

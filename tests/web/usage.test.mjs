@@ -9,7 +9,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
-import { Stack, Editor, BIN, ROOT, launchBrowser } from './harness.mjs';
+import { Stack, Editor, BIN, ROOT, launchBrowser, settledHome } from './harness.mjs';
 import { phonePage, looksRight } from './look.mjs';
 
 const DAY_MS = 86400000;
@@ -47,7 +47,7 @@ describe('web client token usage', () => {
 
   it('says nothing was recorded yet, from the home screen\'s link', async () => {
     const page = await phonePage(browser, 'light', stack.token);
-    await page.goto(`${stack.base}/`);
+    await settledHome(page, stack.base);
     await page.locator('#usage-link').click();
     await page.waitForURL(/\/usage$/);
     await page.locator('#usage-empty', { hasText: 'No token usage recorded yet' }).waitFor();
@@ -86,7 +86,7 @@ describe('web client token usage', () => {
     await today.close();
 
     const page = await phonePage(browser, 'light', stack.token);
-    await page.goto(`${stack.base}/`);
+    await settledHome(page, stack.base);
     await page.locator('#usage-note', { hasText: '525 tokens in 7 days' }).waitFor();
     await page.locator('#usage-link').click();
     await page.locator('#usage-total', { hasText: '525' }).waitFor();
