@@ -168,23 +168,23 @@ impl Store {
 
     fn prepare(&mut self) -> Result<(), rusqlite::Error> {
         // Reading the header first turns "file is not a database" into an error here.
-        let app: i64 = self.conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
-        let tables: i64 =
-            self.conn
-                .query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table'", [], |r| r.get(0))?;
-        if app != APPLICATION_ID && (app != 0 || tables > 0) {
-            return Err(rusqlite::Error::InvalidParameterName(
-                "this SQLite file belongs to another program (not a zcode-acp journal)".into(),
-            ));
-        }
+        let (app, version) = self.header()?;
         // Per connection: cheap, and no lock.
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
         self.conn.pragma_update(None, "foreign_keys", "ON")?;
         let known = MIGRATIONS.len() as i64;
-        let version: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         if app == APPLICATION_ID && version == known {
             // Ours and current (so already in WAL mode, which the file remembers): nothing to
             // write, so no write lock to wait for behind the other writers.
+            return Ok(());
+        }
+        // Creating or migrating the file: one process at a time. A hub and a bridge starting
+        // together on a new home both did it at once, and one of them failed ("database is
+        // locked" switching to WAL, or the file taken for another program's).
+        let _one = crate::settings::safe::lock(&self.path)
+            .map_err(|r| rusqlite::Error::InvalidParameterName(r.error))?;
+        let (app, version) = self.header()?;
+        if app == APPLICATION_ID && version == known {
             return Ok(());
         }
         self.conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -202,6 +202,26 @@ impl Store {
         }
         tx.pragma_update(None, "application_id", APPLICATION_ID)?;
         tx.commit()
+    }
+
+    /// The file's application id and schema version, refusing another program's file. One
+    /// statement, so one snapshot: read apart, a new file's id could come from before another
+    /// process's migration and its tables from after (a file with tables and no id: "another
+    /// program's").
+    fn header(&self) -> Result<(i64, i64), rusqlite::Error> {
+        let (app, version, tables): (i64, i64, i64) = self.conn.query_row(
+            "SELECT (SELECT application_id FROM pragma_application_id), \
+                    (SELECT user_version FROM pragma_user_version), \
+                    (SELECT count(*) FROM sqlite_master WHERE type = 'table')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        if app != APPLICATION_ID && (app != 0 || tables > 0) {
+            return Err(rusqlite::Error::InvalidParameterName(
+                "this SQLite file belongs to another program (not a zcode-acp journal)".into(),
+            ));
+        }
+        Ok((app, version))
     }
 
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction, committed if it returns `Ok`.

@@ -32,6 +32,25 @@ fn a_current_store_opens_and_reads_while_another_connection_holds_the_write_lock
     writer.execute_batch("ROLLBACK").unwrap();
 }
 
+/// A hub and a bridge starting together on a fresh home open the new file at once: the one
+/// that did not migrate read the id before the other's commit and the tables after it, and
+/// refused the file as another program's (the bridge then ran without a journal).
+#[test]
+fn processes_opening_a_new_store_at_once_all_open_it() {
+    for round in 0..40 {
+        let dir = tempfile::tempdir().unwrap();
+        let opened: Vec<Result<(), String>> = std::thread::scope(|s| {
+            let opens: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| Store::open_in(dir.path()).map(drop).map_err(|e| e.to_string())))
+                .collect();
+            opens.into_iter().map(|o| o.join().unwrap()).collect()
+        });
+        for o in opened {
+            assert_eq!(o, Ok(()), "round {round}");
+        }
+    }
+}
+
 #[test]
 fn foreign_and_corrupt_files_are_refused_by_name_and_left_alone() {
     let dir = tempfile::tempdir().unwrap();
