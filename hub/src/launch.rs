@@ -99,7 +99,7 @@ pub async fn launch(hub: &Arc<Hub>, path: &Path, session: Option<String>, headle
         (map.entry(key.clone()).or_default().clone(), joined)
     };
     if joined {
-        tracing::info!(workspace = %key.0, "an identical create is under way: joining it");
+        tracing::info!(workspace = ?key.0, "an identical create is under way: joining it");
     }
     let out = cell
         .get_or_init(|| spawn_and_wait(hub.clone(), path.to_owned(), session, headless_only))
