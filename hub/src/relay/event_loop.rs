@@ -14,7 +14,9 @@
 //! reaches the ping). A leg the hub is not reading from (backpressure: its bytes wait for its
 //! partner) is never judged, and a ping that cannot be written (the leg takes nothing) is not
 //! counted: such a leg is left to TCP, whose user timeout (set on both legs) ends a connection
-//! whose written bytes stay unacknowledged, or whose window stays shut, for too long.
+//! whose written bytes stay unacknowledged, or whose window stays shut, for too long. Before a
+//! leg is judged silent its socket is read once more: its answer may have come after the turn's
+//! `poll` (the thread off its CPU between the two).
 
 use super::frame::{self, Op};
 use super::pipe::{self, Fault, Pipe, Read};
@@ -516,6 +518,17 @@ impl Loop {
         if r.ending.is_some() {
             return;
         }
+        // Bytes that came after this turn's `poll` (the thread may have been off its CPU
+        // between the two) are read before a leg is judged: the answer may be among them.
+        if overdue(&r.c, now, ping) || overdue(&r.b, now, ping) {
+            (r.c.readable, r.b.readable) = (true, true);
+            self.drive(slot);
+            let Some(Some(r)) = self.slots.get_mut(slot) else { return };
+            if r.ending.is_some() {
+                return;
+            }
+        }
+        let Some(Some(r)) = self.slots.get_mut(slot) else { return };
         if silent(&mut r.c, &r.up, now, ping) {
             return self.end(slot, End::Silent(Side::Client));
         }
@@ -625,12 +638,20 @@ fn silent(leg: &mut Leg, from: &Pipe, now: Instant, period: Duration) -> bool {
         *at = now;
         return false;
     }
-    let reading = Duration::from_millis(ahead.saturating_mul(1000) / SLOWEST_READER);
-    let late = now >= *at + SILENT_PERIODS * period + reading;
+    let (at, ahead) = (*at, *ahead);
+    let late = overdue(leg, now, period);
     if late {
-        tracing::debug!(waited = ?now.duration_since(*at), ahead, "a relayed leg left a ping unanswered");
+        tracing::debug!(waited = ?now.duration_since(at), ahead, "a relayed leg left a ping unanswered");
     }
     late
+}
+
+/// Whether `leg`'s ping, written at `at`, has gone unanswered past its time at `now` (two
+/// periods, and the time to read at [`SLOWEST_READER`] what went to it ahead of the ping).
+fn overdue(leg: &Leg, now: Instant, period: Duration) -> bool {
+    let Ping::Written { at, ahead, .. } = leg.ping else { return false };
+    let reading = Duration::from_millis(ahead.saturating_mul(1000) / SLOWEST_READER);
+    now >= at + SILENT_PERIODS * period + reading
 }
 
 /// Writes `pipe`'s rest to `dst` if it takes it; whether something is still owed to it.
@@ -723,4 +744,75 @@ fn approve(pipe: &mut Pipe, src: &mut Leg, from: Side, close: &mut Option<Option
         *close = Some(code);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read as _, Write as _};
+    use std::os::unix::net::UnixStream as StdUnix;
+
+    /// A connected pair: the peer's end (blocking) and the hub's (non-blocking).
+    fn pair() -> (std::net::TcpStream, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (hub_end, _) = listener.accept().unwrap();
+        hub_end.set_nonblocking(true).unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        (peer, hub_end)
+    }
+
+    /// The opcode of the next frame a peer reads (a control frame: short, whole).
+    fn next_opcode(peer: &mut std::net::TcpStream) -> u8 {
+        let mut head = [0u8; 2];
+        peer.read_exact(&mut head).unwrap();
+        let masked = head[1] & 0x80 != 0;
+        let mut rest = vec![0u8; usize::from(head[1] & 0x7f) + if masked { 4 } else { 0 }];
+        peer.read_exact(&mut rest).unwrap();
+        head[0] & 0x0f
+    }
+
+    #[test]
+    fn a_pong_that_came_after_the_poll_answers_the_ping_before_the_leg_is_judged() {
+        let (control, _control_peer) = StdUnix::pair().unwrap();
+        control.set_nonblocking(true).unwrap();
+        let (bell, _bell_peer) = StdUnix::pair().unwrap();
+        bell.set_nonblocking(true).unwrap();
+        let (_commands, rx) = mpsc::channel();
+        let ping = Duration::from_millis(100);
+        let bell = Bell { ended: Default::default(), socket: bell };
+        let mut lp = Loop::new(control, rx, bell, ping).unwrap();
+        let (mut client, hub_c) = pair();
+        let (mut bridge, hub_b) = pair();
+        let on_end = Box::new(|_| {});
+        lp.open(super::super::Open {
+            client: hub_c,
+            client_early: vec![],
+            bridge: hub_b,
+            bridge_early: vec![],
+            on_end,
+        });
+        // A tick: each leg gets its ping, written at once.
+        let first = lp.next_ping;
+        lp.expire(first);
+        assert_eq!(next_opcode(&mut client), 0x9, "the client's ping");
+        assert_eq!(next_opcode(&mut bridge), 0x9, "the bridge's ping");
+        // Both answer, but the loop does not poll again before its next tick (as when the thread
+        // lost its CPU between a poll and the clock reading that follows it).
+        client.write_all(&frame::control(Op::Pong, pipe::PING_PAYLOAD, Some(frame::mask_key()))).unwrap();
+        bridge.write_all(&frame::control(Op::Pong, pipe::PING_PAYLOAD, None)).unwrap();
+        let r = lp.slots[0].as_ref().unwrap();
+        for (leg, name) in [(&r.c, "client"), (&r.b, "bridge")] {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while leg.io.peek(&mut [0u8; 1]).is_err() {
+                assert!(Instant::now() < deadline, "the {name}'s pong never reached the hub's socket");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        // Judged long past the legs' time: their pongs are read first, and they answered.
+        lp.expire(first + 10 * ping);
+        let r = lp.slots[0].as_ref().expect("the relay was ended");
+        assert_eq!(r.ending, None, "a leg whose pong waited in its socket was judged silent");
+        assert!(r.c.acked > 0 && r.b.acked > 0, "both pongs were taken");
+    }
 }
