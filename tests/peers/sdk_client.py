@@ -18,6 +18,7 @@ one JSON report on stdout; the Rust test (tests/tests/python_sdk.rs) judges it.
 import argparse
 import asyncio
 import json
+import os
 import sys
 from typing import Any
 
@@ -116,14 +117,16 @@ async def read_back(conn: Any, rec: Recorder, sid: str, cwd: str) -> dict[str, A
 async def run_stdio(args: argparse.Namespace) -> dict[str, Any]:
     rec = Recorder()
     command = args.command
+    # The SDK passes its child a trimmed environment (PATH, HOME, ...) unless given one: the
+    # bridge would leave the test's home and ports for the user's own (and start a hub there).
     async with spawn_agent_process(
-        rec, command[0], *command[1:], cwd=args.cwd, use_unstable_protocol=True
+        rec, command[0], *command[1:], env=dict(os.environ), cwd=args.cwd, use_unstable_protocol=True
     ) as (conn, _process):
         init = await initialize(conn)
         sid = (await conn.new_session(cwd=args.cwd)).session_id
         for i in range(1, 7):
             await conn.prompt(session_id=sid, prompt=[text_block(f"turn {i}")])
-        out = {"protocolVersion": init.protocol_version, "elicit": await elicit(conn, rec, sid)}
+        out = {"protocolVersion": init.protocol_version, "sessionId": sid, "elicit": await elicit(conn, rec, sid)}
         out.update(await read_back(conn, rec, sid, args.cwd))
         return out
 

@@ -39,6 +39,29 @@ struct World {
     hub: Hub,
 }
 
+impl Drop for World {
+    /// The serve bridges still listed go with the test (some tests keep them from idling out
+    /// for minutes): left running, each would start a hub of its own in the removed home.
+    fn drop(&mut self) {
+        let r = http(self.hub.port, "GET", "/api/instances", &[AUTH], b"");
+        let list = if r.status == 200 { r.json() } else { Value::Null };
+        let serve: Vec<u32> = list
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|i| i["origin"] == "serve")
+            .filter_map(|i| i["pid"].as_u64().and_then(|p| u32::try_from(p).ok()))
+            .collect();
+        for &pid in &serve {
+            let pid = nix::unistd::Pid::from_raw(pid as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        }
+        for pid in serve {
+            zcode_tests::hub::wait_gone(pid, zcode_tests::WAIT);
+        }
+    }
+}
+
 fn world(extra: &[(&str, &str)]) -> World {
     assert_eq!(TEST_TOKEN, AUTH.1.trim_start_matches("Bearer "));
     let home = Home::new();

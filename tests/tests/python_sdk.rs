@@ -80,6 +80,11 @@ fn the_python_sdk_drives_the_bridge_over_stdio() {
     let mut history: Vec<&str> = turns.iter().map(String::as_str).collect();
     history.push("elicit");
     check_report(&r, &history);
+    // The bridge the SDK spawned kept to the test's home (the SDK trims its child's
+    // environment unless given one): its journal holds the session.
+    let sid = r["sessionId"].as_str().expect("the session id");
+    let store = zcode_shared::store::Store::open_in(&home.path().join("data")).expect("the journal");
+    assert!(store.counters(sid).expect("counters").is_some(), "{sid} is not in the test home's journal");
 }
 
 #[test]
