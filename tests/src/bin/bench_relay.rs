@@ -14,7 +14,9 @@
 //! All but the last run `BENCH_ROUNDS` times (default 5), the targets taking turns each round
 //! (every latency first, then every busy phase, in an order that turns by one each round), and
 //! the medians of the rounds are reported: a slow spell of the shared machine then hits every
-//! target alike, and so does being measured first, second or third.
+//! target alike, and so does being measured first, second or third. For 64 B also the median
+//! of each round's own difference from the direct target (paired), and each round's figures go
+//! to stderr.
 
 use std::io::ErrorKind;
 use std::net::TcpStream;
@@ -98,7 +100,12 @@ fn main() {
         let order: Vec<usize> = (0..n).map(|i| (i + round - 1) % n).collect();
         for &i in &order {
             eprintln!("bench-relay: round {round}/{rounds}: latency, {} …", targets[i].name);
-            rows[i].small.push(percentiles(&mut conns[i], 64, 100, 1000));
+            let small = percentiles(&mut conns[i], 64, 100, 1000);
+            eprintln!(
+                "bench-relay: round {round}/{rounds}: 64 B p50 / p99 {:.0} / {:.0} µs",
+                small.0, small.1
+            );
+            rows[i].small.push(small);
             rows[i].large.push(percentiles(&mut conns[i], 64 * 1024, 20, 200));
         }
         for &i in &order {
@@ -364,6 +371,18 @@ fn print_table(targets: &[Target], rows: &[Row]) {
     line(
         "added p50 / p99 vs direct, 64 B (µs)",
         rows.iter().map(|r| pair((small(r).0 - ds.0, small(r).1 - ds.1))).collect(),
+    );
+    // Each round's own difference (the targets measured one after the other in it), then the
+    // median of those: a slow spell of the machine that lasts a round hits both sides of it.
+    let paired = |r: &Row| {
+        let d = |f: fn(&(f64, f64)) -> f64| {
+            median(r.small.iter().zip(&direct.small).map(|(x, y)| f(x) - f(y)).collect())
+        };
+        (d(|x| x.0), d(|x| x.1))
+    };
+    line(
+        "added p50 / p99 vs direct, 64 B, paired: median of each round's difference (µs)",
+        rows.iter().map(|r| pair(paired(r))).collect(),
     );
     line(
         "64 KiB round trip p50 / p99, medians of the rounds (µs)",
