@@ -326,9 +326,9 @@ fn a_client_reading_at_50_kib_per_second_gets_a_20_mb_replay_through_the_hub_and
     // bridge's wait behind data the hub cannot pass on yet. A second, not the 200 ms:
     // at 200 ms a bridge on a loaded machine (load ~15 on 2 vCPUs) was off its CPU past two
     // periods. Known and not fixed yet, at any interval: the bridge→hub leg moves in bursts
-    // seconds apart (the bridge's kernel in zero-window probe backoff while the relay reads
-    // 16 KiB at a time), and once a pause passed the bridge's 10 s stall rule and it dropped
-    // the client. The bridge feeds the replay as the client drains it (it is past the
+    // seconds apart (seen with `ss`: the bridge's socket in timer backoff with data queued and
+    // room at the hub; a window update not reaching it is the suspect), and once a pause
+    // passed the bridge's 10 s stall rule and it dropped the client. The bridge feeds the replay as the client drains it (it is past the
     // bridge's 8 MiB live-queue limit).
     // ZCODE_TEST_SLOW_MB picks another size (for a quick run).
     let mb: usize = std::env::var("ZCODE_TEST_SLOW_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(20);

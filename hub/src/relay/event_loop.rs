@@ -523,12 +523,10 @@ impl Loop {
         if overdue(&r.c, now, ping) || overdue(&r.b, now, ping) {
             (r.c.readable, r.b.readable) = (true, true);
             self.drive(slot);
-            let Some(Some(r)) = self.slots.get_mut(slot) else { return };
-            if r.ending.is_some() {
-                return;
-            }
         }
-        let Some(Some(r)) = self.slots.get_mut(slot) else { return };
+        let Some(r) = self.slots.get_mut(slot).and_then(Option::as_mut).filter(|r| r.ending.is_none()) else {
+            return;
+        };
         if silent(&mut r.c, &r.up, now, ping) {
             return self.end(slot, End::Silent(Side::Client));
         }
