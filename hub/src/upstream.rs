@@ -14,7 +14,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::net::Ipv4Addr;
 use std::time::Duration;
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio_tungstenite::tungstenite::handshake::{client::generate_key, derive_accept_key};
 use zcode_shared::peer::PeerError;
 
@@ -46,11 +46,39 @@ pub enum DialError {
     BadHandshake,
 }
 
+/// The receive buffer asked of the kernel for a relayed WebSocket's bridge leg (it doubles
+/// it), set before the connect so the window the hub offers is sized to it from the start.
+/// The relay reads that leg only as fast as the client drains, and the kernel reopens a
+/// closed receive window only once a good part of its buffer is free (receiver-side silly
+/// window avoidance): with the loopback's autotuned buffer (past 1 MiB after a replay's first
+/// burst) the hub held ~0.5 MB of the bridge's output unread, and a phone reading at 50 KiB/s
+/// let the bridge write nothing for 6–9 s at a time while it read steadily (past the
+/// bridge's stall rule for a slower phone). 128 KiB reopens the window every ~64 KiB drained.
+const BRIDGE_RECEIVE_BUFFER: u32 = 64 * 1024;
+
+/// The MSS the hub announces on that leg (loopback's is ~64 KiB). A sender does not use a
+/// window smaller than one segment until its zero-window probe timer fires, and that timer
+/// backs off to seconds; with 16 KiB segments every window the hub reopens is usable at once.
+const BRIDGE_SEGMENT: u32 = 16 * 1024;
+
 /// A TCP connection to the bridge on `port`, within [`CONNECT_TIMEOUT`], once its other end
 /// is known to belong to this user.
 pub async fn connect(port: u16) -> Result<TcpStream, DialError> {
-    let s = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((Ipv4Addr::LOCALHOST, port))).await
-    {
+    connect_with(port, false).await
+}
+
+/// [`connect`]; for a relay's leg (`relay`), with [`BRIDGE_RECEIVE_BUFFER`] and
+/// [`BRIDGE_SEGMENT`] set before the connect.
+async fn connect_with(port: u16, relay: bool) -> Result<TcpStream, DialError> {
+    let dial = async {
+        let socket = TcpSocket::new_v4()?;
+        if relay {
+            socket.set_recv_buffer_size(BRIDGE_RECEIVE_BUFFER)?;
+            nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::TcpMaxSeg, &BRIDGE_SEGMENT)?;
+        }
+        socket.connect((Ipv4Addr::LOCALHOST, port).into()).await
+    };
+    let s = match tokio::time::timeout(CONNECT_TIMEOUT, dial).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(DialError::Connect(e)),
         Err(_) => return Err(DialError::Timeout),
@@ -101,7 +129,7 @@ pub async fn dial_ws(port: u16, token: &str) -> Result<(TcpStream, Vec<u8>), Dia
 }
 
 async fn dial_ws_inner(port: u16, token: &str) -> Result<(TcpStream, Vec<u8>), DialError> {
-    let tcp = connect(port).await?;
+    let tcp = connect_with(port, true).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
     // Drives the connection until it is upgraded (or refused).
     tokio::spawn(conn.with_upgrades());
