@@ -73,8 +73,14 @@ async fn connect_with(port: u16, relay: bool) -> Result<TcpStream, DialError> {
     let dial = async {
         let socket = TcpSocket::new_v4()?;
         if relay {
-            socket.set_recv_buffer_size(BRIDGE_RECEIVE_BUFFER)?;
-            nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::TcpMaxSeg, &BRIDGE_SEGMENT)?;
+            // Best effort: a kernel that refuses either still relays, with the old pauses.
+            if let Err(e) = socket.set_recv_buffer_size(BRIDGE_RECEIVE_BUFFER) {
+                tracing::debug!(port, "the bridge leg's receive buffer was not set: {e}");
+            }
+            let segment = nix::sys::socket::sockopt::TcpMaxSeg;
+            if let Err(e) = nix::sys::socket::setsockopt(&socket, segment, &BRIDGE_SEGMENT) {
+                tracing::debug!(port, "the bridge leg's MSS was not set: {e}");
+            }
         }
         socket.connect((Ipv4Addr::LOCALHOST, port).into()).await
     };
