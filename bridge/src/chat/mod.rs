@@ -128,6 +128,11 @@ pub async fn run(opts: ChatOptions) -> std::io::Result<i32> {
     chat.say(&format!("zcode-acp chat in {} — starting the agent…\n", chat.opts.cwd.display()));
     let init = json!({"protocolVersion": 1, "clientCapabilities": {}, "clientInfo": {"name": "zcode-acp-chat", "version": zcode_shared::VERSION}});
     chat.request("initialize", init, Purpose::Initialize).await;
+    // One listener for the chat's whole life: `ctrl_c()` made anew at each turn of the loop
+    // saw only a Ctrl-C that came while it waited, and one pressed while a message was being
+    // handled (a streaming turn keeps the loop busy) was lost (seen under load: the window
+    // kept ticking after Ctrl-C).
+    let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let code = loop {
         tokio::select! {
             m = msgs.recv() => match m {
@@ -141,7 +146,7 @@ pub async fn run(opts: ChatOptions) -> std::io::Result<i32> {
                 Some(l) => chat.on_line(l).await,
                 None => break 0,
             },
-            _ = tokio::signal::ctrl_c() => {
+            _ = interrupts.recv() => {
                 if chat.running > 0 {
                     if let Some(sid) = chat.session.clone() {
                         chat.send(jsonrpc::notification("session/cancel", json!({"sessionId": sid}))).await;
