@@ -1,7 +1,7 @@
 //! The editor's connection: JSON-RPC lines on this process's stdin and stdout.
 
 use crate::router::{EDITOR, Event, Outbox, OutboxReader};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use zcode_shared::jsonrpc::RawMessage;
@@ -13,7 +13,10 @@ pub async fn connect_editor(events: mpsc::Sender<Event>, tracker: &TaskTracker) 
     let _ = events
         .send(Event::Connected { client: EDITOR, kind: crate::router::ClientKind::Editor, outbox })
         .await;
-    tracker.spawn(write_stdout(reader));
+    match stdout_pipe() {
+        Some(pipe) => tracker.spawn(write_stdout(pipe, reader)),
+        None => tracker.spawn(write_stdout(tokio::io::stdout(), reader)),
+    };
     tracker.spawn(async move {
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
         loop {
@@ -40,11 +43,21 @@ pub async fn connect_editor(events: mpsc::Sender<Event>, tracker: &TaskTracker) 
 /// The most bytes gathered into one write to stdout.
 const STDOUT_BATCH: usize = 64 * 1024;
 
-/// Writes the editor's lines. tokio's stdout runs each write on the blocking pool, so the
-/// lines queued meanwhile (an agent streaming) go out together: one write per batch, not
-/// three (line, newline, flush) per line.
-async fn write_stdout(mut reader: OutboxReader) {
-    let mut out = tokio::io::stdout();
+/// Stdout, when it is a pipe (an editor spawns the bridge with pipes), opened anew as a
+/// non-blocking pipe the runtime polls: written from the worker, no thread between. tokio's
+/// stdout runs every write on the blocking pool instead: two thread wake-ups per write (the
+/// pool's thread, then the worker again), a third of the bridge's CPU while an agent streams
+/// (`scripts/bench-bridge`). Opened through `/proc/self/fd/1`, so the non-blocking flag is
+/// on a file description of this process's own: the one the editor handed over (shared with
+/// whatever else it gave it to) stays as it was. `None` (a terminal, a file, a socket, no
+/// `/proc`): tokio's stdout.
+fn stdout_pipe() -> Option<tokio::net::unix::pipe::Sender> {
+    tokio::net::unix::pipe::OpenOptions::new().open_sender("/proc/self/fd/1").ok()
+}
+
+/// Writes the editor's lines; the lines queued meanwhile (an agent streaming) go out
+/// together: one write per batch, not three (line, newline, flush) per line.
+async fn write_stdout(mut out: impl AsyncWrite + Unpin, mut reader: OutboxReader) {
     let mut buf = Vec::new();
     while let Some(line) = reader.recv().await {
         buf.extend_from_slice(&line);

@@ -1,9 +1,10 @@
 //! The journal: every session's history, written to the machine's SQLite store by one thread
 //! per bridge process, merged into the contract's messages, and read back as replay slices.
 //!
-//! The router hands it `session/update` lines as they fan out (cheap: a channel send); the
-//! thread parses, merges ([`merge`]) and commits in small batches (a write is durable within
-//! 100 ms of its send, [`BATCH_WINDOW`], unless the machine stalls the commit). A read
+//! The router hands it `session/update` lines as they fan out (cheap: a channel send that
+//! wakes nobody while a batch is open); the thread parses, merges ([`merge`]) and commits in
+//! small batches (a write is durable within 100 ms of its send, [`BATCH_WINDOW`], unless the
+//! machine stalls the commit). A read
 //! is queued behind every write the router sent before it, so it sees exactly the history the
 //! router had at that instant: the replay's read and the start of the client's queue are one
 //! atomic step.
@@ -57,6 +58,13 @@ enum Op {
     Flush(mpsc::Sender<()>),
 }
 
+impl Op {
+    /// Someone waits for this op's answer: it wakes the thread even while a batch is open.
+    fn awaited(&self) -> bool {
+        matches!(self, Op::Read { .. } | Op::Delete { .. } | Op::Query(_) | Op::Flush(_))
+    }
+}
+
 /// The journal connection's page cache, KiB.
 const JOURNAL_CACHE_KIB: u32 = 256;
 
@@ -66,6 +74,8 @@ const JOURNAL_CACHE_KIB: u32 = 256;
 pub struct Journal {
     /// Each op with when it was sent: a batch's age counts from its oldest write's send.
     tx: Option<mpsc::Sender<(Instant, Op)>>,
+    /// The journal thread, unparked for an [`Op::awaited`] op (see [`Worker::run`]).
+    thread: Option<std::thread::Thread>,
 }
 
 /// Retention: a session keeps at most this many messages (older whole turns are dropped).
@@ -84,23 +94,28 @@ impl Journal {
         // only the tree's right edge, and a replay reads its slice once.
         store.cap_cache(JOURNAL_CACHE_KIB)?;
         let (tx, rx) = mpsc::channel();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("journal".into())
             .spawn(move || Worker::new(store, retention).run(&rx))
             .map_err(|e| StoreError::Open { path: data_dir.to_owned(), reason: e.to_string() })?;
-        Ok(Journal { tx: Some(tx) })
+        Ok(Journal { tx: Some(tx), thread: Some(thread.thread().clone()) })
     }
 
     /// A journal that keeps nothing (the store could not be opened).
     pub fn disabled() -> Journal {
-        Journal { tx: None }
+        Journal { tx: None, thread: None }
     }
 
     fn send(&self, op: Op) -> Result<(), Op> {
+        let awaited = op.awaited();
         match &self.tx {
-            Some(tx) => tx.send((Instant::now(), op)).map_err(|e| e.0.1),
-            None => Err(op),
+            Some(tx) => tx.send((Instant::now(), op)).map_err(|e| e.0.1)?,
+            None => return Err(op),
         }
+        if let (true, Some(thread)) = (awaited, &self.thread) {
+            thread.unpark();
+        }
+        Ok(())
     }
 
     /// Records where a session lives.
@@ -234,19 +249,32 @@ impl Worker {
         }
     }
 
+    /// The thread's loop. With no batch open it waits in `recv`: the first write wakes it.
+    /// While a batch is open it does not wait on the channel (a sender wakes a receiver
+    /// blocked in `recv` on every send: a futex wake per streamed update, a fifth of the
+    /// bridge's CPU in a fan-out, `scripts/bench-bridge`). It parks until the batch is due,
+    /// then takes what came meanwhile; an op someone waits for ([`Op::awaited`]) unparks it.
     fn run(mut self, rx: &mpsc::Receiver<(Instant, Op)>) {
         loop {
             let op = match self.since {
-                None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
-                Some(t) => rx.recv_timeout(COMMIT_AFTER.saturating_sub(t.elapsed())),
+                None => rx.recv().map_err(|_| mpsc::TryRecvError::Disconnected),
+                Some(t) => match rx.try_recv() {
+                    Err(mpsc::TryRecvError::Empty) => {
+                        match COMMIT_AFTER.checked_sub(t.elapsed()).filter(|left| !left.is_zero()) {
+                            Some(left) => std::thread::park_timeout(left),
+                            None => self.commit(),
+                        }
+                        continue;
+                    }
+                    op => op,
+                },
             };
             match op {
                 Ok((at, op)) => {
                     self.sent = at;
                     self.handle(op)
                 }
-                Err(mpsc::RecvTimeoutError::Timeout) => self.commit(),
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Err(_) => {
                     self.commit();
                     return;
                 }
