@@ -7,7 +7,8 @@
 //! updates checked complete and in order, the bridge's CPU per delivered update, the journal's
 //! lag ([`journal_lag`]) and the bridge's RSS with the clients attached, and how long the
 //! bridge's threads and the bench's client readers waited for a CPU (the run queue) during
-//! the phase: on a 2-CPU machine the p99 follows that wait, not the bridge's own path.
+//! the phase, and how much CPU time the host took from this machine meanwhile (steal, of a
+//! virtual machine): on a 2-CPU machine the p99 follows those, not the bridge's own path.
 
 use crate::{Ws, connect, cpu_ns, env_num, read_text, wait_ns, wall_nanos};
 use serde_json::json;
@@ -94,9 +95,9 @@ pub fn run() {
     println!(
         "| bridge | remote clients | editor p50 / p99 (ms) | remote p50 / p99 (ms) | lost / reordered (all receivers) \
          | bridge CPU per delivered update (µs) | journal max lag (ms ≈ updates) | bridge RSS (MiB) \
-         | waiting for a CPU: bridge's threads / the bench's client readers (ms) |"
+         | waiting for a CPU: bridge's threads / the bench's client readers (ms) | stolen by the host (ms, all CPUs) |"
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for (label, exe) in crate::bridges() {
         bridge_rows(&label, &exe);
     }
@@ -147,6 +148,7 @@ fn bridge_rows(label: &str, exe: &std::path::Path) {
         };
         let cpu = cpu_ns(bridge_pid);
         let waited = wait_ns(bridge_pid);
+        let stolen = steal_ms();
         let readers: Vec<_> = remotes
             .drain(..)
             .map(|mut ws| {
@@ -193,6 +195,7 @@ fn bridge_rows(label: &str, exe: &std::path::Path) {
         }
         let cpu = (cpu_ns(bridge_pid) - cpu) as f64 / 1e3;
         let waited = (wait_ns(bridge_pid) - waited) as f64 / 1e6;
+        let stolen = steal_ms() - stolen;
         let own_waited = own_waited as f64 / 1e6;
         let rss = zcode_tests::rss_kib(bridge_pid) as f64 / 1024.0;
         eprintln!("bench-bridge: {label}, {n} clients: {}", rss_parts(bridge_pid));
@@ -209,7 +212,7 @@ fn bridge_rows(label: &str, exe: &std::path::Path) {
         let (e50, e99) = pcts(editor.lat);
         let (r50, r99) = pcts(all.lat);
         println!(
-            "| {label} | {n} | {:.2} / {:.2} | {:.2} / {:.2} | {lost} / {} | {:.2} | {lag_ms:.0} ≈ {:.0} | {rss:.1} | {waited:.0} / {own_waited:.0} |",
+            "| {label} | {n} | {:.2} / {:.2} | {:.2} / {:.2} | {lost} / {} | {:.2} | {lag_ms:.0} ≈ {:.0} | {rss:.1} | {waited:.0} / {own_waited:.0} | {stolen} |",
             e50 / 1e3,
             e99 / 1e3,
             r50 / 1e3,
@@ -245,6 +248,15 @@ fn rss_parts(pid: u32) -> String {
         field("VmHWM:"),
         field("Threads:")
     )
+}
+
+/// The machine's steal time so far, ms (`/proc/stat`, in USER_HZ ticks of 10 ms): time its
+/// virtual CPUs were runnable but the host ran something else.
+fn steal_ms() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks =
+        stat.lines().next().and_then(|l| l.split_whitespace().nth(8)).and_then(|v| v.parse::<u64>().ok());
+    ticks.unwrap_or(0) * 10
 }
 
 /// This thread's run-queue wait so far, ns (/proc/thread-self/schedstat).
