@@ -15,8 +15,9 @@
 //! (every latency first, then every busy phase, in an order that turns by one each round), and
 //! the medians of the rounds are reported: a slow spell of the shared machine then hits every
 //! target alike, and so does being measured first, second or third. For 64 B also the median
-//! of each round's own difference from the direct target (paired), and each round's figures go
-//! to stderr.
+//! of each round's own difference from the direct target (paired), and 64 B round trips taken
+//! with the targets in turn, one round trip each (a slow spell then falls on every target's
+//! samples alike, not on one target's block); each round's figures go to stderr.
 
 use std::io::ErrorKind;
 use std::net::TcpStream;
@@ -50,6 +51,8 @@ struct Row {
     /// Per round: (p50, p99) µs of 64 B and of 64 KiB round trips.
     small: Vec<(f64, f64)>,
     large: Vec<(f64, f64)>,
+    /// Every 64 B round trip taken in turn with the other targets' (all rounds).
+    turns: Vec<Duration>,
     /// Per round: (round trips/s, relay CPU µs per relayed message, user share of it).
     rounds: Vec<(f64, Option<(f64, f64)>)>,
     idle_kib: Option<f64>,
@@ -107,6 +110,15 @@ fn main() {
             );
             rows[i].small.push(small);
             rows[i].large.push(percentiles(&mut conns[i], 64 * 1024, 20, 200));
+        }
+        eprintln!("bench-relay: round {round}/{rounds}: latency, every target in turn …");
+        for ((row, mut turns), t) in rows.iter_mut().zip(in_turn(&mut conns, 64, 100, 2000)).zip(&targets) {
+            let (p50, p99) = pcts(&mut turns);
+            eprintln!(
+                "bench-relay: round {round}/{rounds}: 64 B in turn, {}: p50 / p99 {p50:.0} / {p99:.0} µs",
+                t.name
+            );
+            row.turns.extend(turns);
         }
         for &i in &order {
             eprintln!("bench-relay: round {round}/{rounds}: busy, {} …", targets[i].name);
@@ -167,6 +179,32 @@ fn percentiles(ws: &mut Ws, size: usize, warm: usize, n: usize) -> (f64, f64) {
         round_trip(ws, &msg);
     }
     let mut times: Vec<Duration> = (0..n).map(|_| round_trip(ws, &msg)).collect();
+    times.sort();
+    let at = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)].as_secs_f64() * 1e6;
+    (at(0.50), at(0.99))
+}
+
+/// Each connection's `n` round trips of `size` bytes, after `warm` unmeasured ones, the
+/// connections taking turns one round trip at a time: the targets' samples then span the same
+/// stretch of time, so a slow spell of a shared or virtual machine (another process, the host
+/// taking the CPU) falls on every target alike, where in blocks of `n` it falls on whichever
+/// target was being measured.
+fn in_turn(conns: &mut [Ws], size: usize, warm: usize, n: usize) -> Vec<Vec<Duration>> {
+    let msg = echo_request(size, 1);
+    let mut times: Vec<Vec<Duration>> = conns.iter().map(|_| Vec::with_capacity(n)).collect();
+    for k in 0..warm + n {
+        for (ws, times) in conns.iter_mut().zip(&mut times) {
+            let took = round_trip(ws, &msg);
+            if k >= warm {
+                times.push(took);
+            }
+        }
+    }
+    times
+}
+
+/// (p50, p99) of `times`, µs.
+fn pcts(times: &mut [Duration]) -> (f64, f64) {
     times.sort();
     let at = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)].as_secs_f64() * 1e6;
     (at(0.50), at(0.99))
@@ -383,6 +421,16 @@ fn print_table(targets: &[Target], rows: &[Row]) {
     line(
         "added p50 / p99 vs direct, 64 B, paired: median of each round's difference (µs)",
         rows.iter().map(|r| pair(paired(r))).collect(),
+    );
+    let turns = |r: &Row| pcts(&mut r.turns.clone());
+    let dt = turns(direct);
+    line(
+        "64 B round trip p50 / p99, the targets in turn (one round trip each), every round's together (µs)",
+        rows.iter().map(|r| pair(turns(r))).collect(),
+    );
+    line(
+        "added p50 / p99 vs direct, 64 B, the targets in turn (µs)",
+        rows.iter().map(|r| pair((turns(r).0 - dt.0, turns(r).1 - dt.1))).collect(),
     );
     line(
         "64 KiB round trip p50 / p99, medians of the rounds (µs)",
