@@ -499,6 +499,16 @@ pub fn sdk_example_agent() -> PathBuf {
     path
 }
 
+/// The seq of phase `phase`'s update in `line`, if it is one: the stamp
+/// `bench:PHASE:SEQ:NANOS` of the streaming agent of `scripts/bench-bridge` (`bench-bridge agent`).
+pub fn streamed_seq(line: &str, phase: u64) -> Option<u64> {
+    let at = line.find("bench:")?;
+    let mut parts = line[at + 6..].split([':', '"']);
+    let p: u64 = parts.next()?.parse().ok()?;
+    let seq: u64 = parts.next()?.parse().ok()?;
+    (p == phase).then_some(seq)
+}
+
 /// The demo agent as an upstream command line, streaming with `delay_ms` between chunks.
 pub fn demo_agent(delay_ms: u64) -> Vec<String> {
     vec![bin().display().to_string(), "demo-agent".into(), "--delay-ms".into(), delay_ms.to_string()]

@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use zcode_shared::store::Store;
 use zcode_tests::hub::wait_until;
-use zcode_tests::{Bridge, Home, Peer, TEST_TOKEN, initialize, new_session, prompt};
+use zcode_tests::{Bridge, Home, Peer, TEST_TOKEN, initialize, new_session, prompt, streamed_seq};
 
 /// O_NONBLOCK, as `/proc/<pid>/fdinfo/<fd>` prints a descriptor's flags (octal).
 const O_NONBLOCK: u32 = 0o4000;
@@ -93,15 +93,6 @@ fn port_of(home: &Home, pid: u32) -> u16 {
     port
 }
 
-/// The seq of this phase's streamed update in `line`, if it is one.
-fn seq_of(line: &str, phase: u64) -> Option<u64> {
-    let at = line.find("bench:")?;
-    let mut parts = line[at + 6..].split([':', '"']);
-    let p: u64 = parts.next()?.parse().ok()?;
-    let seq: u64 = parts.next()?.parse().ok()?;
-    (p == phase).then_some(seq)
-}
-
 #[test]
 fn the_editors_stdout_pipe_is_written_through_a_non_blocking_description_of_the_bridges_own() {
     let home = Home::new();
@@ -156,7 +147,7 @@ fn an_editor_that_stops_reading_holds_up_neither_remote_clients_nor_the_journal_
     editor.send(3, "session/prompt", prompt(&sid, &format!("stream 1 {UPDATES} 100000000")));
     let mut seqs = Vec::new();
     while seqs.last() != Some(&(UPDATES - 1)) {
-        if let Some(seq) = seq_of(&remote.recv_raw("the streamed updates, the editor not reading"), 1) {
+        if let Some(seq) = streamed_seq(&remote.recv_raw("the streamed updates, the editor not reading"), 1) {
             seqs.push(seq);
         }
     }
@@ -170,7 +161,7 @@ fn an_editor_that_stops_reading_holds_up_neither_remote_clients_nor_the_journal_
     let mut seqs = Vec::new();
     let answer = loop {
         let line = editor.line();
-        if let Some(seq) = seq_of(&line, 1) {
+        if let Some(seq) = streamed_seq(&line, 1) {
             seqs.push(seq);
         } else if line.contains(r#""id":3"#) {
             break line;

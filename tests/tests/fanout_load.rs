@@ -6,7 +6,7 @@
 use serde_json::json;
 use zcode_shared::store::Store;
 use zcode_tests::hub::wait_until;
-use zcode_tests::{Bridge, Home, Peer, initialize, new_session, prompt};
+use zcode_tests::{Bridge, Home, Peer, initialize, new_session, prompt, streamed_seq};
 
 const CLIENTS: usize = 20;
 const UPDATES: u64 = 3000;
@@ -16,21 +16,12 @@ fn streaming_agent() -> Vec<String> {
     vec![env!("CARGO_BIN_EXE_bench-bridge").into(), "agent".into()]
 }
 
-/// The seqs of this phase's streamed updates in `line`, if it is one.
-fn seq_of(line: &str, phase: u64) -> Option<u64> {
-    let at = line.find("bench:")?;
-    let mut parts = line[at + 6..].split([':', '"']);
-    let p: u64 = parts.next()?.parse().ok()?;
-    let seq: u64 = parts.next()?.parse().ok()?;
-    (p == phase).then_some(seq)
-}
-
 /// Reads `p` until the phase's last update; returns every seq seen, in arrival order.
 fn collect(p: &mut Peer, phase: u64) -> Vec<u64> {
     let mut seqs = Vec::new();
     while seqs.last() != Some(&(UPDATES - 1)) {
         let line = p.recv_raw("the streamed updates");
-        if let Some(seq) = seq_of(&line, phase) {
+        if let Some(seq) = streamed_seq(&line, phase) {
             seqs.push(seq);
         }
     }
@@ -79,6 +70,6 @@ fn a_fast_stream_reaches_the_editor_and_twenty_remote_clients_complete_and_in_or
         journaled >= UPDATES as i64
     });
     let rows = store.messages_before(&sid, i64::MAX, UPDATES as i64 + 10).expect("the messages");
-    let texts: Vec<u64> = rows.iter().filter_map(|m| seq_of(&m.body, 1)).collect();
+    let texts: Vec<u64> = rows.iter().filter_map(|m| streamed_seq(&m.body, 1)).collect();
     assert_eq!(texts, expected, "the journal holds every update once, in order");
 }
