@@ -499,6 +499,15 @@ pub fn sdk_example_agent() -> PathBuf {
     path
 }
 
+/// The machine's steal time so far, ms (`/proc/stat`, in USER_HZ ticks of 10 ms): time its
+/// virtual CPUs were runnable while the host ran something else (the benchmarks print it).
+pub fn steal_ms() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks =
+        stat.lines().next().and_then(|l| l.split_whitespace().nth(8)).and_then(|v| v.parse::<u64>().ok());
+    ticks.unwrap_or(0) * 10
+}
+
 /// The seq of phase `phase`'s update in `line`, if it is one: the stamp
 /// `bench:PHASE:SEQ:NANOS` of the streaming agent of `scripts/bench-bridge` (`bench-bridge agent`).
 pub fn streamed_seq(line: &str, phase: u64) -> Option<u64> {

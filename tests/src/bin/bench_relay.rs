@@ -17,7 +17,8 @@
 //! target alike, and so does being measured first, second or third. For 64 B also the median
 //! of each round's own difference from the direct target (paired), and 64 B round trips taken
 //! with the targets in turn, one round trip each (a slow spell then falls on every target's
-//! samples alike, not on one target's block); each round's figures go to stderr.
+//! samples alike, not on one target's block); each round's figures go to stderr, with the CPU
+//! time the host took from this (virtual) machine during each target's 64 B block.
 
 use std::io::ErrorKind;
 use std::net::TcpStream;
@@ -53,6 +54,8 @@ struct Row {
     large: Vec<(f64, f64)>,
     /// Every 64 B round trip taken in turn with the other targets' (all rounds).
     turns: Vec<Duration>,
+    /// CPU time the host took from this machine during the target's 64 B block, ms, per round.
+    stolen: Vec<u64>,
     /// Per round: (round trips/s, relay CPU µs per relayed message, user share of it).
     rounds: Vec<(f64, Option<(f64, f64)>)>,
     idle_kib: Option<f64>,
@@ -103,15 +106,19 @@ fn main() {
         let order: Vec<usize> = (0..n).map(|i| (i + round - 1) % n).collect();
         for &i in &order {
             eprintln!("bench-relay: round {round}/{rounds}: latency, {} …", targets[i].name);
+            let stolen = zcode_tests::steal_ms();
             let small = percentiles(&mut conns[i], 64, 100, 1000);
+            let stolen = zcode_tests::steal_ms() - stolen;
             eprintln!(
-                "bench-relay: round {round}/{rounds}: 64 B p50 / p99 {:.0} / {:.0} µs",
+                "bench-relay: round {round}/{rounds}: 64 B p50 / p99 {:.0} / {:.0} µs, {stolen} ms stolen by the host",
                 small.0, small.1
             );
             rows[i].small.push(small);
+            rows[i].stolen.push(stolen);
             rows[i].large.push(percentiles(&mut conns[i], 64 * 1024, 20, 200));
         }
         eprintln!("bench-relay: round {round}/{rounds}: latency, every target in turn …");
+        let stolen = zcode_tests::steal_ms();
         for ((row, mut turns), t) in rows.iter_mut().zip(in_turn(&mut conns, 64, 100, 2000)).zip(&targets) {
             let (p50, p99) = pcts(&mut turns);
             eprintln!(
@@ -120,6 +127,10 @@ fn main() {
             );
             row.turns.extend(turns);
         }
+        eprintln!(
+            "bench-relay: round {round}/{rounds}: in turn, {} ms stolen by the host",
+            zcode_tests::steal_ms() - stolen
+        );
         for &i in &order {
             eprintln!("bench-relay: round {round}/{rounds}: busy, {} …", targets[i].name);
             rows[i].rounds.push(busy(&targets[i]));
@@ -424,6 +435,10 @@ fn print_table(targets: &[Target], rows: &[Row]) {
     );
     let turns = |r: &Row| pcts(&mut r.turns.clone());
     let dt = turns(direct);
+    line(
+        "CPU time the host took from this machine during each round's 64 B block (ms; a virtual machine's steal)",
+        rows.iter().map(|r| r.stolen.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")).collect(),
+    );
     line(
         "64 B round trip p50 / p99, the targets in turn (one round trip each), every round's together (µs)",
         rows.iter().map(|r| pair(turns(r))).collect(),

@@ -148,7 +148,7 @@ fn bridge_rows(label: &str, exe: &std::path::Path) {
         };
         let cpu = cpu_ns(bridge_pid);
         let waited = wait_ns(bridge_pid);
-        let stolen = steal_ms();
+        let stolen = zcode_tests::steal_ms();
         let readers: Vec<_> = remotes
             .drain(..)
             .map(|mut ws| {
@@ -195,7 +195,7 @@ fn bridge_rows(label: &str, exe: &std::path::Path) {
         }
         let cpu = (cpu_ns(bridge_pid) - cpu) as f64 / 1e3;
         let waited = (wait_ns(bridge_pid) - waited) as f64 / 1e6;
-        let stolen = steal_ms() - stolen;
+        let stolen = zcode_tests::steal_ms() - stolen;
         let own_waited = own_waited as f64 / 1e6;
         let rss = zcode_tests::rss_kib(bridge_pid) as f64 / 1024.0;
         eprintln!("bench-bridge: {label}, {n} clients: {}", rss_parts(bridge_pid));
@@ -248,15 +248,6 @@ fn rss_parts(pid: u32) -> String {
         field("VmHWM:"),
         field("Threads:")
     )
-}
-
-/// The machine's steal time so far, ms (`/proc/stat`, in USER_HZ ticks of 10 ms): time its
-/// virtual CPUs were runnable but the host ran something else.
-fn steal_ms() -> u64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks =
-        stat.lines().next().and_then(|l| l.split_whitespace().nth(8)).and_then(|v| v.parse::<u64>().ok());
-    ticks.unwrap_or(0) * 10
 }
 
 /// This thread's run-queue wait so far, ns (/proc/thread-self/schedstat).
