@@ -54,6 +54,8 @@ struct Row {
     large: Vec<(f64, f64)>,
     /// Every 64 B round trip taken in turn with the other targets' (all rounds).
     turns: Vec<Duration>,
+    /// Per round: (p50, p99) µs of those.
+    turn_rounds: Vec<(f64, f64)>,
     /// CPU time the host took from this machine during the target's 64 B block, ms, per round.
     stolen: Vec<u64>,
     /// Per round: (round trips/s, relay CPU µs per relayed message, user share of it).
@@ -121,6 +123,7 @@ fn main() {
         let stolen = zcode_tests::steal_ms();
         for ((row, mut turns), t) in rows.iter_mut().zip(in_turn(&mut conns, 64, 100, 2000)).zip(&targets) {
             let (p50, p99) = pcts(&mut turns);
+            row.turn_rounds.push((p50, p99));
             eprintln!(
                 "bench-relay: round {round}/{rounds}: 64 B in turn, {}: p50 / p99 {p50:.0} / {p99:.0} µs",
                 t.name
@@ -196,18 +199,23 @@ fn percentiles(ws: &mut Ws, size: usize, warm: usize, n: usize) -> (f64, f64) {
 }
 
 /// Each connection's `n` round trips of `size` bytes, after `warm` unmeasured ones, the
-/// connections taking turns one round trip at a time: the targets' samples then span the same
+/// connections taking turns one round trip at a time (in an order that turns by one each
+/// time): the targets' samples then span the same
 /// stretch of time, so a slow spell of a shared or virtual machine (another process, the host
 /// taking the CPU) falls on every target alike, where in blocks of `n` it falls on whichever
 /// target was being measured.
 fn in_turn(conns: &mut [Ws], size: usize, warm: usize, n: usize) -> Vec<Vec<Duration>> {
     let msg = echo_request(size, 1);
     let mut times: Vec<Vec<Duration>> = conns.iter().map(|_| Vec::with_capacity(n)).collect();
+    let count = conns.len();
     for k in 0..warm + n {
-        for (ws, times) in conns.iter_mut().zip(&mut times) {
-            let took = round_trip(ws, &msg);
+        // The order turns by one each time: every target follows every other equally often
+        // (a round trip may leave work behind that the next one pays for).
+        for j in 0..count {
+            let i = (j + k) % count;
+            let took = round_trip(&mut conns[i], &msg);
             if k >= warm {
-                times.push(took);
+                times[i].push(took);
             }
         }
     }
@@ -446,6 +454,18 @@ fn print_table(targets: &[Target], rows: &[Row]) {
     line(
         "added p50 / p99 vs direct, 64 B, the targets in turn (µs)",
         rows.iter().map(|r| pair((turns(r).0 - dt.0, turns(r).1 - dt.1))).collect(),
+    );
+    // The same pairing for the round trips taken in turn: each round's difference, then the
+    // median of those (a round whose stretch the host took more of counts once).
+    let paired_turns = |r: &Row| {
+        let d = |f: fn(&(f64, f64)) -> f64| {
+            median(r.turn_rounds.iter().zip(&direct.turn_rounds).map(|(x, y)| f(x) - f(y)).collect())
+        };
+        (d(|x| x.0), d(|x| x.1))
+    };
+    line(
+        "added p50 / p99 vs direct, 64 B, the targets in turn, paired: median of each round's difference (µs)",
+        rows.iter().map(|r| pair(paired_turns(r))).collect(),
     );
     line(
         "64 KiB round trip p50 / p99, medians of the rounds (µs)",
