@@ -539,27 +539,38 @@ impl Bridge {
 
     /// Like [`Bridge::start`], with the bridge's stderr sent where the test says.
     pub fn start_with_stderr(home: &Home, agent: &[String], stderr: Stdio) -> Bridge {
+        Bridge::spawn(home, Bridge::command(home, agent), stderr)
+    }
+
+    /// The command [`Bridge::start`] runs (`zcode-acp bridge -- <agent>`, an ephemeral port,
+    /// [`TEST_TOKEN`]), for a test that wires its stdio itself.
+    pub fn command(home: &Home, agent: &[String]) -> Command {
         let mut args = vec!["bridge", "--"];
         args.extend(agent.iter().map(String::as_str));
         let mut cmd = home.command(&args);
         cmd.env("ZCODE_ACP_REMOTE_PORT", "0").env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN);
-        Bridge::spawn(home, cmd, stderr)
+        cmd
     }
 
     /// Spawns a prepared `zcode-acp bridge` command (the test is its editor) and waits for its
     /// port file.
     pub fn spawn(home: &Home, cmd: Command, stderr: Stdio) -> Bridge {
         let editor = Peer::spawn_with_stderr(cmd, stderr);
-        let file = home.path().join("run").join(format!("bridge-{}.port", editor.pid()));
+        let port = Bridge::port_of(home, editor.pid());
+        Bridge { editor, port }
+    }
+
+    /// The loopback port of bridge `pid` of `home`, once it has written its port file.
+    pub fn port_of(home: &Home, pid: u32) -> u16 {
+        let file = home.path().join("run").join(format!("bridge-{pid}.port"));
         let deadline = Instant::now() + WAIT;
-        let port = loop {
+        loop {
             if let Some(p) = std::fs::read_to_string(&file).ok().and_then(|s| s.trim().parse().ok()) {
-                break p;
+                return p;
             }
             assert!(Instant::now() < deadline, "the bridge never wrote {}", file.display());
             std::thread::sleep(Duration::from_millis(10));
-        };
-        Bridge { editor, port }
+        }
     }
 
     /// A remote client connected to `/acp` with the right token.

@@ -7,7 +7,7 @@
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use zcode_shared::store::Store;
 use zcode_tests::hub::wait_until;
 use zcode_tests::{Bridge, Home, Peer, TEST_TOKEN, initialize, new_session, prompt, streamed_seq};
@@ -36,15 +36,14 @@ struct RawEditor {
 
 impl RawEditor {
     fn start(home: &Home) -> (RawEditor, u16) {
-        let mut args = vec!["bridge", "--"];
-        let agent = streaming_agent();
-        args.extend(agent.iter().map(String::as_str));
-        let mut cmd = home.command(&args);
-        cmd.env("ZCODE_ACP_REMOTE_PORT", "0").env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN);
-        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("the bridge");
+        let mut child = Bridge::command(home, &streaming_agent())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the bridge");
         let stdin = child.stdin.take().expect("stdin");
         let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let port = port_of(home, child.id());
+        let port = Bridge::port_of(home, child.id());
         (RawEditor { child, stdin, stdout }, port)
     }
 
@@ -80,17 +79,6 @@ impl Drop for RawEditor {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// The bridge's port, from its port file.
-fn port_of(home: &Home, pid: u32) -> u16 {
-    let file = home.path().join("run").join(format!("bridge-{pid}.port"));
-    let mut port = 0;
-    wait_until("the bridge's port file", || {
-        port = std::fs::read_to_string(&file).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
-        port != 0
-    });
-    port
 }
 
 #[test]
@@ -175,12 +163,7 @@ fn an_editor_that_stops_reading_holds_up_neither_remote_clients_nor_the_journal_
 fn a_bridge_whose_stdout_is_a_file_answers_into_it() {
     let home = Home::new();
     let out = home.path().join("stdout.jsonl");
-    let mut args = vec!["bridge", "--"];
-    let agent = streaming_agent();
-    args.extend(agent.iter().map(String::as_str));
-    let mut cmd: Command = home.command(&args);
-    cmd.env("ZCODE_ACP_REMOTE_PORT", "0").env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN);
-    let mut child = cmd
+    let mut child = Bridge::command(&home, &streaming_agent())
         .stdin(Stdio::piped())
         .stdout(std::fs::File::create(&out).expect("the stdout file"))
         .spawn()

@@ -72,10 +72,10 @@ const JOURNAL_CACHE_KIB: u32 = 256;
 /// read with an empty history, so the bridge keeps serving without one.
 #[derive(Clone)]
 pub struct Journal {
-    /// Each op with when it was sent: a batch's age counts from its oldest write's send.
-    tx: Option<mpsc::Sender<(Instant, Op)>>,
-    /// The journal thread, unparked for an [`Op::awaited`] op (see [`Worker::run`]).
-    thread: Option<std::thread::Thread>,
+    /// The writer thread's channel (each op with when it was sent: a batch's age counts from
+    /// its oldest write's send) and the thread itself, unparked for an [`Op::awaited`] op (see
+    /// [`Worker::run`]). `None`: disabled.
+    to: Option<(mpsc::Sender<(Instant, Op)>, std::thread::Thread)>,
 }
 
 /// Retention: a session keeps at most this many messages (older whole turns are dropped).
@@ -98,21 +98,19 @@ impl Journal {
             .name("journal".into())
             .spawn(move || Worker::new(store, retention).run(&rx))
             .map_err(|e| StoreError::Open { path: data_dir.to_owned(), reason: e.to_string() })?;
-        Ok(Journal { tx: Some(tx), thread: Some(thread.thread().clone()) })
+        Ok(Journal { to: Some((tx, thread.thread().clone())) })
     }
 
     /// A journal that keeps nothing (the store could not be opened).
     pub fn disabled() -> Journal {
-        Journal { tx: None, thread: None }
+        Journal { to: None }
     }
 
     fn send(&self, op: Op) -> Result<(), Op> {
+        let Some((tx, thread)) = &self.to else { return Err(op) };
         let awaited = op.awaited();
-        match &self.tx {
-            Some(tx) => tx.send((Instant::now(), op)).map_err(|e| e.0.1)?,
-            None => return Err(op),
-        }
-        if let (true, Some(thread)) = (awaited, &self.thread) {
+        tx.send((Instant::now(), op)).map_err(|e| e.0.1)?;
+        if awaited {
             thread.unpark();
         }
         Ok(())

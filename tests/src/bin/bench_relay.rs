@@ -405,75 +405,64 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The medians over the rounds of each round's (p50, p99).
+fn medians(rounds: &[(f64, f64)]) -> (f64, f64) {
+    (median(rounds.iter().map(|x| x.0).collect()), median(rounds.iter().map(|x| x.1).collect()))
+}
+
+/// Each round's (p50, p99) minus `base`'s in the same round, then the medians of those: a slow
+/// spell of the machine that lasts a round hits both sides of it.
+fn paired(rounds: &[(f64, f64)], base: &[(f64, f64)]) -> (f64, f64) {
+    medians(&rounds.iter().zip(base).map(|(x, y)| (x.0 - y.0, x.1 - y.1)).collect::<Vec<_>>())
+}
+
 fn print_table(targets: &[Target], rows: &[Row]) {
     let us = |v: f64| format!("{v:.0}");
     let pair = |(a, b): (f64, f64)| format!("{} / {}", us(a), us(b));
+    let minus = |(a, b): (f64, f64), (c, d): (f64, f64)| (a - c, b - d);
     let opt = |v: Option<String>| v.unwrap_or_else(|| "—".into());
-    let small = |r: &Row| {
-        (median(r.small.iter().map(|x| x.0).collect()), median(r.small.iter().map(|x| x.1).collect()))
-    };
-    let large = |r: &Row| {
-        (median(r.large.iter().map(|x| x.0).collect()), median(r.large.iter().map(|x| x.1).collect()))
-    };
     let direct = &rows[0]; // the first target (direct unless BENCH_ONLY picks another)
     let line = |label: &str, cells: Vec<String>| println!("| {label} | {} |", cells.join(" | "));
     let names: Vec<String> = targets.iter().map(|t| t.name.to_owned()).collect();
     line("", names);
     line("---", targets.iter().map(|_| "---:".to_owned()).collect());
-    let (ds, dl) = (small(direct), large(direct));
+    let (ds, dl) = (medians(&direct.small), medians(&direct.large));
     line(
         "64 B round trip p50 / p99, medians of the rounds (µs)",
-        rows.iter().map(|r| pair(small(r))).collect(),
+        rows.iter().map(|r| pair(medians(&r.small))).collect(),
     );
     line(
         "added p50 / p99 vs direct, 64 B (µs)",
-        rows.iter().map(|r| pair((small(r).0 - ds.0, small(r).1 - ds.1))).collect(),
+        rows.iter().map(|r| pair(minus(medians(&r.small), ds))).collect(),
     );
-    // Each round's own difference (the targets measured one after the other in it), then the
-    // median of those: a slow spell of the machine that lasts a round hits both sides of it.
-    let paired = |r: &Row| {
-        let d = |f: fn(&(f64, f64)) -> f64| {
-            median(r.small.iter().zip(&direct.small).map(|(x, y)| f(x) - f(y)).collect())
-        };
-        (d(|x| x.0), d(|x| x.1))
-    };
     line(
         "added p50 / p99 vs direct, 64 B, paired: median of each round's difference (µs)",
-        rows.iter().map(|r| pair(paired(r))).collect(),
+        rows.iter().map(|r| pair(paired(&r.small, &direct.small))).collect(),
     );
-    let turns = |r: &Row| pcts(&mut r.turns.clone());
-    let dt = turns(direct);
     line(
         "CPU time the host took from this machine during each round's 64 B block (ms; a virtual machine's steal)",
         rows.iter().map(|r| r.stolen.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")).collect(),
     );
+    let turns: Vec<(f64, f64)> = rows.iter().map(|r| pcts(&mut r.turns.clone())).collect();
     line(
         "64 B round trip p50 / p99, the targets in turn (one round trip each), every round's together (µs)",
-        rows.iter().map(|r| pair(turns(r))).collect(),
+        turns.iter().map(|&t| pair(t)).collect(),
     );
     line(
         "added p50 / p99 vs direct, 64 B, the targets in turn (µs)",
-        rows.iter().map(|r| pair((turns(r).0 - dt.0, turns(r).1 - dt.1))).collect(),
+        turns.iter().map(|&t| pair(minus(t, turns[0]))).collect(),
     );
-    // The same pairing for the round trips taken in turn: each round's difference, then the
-    // median of those (a round whose stretch the host took more of counts once).
-    let paired_turns = |r: &Row| {
-        let d = |f: fn(&(f64, f64)) -> f64| {
-            median(r.turn_rounds.iter().zip(&direct.turn_rounds).map(|(x, y)| f(x) - f(y)).collect())
-        };
-        (d(|x| x.0), d(|x| x.1))
-    };
     line(
         "added p50 / p99 vs direct, 64 B, the targets in turn, paired: median of each round's difference (µs)",
-        rows.iter().map(|r| pair(paired_turns(r))).collect(),
+        rows.iter().map(|r| pair(paired(&r.turn_rounds, &direct.turn_rounds))).collect(),
     );
     line(
         "64 KiB round trip p50 / p99, medians of the rounds (µs)",
-        rows.iter().map(|r| pair(large(r))).collect(),
+        rows.iter().map(|r| pair(medians(&r.large))).collect(),
     );
     line(
         "added p50 / p99 vs direct, 64 KiB (µs)",
-        rows.iter().map(|r| pair((large(r).0 - dl.0, large(r).1 - dl.1))).collect(),
+        rows.iter().map(|r| pair(minus(medians(&r.large), dl))).collect(),
     );
     let rate = |r: &Row| median(r.rounds.iter().map(|x| x.0).collect());
     line(
