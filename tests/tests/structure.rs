@@ -94,3 +94,56 @@ fn raw_message_is_the_one_classifier_and_upstream_has_its_own_events() {
     let upstream = std::fs::read_to_string(workspace().join("bridge/src/upstream.rs")).expect("upstream.rs");
     assert!(!upstream.contains("crate::router"), "bridge::upstream imports the router's types");
 }
+
+/// `(dependency, features)` of each `name = { …, features = [...] }` line of `section` in a
+/// Cargo.toml (the sections end at the next `[`).
+fn added_features(toml: &str, section: &str) -> Vec<(String, Vec<String>)> {
+    let mut out = vec![];
+    let mut inside = false;
+    for line in toml.lines().map(str::trim) {
+        if line.starts_with('[') {
+            inside = line == section;
+            continue;
+        }
+        let (Some((name, rest)), true) = (line.split_once('='), inside) else { continue };
+        let Some(list) = rest.split_once("features").and_then(|(_, l)| l.split_once('[')) else { continue };
+        let list = list.1.split(']').next().unwrap_or_default();
+        let features =
+            list.split(',').map(|f| f.trim().trim_matches('"').to_owned()).filter(|f| !f.is_empty());
+        out.push((name.trim().to_owned(), features.collect()));
+    }
+    out
+}
+
+/// The binary the suite runs (`cargo build --bin zcode-acp`, the hub's features alone) must be
+/// the one the test build made: a feature that only a dev-dependency or the test crate adds
+/// to a dependency the product shares (hub's `tokio` `test-util` did) makes cargo compile that
+/// dependency and the whole workspace a second time on every fresh run.
+#[test]
+fn no_test_only_feature_reaches_a_dependency_the_product_shares() {
+    let read = |krate: &str| {
+        std::fs::read_to_string(workspace().join(krate).join("Cargo.toml")).expect("Cargo.toml")
+    };
+    let hub: Vec<(String, Vec<String>)> = added_features(&read("hub"), "[dependencies]");
+    let mut extra = vec![];
+    for (krate, section) in [
+        ("shared", "[dev-dependencies]"),
+        ("bridge", "[dev-dependencies]"),
+        ("hub", "[dev-dependencies]"),
+        ("tests", "[dependencies]"),
+        ("tests", "[dev-dependencies]"),
+    ] {
+        for (dep, features) in added_features(&read(krate), section) {
+            let product = hub.iter().find(|(d, _)| *d == dep).map(|(_, f)| f.clone()).unwrap_or_default();
+            for f in features.into_iter().filter(|f| !product.contains(f)) {
+                extra.push(format!("{krate} {section} {dep}: {f}"));
+            }
+        }
+    }
+    assert!(extra.is_empty(), "features the product's own build does not have:\n{}", extra.join("\n"));
+    let sample = "[dependencies]\nnix = { workspace = true, features = [\"net\", \"fs\"] }\n[dev-dependencies]\nx = \"1\"\n";
+    assert_eq!(
+        added_features(sample, "[dependencies]"),
+        [("nix".to_owned(), vec!["net".to_owned(), "fs".to_owned()])]
+    );
+}

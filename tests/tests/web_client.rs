@@ -2,6 +2,8 @@
 //! chromium through the pinned playwright-core) run as part of `cargo test`: this test builds
 //! the binary, runs `node --test tests/web/` against it and fails when any of them fails. Their
 //! output goes straight to the terminal; screenshots land in `target/web-screenshots/`.
+//! `ZCODE_WEB_TESTS="session files"` runs only `tests/web/session.test.mjs` and
+//! `files.test.mjs` (what `scripts/test web session files` sets).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,8 +27,14 @@ fn the_web_client_passes_its_browser_tests() {
         "playwright-core is missing: run scripts/install-test-deps"
     );
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let only = std::env::var("ZCODE_WEB_TESTS").unwrap_or_default();
+    let mut files: Vec<String> = only.split_whitespace().map(|f| format!("tests/web/{f}.test.mjs")).collect();
+    if files.is_empty() {
+        files.push("tests/web/".to_owned());
+    }
     let status = Command::new("node")
-        .args(["--test", "--test-reporter=spec", "tests/web/"])
+        .args(["--test", "--test-reporter=spec"])
+        .args(&files)
         .current_dir(&root)
         .env("ZCODE_ACP_BIN", zcode_tests::bin())
         .env("CHROMIUM", &chromium)
