@@ -24,3 +24,22 @@ impl Env for HashMap<String, String> {
         HashMap::get(self, key).cloned()
     }
 }
+
+/// The variables only the test suite sets. A debug build (what `cargo test` builds and runs)
+/// honours them; a release build never reads them, so an installed `zcode-acp` cannot be
+/// steered by one (`ZCODE_ACP_QUOTA_TEST_*_URL` would send a vendor's credentials elsewhere).
+/// Read them with [`test_knob`] only (`tests/tests/structure.rs` checks both).
+pub const TEST_KNOBS: &[&str] = &[
+    "ZCODE_ACP_TEST_VERSION",
+    "ZCODE_ACP_TEST_RELAY_FAULT",
+    "ZCODE_ACP_QUOTA_TEST_GLM_URL",
+    "ZCODE_ACP_QUOTA_TEST_OPENCODE_URL",
+    "ZCODE_ACP_QUOTA_TEST_OLLAMA_URL",
+    "ZCODE_ACP_USAGE_BACKDATE_MS",
+];
+
+/// Test knob `name` from `env` in a debug build; `None` in a release build.
+pub fn test_knob(env: &dyn Env, name: &str) -> Option<String> {
+    debug_assert!(TEST_KNOBS.contains(&name), "{name} is not in TEST_KNOBS");
+    if cfg!(debug_assertions) { env.get(name) } else { None }
+}

@@ -42,7 +42,7 @@ pub const TEST_VERSION_VAR: &str = "ZCODE_ACP_TEST_VERSION";
 pub fn version() -> &'static str {
     static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     V.get_or_init(|| {
-        let knob = cfg!(debug_assertions).then(|| std::env::var("ZCODE_ACP_TEST_VERSION").ok()).flatten();
+        let knob = crate::env::test_knob(&crate::env::ProcessEnv, TEST_VERSION_VAR);
         knob.filter(|v| !v.trim().is_empty()).map_or_else(|| VERSION.to_owned(), |v| v.trim().to_owned())
     })
 }

@@ -147,3 +147,43 @@ fn no_test_only_feature_reaches_a_dependency_the_product_shares() {
         [("nix".to_owned(), vec!["net".to_owned(), "fs".to_owned()])]
     );
 }
+
+/// Test-only knobs are honoured by debug builds alone: every one is listed in
+/// `zcode_shared::env::TEST_KNOBS` and read through `test_knob` (which a release build
+/// answers with nothing), never by a direct `var(…)`, `var_os(…)` or `get(…)`.
+#[test]
+fn test_knobs_are_read_only_through_test_knob() {
+    let listed = std::fs::read_to_string(workspace().join("shared/src/env.rs")).expect("env.rs");
+    let mut wrong = vec![];
+    for (f, line) in product_lines() {
+        let mut rest = line.as_str();
+        while let Some(at) = rest.find("\"ZCODE_ACP_") {
+            let (before, after) = rest.split_at(at);
+            let name: String =
+                after[1..].chars().take_while(|c| c.is_ascii_uppercase() || *c == '_').collect();
+            rest = &after[1 + name.len()..];
+            if !(name.contains("_TEST_") || name == "ZCODE_ACP_USAGE_BACKDATE_MS") {
+                continue;
+            }
+            if !listed.contains(&format!("\"{name}\",")) {
+                wrong.push(format!("{name} is not in TEST_KNOBS ({})", f.display()));
+            }
+            if reads_directly(before) {
+                wrong.push(format!("{}: {}", f.display(), line.trim()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "test knobs read around test_knob:\n{}", wrong.join("\n"));
+    assert!(reads_directly("let v = std::env::var(") && reads_directly("env.get(") && reads_directly("var("));
+    assert!(!reads_directly("test_knob(env, ") && !reads_directly("test_var(") && !reads_directly("var: "));
+}
+
+/// Whether the text before a variable's name is a direct read of it: `var(`, `var_os(`, `get(`.
+fn reads_directly(before: &str) -> bool {
+    let before = before.trim_end();
+    ["var(", "var_os(", "get("].iter().any(|call| {
+        before
+            .strip_suffix(call)
+            .is_some_and(|head| !head.ends_with(|c: char| c == '_' || c.is_ascii_alphanumeric()))
+    })
+}

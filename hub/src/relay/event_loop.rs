@@ -214,12 +214,10 @@ enum TestFault {
 
 impl TestFault {
     fn from_env() -> Option<TestFault> {
-        if !cfg!(debug_assertions) {
-            return None;
-        }
-        match std::env::var("ZCODE_ACP_TEST_RELAY_FAULT").as_deref() {
-            Ok("panic") => Some(TestFault::Panic),
-            Ok("poll") => Some(TestFault::Poll),
+        let env = zcode_shared::env::ProcessEnv;
+        match zcode_shared::env::test_knob(&env, "ZCODE_ACP_TEST_RELAY_FAULT").as_deref() {
+            Some("panic") => Some(TestFault::Panic),
+            Some("poll") => Some(TestFault::Poll),
             _ => None,
         }
     }

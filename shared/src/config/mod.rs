@@ -149,14 +149,15 @@ pub struct Timings {
     pub hub_spawn_throttle: Duration,
     /// A request's headers must reach a bridge's loopback server within this long.
     pub header_timeout: Duration,
-    /// Test knob: a bridge stamps the token usage it records this long in the past (0).
+    /// Test knob (debug builds only, `ZCODE_ACP_USAGE_BACKDATE_MS`): a bridge stamps the token
+    /// usage it records this long in the past (0).
     pub usage_backdate: Duration,
 }
 
 /// (env var, file key, default ms, setter) for each timing knob.
 type Knob = (&'static str, &'static str, u64, fn(&mut Timings) -> &mut Duration);
 
-const KNOBS: [Knob; 9] = [
+const KNOBS: [Knob; 8] = [
     ("ZCODE_ACP_HEARTBEAT_MS", "timings.heartbeatMs", 10_000, |t| &mut t.heartbeat),
     ("ZCODE_ACP_INSTANCE_TTL_MS", "timings.instanceTtlMs", 30_000, |t| &mut t.instance_ttl),
     ("ZCODE_ACP_PROBE_GRACE_MS", "timings.probeGraceMs", 8_000, |t| &mut t.probe_grace),
@@ -165,7 +166,6 @@ const KNOBS: [Knob; 9] = [
     ("ZCODE_ACP_SERVE_IDLE_MS", "timings.serveIdleMs", 600_000, |t| &mut t.serve_idle),
     ("ZCODE_ACP_HUB_SPAWN_THROTTLE_MS", "timings.hubSpawnThrottleMs", 60_000, |t| &mut t.hub_spawn_throttle),
     ("ZCODE_ACP_HEADER_TIMEOUT_MS", "timings.headerTimeoutMs", 10_000, |t| &mut t.header_timeout),
-    ("ZCODE_ACP_USAGE_BACKDATE_MS", "timings.usageBackdateMs", 0, |t| &mut t.usage_backdate),
 ];
 
 impl Default for Timings {
@@ -274,6 +274,13 @@ impl Config {
             if let Some(ms) = ms {
                 *field(&mut timings) = Duration::from_millis(ms);
             }
+        }
+        if let Some(v) = crate::env::test_knob(env, "ZCODE_ACP_USAGE_BACKDATE_MS") {
+            timings.usage_backdate =
+                Duration::from_millis(v.trim().parse::<u64>().map_err(|_| ConfigError::Env {
+                    var: "ZCODE_ACP_USAGE_BACKDATE_MS".into(),
+                    reason: format!("expected milliseconds as a whole number, got {v:?}"),
+                })?);
         }
         let debug = match var("ZCODE_ACP_DEBUG") {
             Some(v) => env_bool("ZCODE_ACP_DEBUG", &v)?,

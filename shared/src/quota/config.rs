@@ -115,6 +115,8 @@ impl QuotaConfig {
     /// Reads `quota` from the file and the environment (environment first).
     pub fn from_parts(raw: &RawConfig, env: &dyn Env) -> Result<QuotaConfig, ConfigError> {
         let var = |k: &str| env.get(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let test_var =
+            |k: &str| crate::env::test_knob(env, k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
         let text = |k: &str| -> Result<Option<String>, ConfigError> {
             Ok(raw.str(k)?.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()))
         };
@@ -163,9 +165,9 @@ impl QuotaConfig {
             commands: commands(raw, timeout)?,
             timeout,
             test_origins: TestOrigins {
-                glm: var("ZCODE_ACP_QUOTA_TEST_GLM_URL"),
-                opencode: var("ZCODE_ACP_QUOTA_TEST_OPENCODE_URL"),
-                ollama: var("ZCODE_ACP_QUOTA_TEST_OLLAMA_URL"),
+                glm: test_var("ZCODE_ACP_QUOTA_TEST_GLM_URL"),
+                opencode: test_var("ZCODE_ACP_QUOTA_TEST_OPENCODE_URL"),
+                ollama: test_var("ZCODE_ACP_QUOTA_TEST_OLLAMA_URL"),
             },
         })
     }
