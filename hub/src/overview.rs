@@ -10,7 +10,7 @@
 //!   8 s budget as the inbox, [`crate::attention::ask_all`]); `ownerInstanceId` is the bridge
 //!   the turn runs in (stop and detail go there). Oldest first.
 //! - `recentRuns`: the last 20 finished turns of the machine from the journal's turn records
-//!   (stop reason, duration), newest first, each with the live bridge listing its session
+//!   (stop reason, duration, the turn's first `prompt`), newest first, each with the live bridge listing its session
 //!   when there is one.
 
 use crate::Hub;
@@ -120,6 +120,7 @@ async fn recent_runs(hub: &Arc<Hub>) -> Result<Vec<Value>, String> {
             json!({
                 "sessionId": r.session_id,
                 "title": t.title,
+                "prompt": t.prompt,
                 "workspace": t.workspace,
                 "ownerInstanceId": owner,
                 "turn": r.turn,

@@ -65,9 +65,22 @@ fn skip_string(chars: &mut std::iter::Peekable<std::str::Chars<'_>>, bel_ends: b
 }
 
 /// A title from any text: control sequences removed, every run of whitespace (newlines too)
-/// one space, trimmed, at most [`TITLE_MAX`] characters. Idempotent.
+/// one space, trimmed, at most [`TITLE_MAX`] characters; a longer one is cut at the last word
+/// that fits and ends with `…` (mid-word only when one word fills most of it). Idempotent.
 pub fn title(text: &str) -> String {
-    strip_controls(text).split_whitespace().collect::<Vec<_>>().join(" ").chars().take(TITLE_MAX).collect()
+    let flat = strip_controls(text).split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= TITLE_MAX {
+        return flat;
+    }
+    let head: String = flat.chars().take(TITLE_MAX - 1).collect();
+    // The cut at a word, when the next character starts a new one or a space lies late enough.
+    let at_word = flat.chars().nth(TITLE_MAX - 1) == Some(' ');
+    let cut = match head.rfind(' ') {
+        _ if at_word => head.as_str(),
+        Some(i) if head[..i].chars().count() > TITLE_MAX / 2 => &head[..i],
+        _ => head.as_str(),
+    };
+    format!("{}…", cut.trim_end_matches(|c: char| c.is_whitespace() || ",;:-".contains(c)))
 }
 
 /// A title from prompt text: its first line with something visible, as [`title`].
@@ -120,7 +133,16 @@ mod tests {
     fn titles() {
         assert_eq!(title_of("\n  Fix   the\tbug \nnext"), "Fix the bug");
         assert_eq!(title_of("\x1b]0;\x07\n second"), "second");
-        assert_eq!(title_of(&"x".repeat(4096)).len(), TITLE_MAX);
+        assert_eq!(title_of(&"x".repeat(4096)).chars().count(), TITLE_MAX);
+        // A long title is cut at a word, with an ellipsis.
+        let long = "Refactor the settings screen so that every card keeps its distance and the restart dialog speaks";
+        assert_eq!(
+            title(long),
+            "Refactor the settings screen so that every card keeps its distance and the…"
+        );
+        assert_eq!(title(&title(long)), title(long));
+        assert_eq!(title(&"word ".repeat(16)), "word ".repeat(16).trim_end());
+        assert_eq!(title(&"word ".repeat(17)).chars().count(), TITLE_MAX);
         assert_eq!(title("a\nb\x1b[31m c\x07"), "a b c");
         assert_eq!(title(""), "");
         let t = title("\u{9b}1m ok \x1b]2;x\x1b\\ fine");

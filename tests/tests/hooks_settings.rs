@@ -1,6 +1,6 @@
 //! The hooks tree through the settings API on its three mounts (the hub's
 //! `/api/settings/hooks…`, a bridge's loopback `/settings/hooks…`, the hub's per-instance
-//! relay): read complete, written only where allowed, every other key kept, malformed writes
+//! relay): read complete, entries edited, added and removed, every other key kept, malformed writes
 //! refused, and a running bridge taking the new tree when its agent restarts (`needs-restart`).
 #![allow(clippy::unwrap_used)] // Setup helpers outside #[test] fns: a failed unwrap is a failed test.
 
@@ -83,7 +83,11 @@ fn the_hooks_tree_on_three_mounts_and_taken_at_the_next_agent_start() {
         (b.port, "PUT", "/settings/hooks/Stop/3", json!({"command": "x"}), 404),
         (b.port, "PUT", "/settings/hooks/OnSave/0", json!({"command": "x"}), 404),
         (b.port, "POST", "/settings/hooks/enabled", json!({"enabled": "no"}), 400),
-        (b.port, "DELETE", "/settings/hooks/Stop/0", json!({}), 405),
+        (b.port, "DELETE", "/settings/hooks/Stop/3", json!({}), 404),
+        (hub, "POST", "/api/settings/hooks/Stop", json!({"command": "x", "matcher": "("}), 400),
+        (hub, "POST", "/api/settings/hooks/Stop", json!({"timeoutMs": 5}), 400),
+        (hub, "POST", "/api/settings/hooks/OnSave", json!({"command": "x"}), 404),
+        (hub, "PATCH", "/api/settings/hooks/Stop/0", json!({}), 405),
     ] {
         let (s, v) = send(port, method, path, &body);
         assert_eq!(s, status, "{method} {path} {body}: {v}");
@@ -115,4 +119,22 @@ fn the_hooks_tree_on_three_mounts_and_taken_at_the_next_agent_start() {
     let r = http(b.port, "GET", "/settings/hooks", Some(TEST_TOKEN));
     assert_eq!(r.json()["hooks"]["enabled"], false);
     assert_eq!(http(hub, "GET", "/api/settings/hooks", None).status, 401, "the hub's mount needs the token");
+
+    // Beyond the contract: an entry added (its index answered) and removed again.
+    let (status, v) =
+        send(hub, "POST", "/api/settings/hooks/PreToolUse", &json!({"command": "true", "matcher": "^read$"}));
+    assert_eq!(
+        (status, v["effect"].clone(), v["index"].clone()),
+        (200, json!("needs-restart"), json!(0)),
+        "{v}"
+    );
+    let file: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.path().join("config.json")).unwrap()).unwrap();
+    assert_eq!(
+        file["hooks"]["events"]["PreToolUse"],
+        json!([{"matcher": "^read$", "hooks": [{"type": "command", "command": "true"}]}])
+    );
+    let (status, v) = send(b.port, "DELETE", "/settings/hooks/PreToolUse/0", &json!({}));
+    assert_eq!((status, v["hooks"]["events"]["PreToolUse"].clone()), (200, json!([])), "{v}");
+    assert_eq!(file["custom"]["kept"], true);
 }

@@ -1,12 +1,14 @@
 // The hooks tree on the phone (/settings/hooks): all seven events and every entry shown, the
 // tree and one entry toggled, an entry's command and timeout edited — each change lands in
-// config.json (other keys kept) and the screen says it applies when an agent restarts.
+// config.json (other keys kept) and the screen says it applies when an agent restarts; entries
+// added and removed (beyond the contract), the hub's refusal shown in the form.
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Stack, launchBrowser, watchConsole, until, SHOTS } from './harness.mjs';
+import { phonePage, looksRight } from './look.mjs';
 
 const PHONE = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 };
 
@@ -90,6 +92,50 @@ describe('hooks settings', () => {
     assert.equal(read().hooks.events.PreToolUse[0].hooks[0].command, 'echo edited');
     assert.deepEqual(errors.filter((e) => !e.includes('400')), []);
     await context.close();
+  });
+
+  it('adds a hook and removes one from the phone, refusals said in the form', async () => {
+    const page = await phonePage(browser, 'light', stack.token);
+    await page.goto(`${stack.base}/settings/hooks`);
+    const pre = page.locator('[data-event="PreToolUse"]');
+    await pre.locator('.hook-entry').first().waitFor();
+    // Adding: the form asks for a tool matcher (a tool event) and shows the hub's refusal.
+    await pre.locator('.hook-add').click();
+    await page.fill('#hook-new-command', 'echo added');
+    await page.fill('#hook-new-matcher', '(');
+    await looksRight(page, 'settings-hooks-add');
+    await page.click('dialog button[value="add"]');
+    await page.locator('dialog .error', { hasText: 'matcher' }).waitFor();
+    await page.fill('#hook-new-matcher', '^edit$');
+    await page.fill('#hook-new-timeout', '2500');
+    await page.click('dialog button[value="add"]');
+    await until('the new entry in config.json', () => read().hooks.events.PreToolUse.length === 2);
+    assert.deepEqual(read().hooks.events.PreToolUse[1],
+      { matcher: '^edit$', hooks: [{ type: 'command', command: 'echo added', timeoutMs: 2500 }] });
+    await pre.locator('.hook-entry', { hasText: 'tools matching ^edit$' }).waitFor();
+    await page.locator('#hooks-status', { hasText: 'PreToolUse hook added.' }).waitFor();
+    // An event without a tool has no matcher to ask for.
+    await page.locator('[data-event="SessionStart"] .hook-add').click();
+    assert.equal(await page.locator('#hook-new-matcher').count(), 0);
+    await page.fill('#hook-new-command', 'echo hello');
+    await page.click('dialog button[value="add"]');
+    await until('the SessionStart entry', () => (read().hooks.events.SessionStart || []).length === 1);
+
+    // Removing asks first, then the entry (and its emptied group) goes; the others stay.
+    const stops = page.locator('[data-event="Stop"] .hook-entry');
+    const before = await stops.count();
+    await stops.first().locator('.hook-remove').click();
+    await page.click('dialog button[value="remove"]');
+    await until('the first Stop entry to go', () => read().hooks.events.Stop[0].hooks.length === before - 1);
+    await until('the row to go', async () => (await stops.count()) === before - 1);
+    assert.equal(read().hooks.events.Stop[0].hooks[0].command, 'echo second');
+    await pre.locator('.hook-entry').nth(1).locator('.hook-remove').click();
+    await page.click('dialog button[value="remove"]');
+    await until('the ^edit$ group to go', () => read().hooks.events.PreToolUse.length === 1);
+    assert.equal(read().custom, 1);
+    // The browser logs the refused add (400) itself: expected here.
+    await looksRight(page, 'settings-hooks-after-edits', { fullPage: true, console: [/status of 400/] });
+    await page.context().close();
   });
 
   it('says when the hub cannot be reached', async () => {

@@ -89,7 +89,7 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
     assert.doesNotMatch(await page.locator('.files').innerText(), BAD_TEXT);
   });
 
-  it('wraps a long line inside the file view, never widening the page', async () => {
+  it('keeps a long line inside the file view (its box scrolls sideways), never widening the page', async () => {
     await page.goto(filesUrl('&file=short.txt'));
     await page.locator('.line', { hasText: 'a long line' }).waitFor();
     const { scroll, width, right } = await page.evaluate(() => ({

@@ -1,6 +1,9 @@
 // The Settings screen: MCP servers (add, edit, enable, delete), the default model of an agent,
 // subagents and skills (enable, edit), backups (restore), and the "restart the agent" action
-// after a needs-restart write, which shows the turns it would cancel before the user confirms.
+// after a needs-restart write, which says in words the turns it would cancel before the user
+// confirms and confirms once the agent is back; the screen's layout on a phone (one title, the
+// scope explained, spaced cards, the chosen MCP transport's fields only, subagents only where
+// there are some).
 // Checked at phone size, light and dark.
 
 import { describe, it, before, after } from 'node:test';
@@ -55,10 +58,15 @@ describe('web client settings', () => {
     await page.click('#restart-agent');
     const preview = page.locator('#restart-preview');
     await preview.waitFor();
-    assert.match(await preview.textContent(), /cancels 1 running turn .*cancelledTurns: 1/);
+    // In words, no field names.
+    assert.equal(await preview.textContent(), '1 running turn will be cancelled.');
+    assert.doesNotMatch(await page.locator('dialog').innerText(), /cancelledTurns/);
     await looksRight(page, 'settings-restart-confirm');
     await page.click('dialog button[value="go"]');
-    await page.locator('.toast', { hasText: 'Agent restarted (cancelled 1 turn)' }).waitFor();
+    // A confirmation that stays until read, once the agent is back.
+    await page.locator('#restart-done', { hasText: 'The agent is back' }).waitFor();
+    assert.match(await page.locator('#restart-done').textContent(), /1 turn was cancelled\./);
+    await looksRight(page, 'settings-restart-done');
     assert.equal((await turn).stopReason, 'cancelled');
     await until('the restart card to go', async () => !(await page.locator('#restart-agent').isVisible()));
     // The next prompt runs on a new agent process, with the server just added.
@@ -135,6 +143,72 @@ describe('web client settings', () => {
     assert.equal(await page.locator('#settings-instance').inputValue(), '');
     assert.equal(await page.locator('#restart-agent').count(), 0);
     await looksRight(page, 'settings-hub', { fullPage: true });
+    await page.context().close();
+  });
+
+  /** The hub's own settings screen on a light phone, loaded. */
+  async function hubSettings() {
+    const page = await phonePage(browser, 'light', stack.token);
+    await page.goto(`${stack.base}/settings`);
+    await page.locator('#models-card').waitFor();
+    return page;
+  }
+
+  it('says "Settings" once (the bar), not as the bar, the header link and a heading', async () => {
+    const page = await hubSettings();
+    const said = await page.evaluate(() => [...document.querySelectorAll('body *')]
+      .filter((n) => n.checkVisibility() && [...n.childNodes].some((c) => c.nodeType === 3 && c.data.trim() === 'Settings')).length);
+    assert.equal(said, 1, 'the word "Settings" as a title, shown times');
+    await looksRight(page, 'settings-layout', { fullPage: true });
+    await page.context().close();
+  });
+
+  it('explains "This machine (no agent)" and an agent\'s scope', async () => {
+    const page = await hubSettings();
+    assert.match(await page.locator('#settings-scope').innerText(), /This machine \(no agent\): .*every agent/);
+    await page.selectOption('#settings-instance', String(ed.id));
+    await page.locator('#settings-scope', { hasText: 'This agent' }).waitFor();
+    await page.context().close();
+  });
+
+  it('spaces the cards apart', async () => {
+    const page = await hubSettings();
+    const gaps = await page.evaluate(() => {
+      const cards = [...document.querySelectorAll('.settings section.card')].filter((c) => c.checkVisibility()).map((c) => c.getBoundingClientRect());
+      return cards.slice(1).map((r, i) => Math.round(r.top - cards[i].bottom));
+    });
+    assert.ok(gaps.length >= 4 && gaps.every((g) => g >= 8), `gaps between cards: ${gaps}`);
+    await page.context().close();
+  });
+
+  it('shows only the chosen transport\'s fields in the MCP form', async () => {
+    const page = await hubSettings();
+    await page.click('#mcp-add');
+    const visible = async () => Object.fromEntries(await Promise.all(['#mcp-command', '#mcp-args', '#mcp-env', '#mcp-url', '#mcp-headers']
+      .map(async (id) => [id, await page.locator(id).isVisible()])));
+    assert.deepEqual(await visible(), { '#mcp-command': true, '#mcp-args': true, '#mcp-env': true, '#mcp-url': false, '#mcp-headers': false });
+    await page.selectOption('#mcp-type', 'http');
+    assert.deepEqual(await visible(), { '#mcp-command': false, '#mcp-args': false, '#mcp-env': false, '#mcp-url': true, '#mcp-headers': true });
+    await looksRight(page, 'settings-mcp-http');
+    await page.context().close();
+  });
+
+  it('lists subagents only for an agent that has some', async () => {
+    const page = await phonePage(browser, 'dark', stack.token);
+    await page.goto(`${stack.base}/settings/${ed.id}`);
+    await page.locator('#agents-card li[data-subagent="reviewer"]').waitFor();
+    // Without a file, no card: the built-ins alone say nothing about this agent.
+    const agents = path.join(user, '.claude/agents');
+    fs.renameSync(agents, `${agents}.away`);
+    try {
+      await page.reload();
+      await page.locator('#skills-card').waitFor();
+      assert.equal(await page.locator('#agents-card').count(), 0, 'a Subagents card for an agent without subagents');
+      assert.doesNotMatch(await page.locator('.settings').innerText(), /general-purpose|Explore/);
+      await looksRight(page, 'settings-no-subagents', { fullPage: true });
+    } finally {
+      fs.renameSync(`${agents}.away`, agents);
+    }
     await page.context().close();
   });
 

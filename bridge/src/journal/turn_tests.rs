@@ -134,6 +134,9 @@ fn recent_turns_span_sessions_newest_first_and_retention_drops_old_records() {
         ]
     );
     assert_eq!((recent[0].workspace.as_str(), recent[0].title.as_deref()), ("/w/a", Some("the a")));
+    // Each row carries its own turn's first prompt, not the session's.
+    let prompts: Vec<Option<&str>> = recent.iter().map(|r| r.prompt.as_deref()).collect();
+    assert_eq!(prompts, [Some("p3"), Some("p2"), Some("p1")]);
     assert_eq!(store.recent_turns(1).unwrap().len(), 1);
 
     // Session a passes its 4 messages: its oldest turn goes, and its record with it.

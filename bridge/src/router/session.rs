@@ -140,7 +140,7 @@ mod tests {
     #[test]
     fn titles() {
         assert_eq!(title_of("\n  Fix   the\tbug \nnext"), "Fix the bug");
-        assert_eq!(title_of(&"x".repeat(200)).len(), 80);
+        assert_eq!(title_of(&"x".repeat(200)).chars().count(), 80);
         assert_eq!(title_of("\x1b]0;evil\x07\n#(x)\x1b[2J ok\x07"), "#(x) ok");
         assert_eq!(title_of(""), "");
     }

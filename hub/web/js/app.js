@@ -68,8 +68,10 @@ export const app = {
             : why === 'gone' ? 'instance gone'
               : why === 'down' ? 'hub offline' : 'offline';
     c.textContent = label;
-    c.title = message || label;
+    c.dataset.detail = message || label;
     c.setAttribute('aria-label', `Connection: ${message || label}`);
+    c.setAttribute('aria-expanded', String(!$('#conn-detail').hidden));
+    if (!$('#conn-detail').hidden) showConnDetail();
   },
 
   /** The title the last instance listing gave a session. */
@@ -148,6 +150,25 @@ function pairView(root, message) {
   input.focus();
 }
 
+/**
+ * The pill's detail, shown by a tap (a touch screen has no hover): what the last request
+ * found, in words, and a way to try again now.
+ */
+function showConnDetail() {
+  const c = $('#conn');
+  const box = $('#conn-detail');
+  clear(box, h('span', { id: 'conn-detail-text', text: c.dataset.detail || c.textContent }),
+    h('button', { type: 'button', id: 'conn-retry', onclick: () => { hideConnDetail(); route(); } }, 'Retry now'),
+    h('button', { type: 'button', class: 'link', 'aria-label': 'Close', onclick: hideConnDetail }, '×'));
+  box.hidden = false;
+  c.setAttribute('aria-expanded', 'true');
+}
+
+function hideConnDetail() {
+  $('#conn-detail').hidden = true;
+  $('#conn').setAttribute('aria-expanded', 'false');
+}
+
 function showFatal(e) {
   console.warn('view failed', e);
   clear(view(), h('div', { class: 'card' },
@@ -167,7 +188,7 @@ function boot() {
     e.preventDefault();
     app.navigate(a.getAttribute('href'));
   });
-  $('#conn').addEventListener('click', () => route());
+  $('#conn').addEventListener('click', () => ($('#conn-detail').hidden ? showConnDetail() : hideConnDetail()));
   window.addEventListener('unhandledrejection', (e) => { console.warn('unhandled', e.reason); e.preventDefault(); });
   window.addEventListener('hashchange', () => { if (takeTokenFromFragment()) route(); });
   route();

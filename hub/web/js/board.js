@@ -1,8 +1,9 @@
 // The home screen's "Running now" board: every turn on this machine that runs, waits for a
 // person or is queued, and the last turns that finished (stop reason, how long), from the
-// hub's `GET /api/workflow-overview` (one read of every bridge's memory and the journal).
+// hub's `GET /api/workflow-overview` (one read of every bridge's memory and the journal); a
+// finished turn's row shows its own first prompt under the session's title.
 
-import { h, clear, ago, baseName } from './dom.js';
+import { h, clear, ago, baseName, short } from './dom.js';
 import { getJson } from './api.js';
 
 const STATUS_LABEL = { running: 'running', waiting: 'waiting for you', pending: 'queued' };
@@ -50,8 +51,11 @@ export function boardSection(app) {
 
   function row(run, extra) {
     const url = link(run);
+    // A finished turn is told apart from the session's other turns by its own first prompt.
+    const prompt = typeof run.prompt === 'string' && run.prompt ? short(run.prompt, 100) : '';
     const body = [h('span', { class: `badge ${extra.cls}`, text: extra.badge }),
-      h('span', { class: 'title', text: run.title || 'Untitled session' }),
+      h('span', { class: 'title', text: short(run.title) || 'Untitled session' }),
+      prompt ? h('span', { class: 'prompt', text: `“${prompt}”` }) : null,
       h('span', { class: 'muted', text: `${baseName(run.workspace)} · ${extra.when}` })];
     return h('li', { dataset: { runSession: String(run.sessionId), status: String(run.status || '') } },
       url ? h('a', { href: url, 'data-nav': '' }, body) : h('span', { class: 'row-body' }, body));

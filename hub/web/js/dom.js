@@ -68,6 +68,24 @@ export function ago(t) {
   return new Date(ms).toLocaleDateString();
 }
 
+/** A count in words: `plural(1, 'session')` → "1 session", `plural(2, 'session')` → "2 sessions". */
+export function plural(n, one, many = `${one}s`) {
+  const k = Number(n) || 0;
+  return `${k} ${k === 1 ? one : many}`;
+}
+
+/**
+ * `text` on one line, at most `max` characters: a longer one is cut at the last word that
+ * fits and ends with "…" (mid-word only when a single word is longer than `max`).
+ */
+export function short(text, max = 80) {
+  const t = String(text ?? '').replace(/\s+/g, ' ').trim();
+  if (t.length <= max) return t;
+  const cut = t.slice(0, max);
+  const space = cut.lastIndexOf(' ');
+  return `${(space > max / 2 ? cut.slice(0, space) : cut.slice(0, max - 1)).replace(/[\s,.;:!?-]+$/, '')}…`;
+}
+
 /** The last path segment ("/a/b/proj" → "proj"). */
 export function baseName(path) {
   const parts = String(path || '').split('/').filter(Boolean);

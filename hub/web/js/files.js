@@ -15,7 +15,11 @@ export function filesView(root, app, { instance, sid, cwd, dir, file }) {
   const base = `/api/instances/${encodeURIComponent(instance)}/fs`;
   const here = (params) => `/f/${encodeURIComponent(instance)}/${encodeURIComponent(sid)}${query({ cwd, ...params })}`;
   const body = h('div', { class: 'files-body' });
-  const back = h('a', { class: 'button', href: `/s/${encodeURIComponent(instance)}/${encodeURIComponent(sid)}${query({ cwd })}`, 'data-nav': '' }, '← Session');
+  // From a file, back is its folder (where it was opened from); from a folder, the session.
+  const folder = file ? file.split('/').slice(0, -1).join('/') : null;
+  const back = file
+    ? h('a', { class: 'button', id: 'files-back', href: here({ dir: folder || undefined }), 'data-nav': '', 'aria-label': 'Back to the folder' }, `← ${folder ? baseName(folder) : 'Files'}`)
+    : h('a', { class: 'button', id: 'files-back', href: `/s/${encodeURIComponent(instance)}/${encodeURIComponent(sid)}${query({ cwd })}`, 'data-nav': '' }, '← Session');
   clear(root, h('div', { class: 'files card' }, h('div', { class: 'card-head' }, back, h('h2', { text: file ? baseName(file) : 'Files' })), body));
   app.setTitle(file ? baseName(file) : 'Files');
 

@@ -3,7 +3,7 @@
 // directory browser (projects.js), and the About sheet (about.js). No session is attached
 // from here: the inbox and the board are the hub's reads, so headless bridges idle out.
 
-import { h, clear, ago, baseName } from './dom.js';
+import { h, clear, ago, baseName, short } from './dom.js';
 import { getJson } from './api.js';
 import { pool } from './conn.js';
 import { projectsSection, browseSection } from './projects.js';
@@ -122,7 +122,7 @@ export function homeView(root, app) {
           return h('li', { dataset: { session: s.sessionId } }, h('a', { href: sessionUrl(inst, s), 'data-nav': '' },
             h('span', { class: `badge ${status}`, text: status }),
             waitingHere ? h('span', { class: 'badge warn', text: 'waiting for you' }) : null,
-            h('span', { class: 'title', text: s.title || 'Untitled session' }),
+            h('span', { class: 'title', text: short(s.title) || 'Untitled session' }),
             h('span', { class: 'muted', text: ago(s.updatedAt) })));
         })) : h('p', { class: 'muted', text: 'No live session on this instance.' })));
     }

@@ -1,12 +1,15 @@
 // The hooks tree of this machine's config.json (`/settings/hooks`): every event and entry
-// shown; the whole tree and each entry toggled; an entry's command and timeout edited. The
-// contract allows nothing more (no adding or removing). Writes are `needs-restart`: a bridge
-// reads the tree when its agent (re)starts, and the screen says so. Text nodes only.
-import { h, clear } from './dom.js';
+// shown; the whole tree and each entry toggled; an entry's command and timeout edited; entries
+// added (`POST hooks/{event}`) and removed (`DELETE hooks/{event}/{index}`), both beyond the
+// contract, validated by the hub as every write is. Writes are `needs-restart`: a bridge reads
+// the tree when its agent (re)starts, and the screen says so. Text nodes only.
+import { h, clear, modal } from './dom.js';
 import { api, getJson } from './api.js';
 
 const BASE = '/api/settings/hooks';
 const EVENTS = ['SessionStart', 'UserPromptSubmit', 'PreToolUse', 'PermissionRequest', 'PostToolUse', 'PostToolUseFailure', 'Stop'];
+/** The events about a tool call: only their hooks have a matcher. */
+const TOOL_EVENTS = ['PreToolUse', 'PermissionRequest', 'PostToolUse', 'PostToolUseFailure'];
 
 /** Mounts the screen in `root`. */
 export function hooksSettingsView(root, app) {
@@ -49,12 +52,43 @@ export function hooksSettingsView(root, app) {
       const rows = [];
       for (const g of Array.isArray(groups) ? groups : []) {
         const matcher = typeof g.matcher === 'string' && g.matcher && g.matcher !== '*' ? `tools matching ${g.matcher}` : 'every time';
-        for (const hook of Array.isArray(g.hooks) ? g.hooks : []) rows.push(entryRow(event, index++, hook, matcher, tree, write));
+        for (const hook of Array.isArray(g.hooks) ? g.hooks : []) rows.push(entryRow(event, index++, hook, matcher, tree, write, removeEntry));
       }
-      return h('section', { class: 'hook-event', dataset: { event } }, h('h3', { text: event }),
+      return h('section', { class: 'hook-event', dataset: { event } },
+        h('div', { class: 'card-head' }, h('h3', { text: event }),
+          h('button', { type: 'button', class: 'hook-add', 'aria-label': `Add a ${event} hook`, onclick: () => addEntry(event, tree) }, 'Add')),
         rows.length ? h('ul', { class: 'rows' }, rows) : h('p', { class: 'muted', text: 'No hooks.' }));
     });
     clear(body, toggle, sections);
+  };
+  /** A form for a new entry; the hub's answer (a refusal says which key is wrong) stays in it. */
+  const addEntry = async (event, tree) => {
+    const command = h('input', { type: 'text', id: 'hook-new-command', spellcheck: 'false', autocomplete: 'off' });
+    const matcher = h('input', { type: 'text', id: 'hook-new-matcher', spellcheck: 'false', autocomplete: 'off', placeholder: 'every tool' });
+    const timeout = h('input', { type: 'number', id: 'hook-new-timeout', min: '1', inputmode: 'numeric', placeholder: String(tree.timeoutMs ?? '') });
+    const field = (label, control) => h('label', { class: 'field' }, h('span', { text: label }), control);
+    const tools = TOOL_EVENTS.includes(event);
+    await modal(`Add a ${event} hook`, h('div', { class: 'form' },
+      field('Command (run with sh -c)', command),
+      tools ? field('Tools matching (a regular expression; empty: every tool)', matcher) : null,
+      field('Timeout (ms; empty: the default)', timeout)),
+    [{ label: 'Cancel', value: '' }, { label: 'Add', value: 'add', kind: 'primary' }], async () => {
+      if (!command.value.trim()) return 'A command is needed.';
+      const json = { command: command.value };
+      if (tools && matcher.value.trim()) json.matcher = matcher.value.trim();
+      if (timeout.value !== '') json.timeoutMs = Number(timeout.value);
+      const mine = ++writes;
+      try {
+        const r = await api(`${BASE}/${encodeURIComponent(event)}`, { method: 'POST', json, what: 'Adding the hook', expectJson: true });
+        if (mine === writes) { say(`${event} hook added. Applies when an agent restarts.`); render(r.hooks); }
+      } catch (e) { return e.message; }
+      return '';
+    });
+  };
+  const removeEntry = async (event, index, command) => {
+    const ok = await modal(`Remove this ${event} hook?`, h('p', { class: 'muted', text: command }),
+      [{ label: 'Cancel', value: '' }, { label: 'Remove', value: 'remove', kind: 'danger' }]);
+    if (ok === 'remove') write('DELETE', `/${encodeURIComponent(event)}/${index}`, undefined, `${event} hook ${index + 1} removed.`);
   };
   // The header's connection pill says what the last request to the hub found (every screen
   // sets it: left alone it kept the previous screen's state, or `connecting` on a fresh load).
@@ -70,7 +104,7 @@ export function hooksSettingsView(root, app) {
   return null;
 }
 
-function entryRow(event, index, hook, matcher, tree, write) {
+function entryRow(event, index, hook, matcher, tree, write, removeEntry) {
   const path = `/${encodeURIComponent(event)}/${index}`;
   const command = h('input', { type: 'text', class: 'hook-command', value: String(hook.command ?? ''), 'aria-label': `${event} hook ${index + 1} command`, spellcheck: 'false' });
   const timeout = h('input', { type: 'number', class: 'hook-timeout', min: '1', inputmode: 'numeric', value: hook.timeoutMs ?? '',
@@ -85,5 +119,7 @@ function entryRow(event, index, hook, matcher, tree, write) {
   return h('li', { class: 'hook-entry' }, h('div', {},
     h('div', { class: 'muted', text: `${matcher}${hook.type && hook.type !== 'command' ? ` · ${hook.type}` : ''}` }),
     h('div', {}, h('label', {}, enabled, ' on '), command),
-    h('div', {}, h('span', { class: 'muted', text: 'Timeout (ms) ' }), timeout, ' ', save)));
+    h('div', {}, h('span', { class: 'muted', text: 'Timeout (ms) ' }), timeout, ' ', save, ' ',
+      h('button', { type: 'button', class: 'hook-remove danger', 'aria-label': `Remove ${event} hook ${index + 1}`,
+        onclick: () => removeEntry(event, index, String(hook.command ?? '')) }, 'Remove'))));
 }

@@ -3,7 +3,7 @@
 // the directory browser (`/api/fs/list`) with create in a creatable directory. A hub that
 // does not offer one of these says so in place; nothing else on the page depends on them.
 
-import { h, clear, ago, baseName, toast, modal } from './dom.js';
+import { h, clear, ago, baseName, toast, modal, plural, short } from './dom.js';
 import { getJson, postJson, query } from './api.js';
 
 const HISTORY_PAGE = 20;
@@ -70,7 +70,7 @@ export function projectsSection(app) {
     return h('li', { class: 'project', dataset: { path } },
       h('div', { class: 'project-head' },
         h('strong', { text: baseName(path) }), h('span', { class: 'muted path', text: path }),
-        h('span', { class: 'muted', text: `${Number(p.sessions) || 0} sessions · ${ago(p.lastActive)}` })),
+        h('span', { class: 'muted', text: `${plural(p.sessions, 'session')} · ${ago(p.lastActive)}` })),
       h('div', { class: 'actions' },
         h('button', { type: 'button', 'aria-expanded': 'false', onclick: (e) => toggleHistory(e.currentTarget, path, history) }, 'History'),
         create,
@@ -97,7 +97,7 @@ export function projectsSection(app) {
       const rows = Array.isArray(page.sessions) ? page.sessions : [];
       if (!rows.length && !cursor) box.append(h('p', { class: 'muted', text: 'No earlier session.' }));
       box.append(h('ul', { class: 'rows' }, rows.map((s) => h('li', {},
-        h('span', { class: 'title', text: s.title || 'Untitled session' }),
+        h('span', { class: 'title', text: short(s.title) || 'Untitled session' }),
         h('span', { class: 'muted', text: ago(s.updatedAt) }),
         inst ? h('a', { class: 'button', 'data-nav': '', href: `/s/${encodeURIComponent(inst)}/${encodeURIComponent(s.sessionId)}${query({ cwd: s.cwd || path })}` }, 'Resume') : null))));
       if (page.nextCursor) {
@@ -116,7 +116,7 @@ export function projectsSection(app) {
       [{ label: 'Delete project', value: 'ok', kind: 'danger' }, { label: 'Keep it', value: '' }], async () => {
         try {
           const r = await postJson('/api/projects/delete', { workspacePath: path }, 'Delete project');
-          toast(`Deleted ${baseName(path)} (${Number(r.deletedTasks) || 0} sessions hidden).`);
+          toast(`Deleted ${baseName(path)} (${plural(r.deletedTasks, 'session')} hidden).`);
           load();
           return '';
         } catch (e) {

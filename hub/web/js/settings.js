@@ -4,7 +4,8 @@
 // chosen, everything goes through its bridge (`/api/instances/{id}/settings/*`: the models its
 // agent reports, whether the agent takes each MCP server, its pending restart); without one,
 // through the hub's own mount. After a `needs-restart` write the screen offers to restart that
-// instance's agent, showing how many running turns it would cancel before the user confirms.
+// instance's agent, saying in words how many running turns it would cancel before the user
+// confirms, and confirming once the agent is back.
 
 import { h, clear, toast, modal, baseName } from './dom.js';
 import { api, getJson } from './api.js';
@@ -17,10 +18,19 @@ export function settingsView(root, app, { instance }) {
   const picker = h('select', { id: 'settings-instance', 'aria-label': 'Settings of' });
   const banner = h('section', { class: 'card restart', id: 'restart-card', hidden: true, 'aria-live': 'polite' });
   const body = h('div', { class: 'settings-body' }, h('p', { class: 'muted', text: 'Loading the settings…' }));
+  const scope = h('p', { class: 'muted small', id: 'settings-scope' });
+  // The bar already says "Settings": no heading repeats it, and the header's link to this
+  // screen is hidden while it is open.
+  const headerLink = document.getElementById('settings-link');
+  if (headerLink) headerLink.hidden = true;
   clear(root, h('div', { class: 'home settings' },
-    h('section', { class: 'card' }, h('div', { class: 'card-head' }, h('h2', { text: 'Settings' })),
-      h('label', { class: 'field' }, h('span', { text: 'Agent' }), picker)),
+    h('section', { class: 'card' }, h('label', { class: 'field' }, h('span', { text: 'Settings of' }), picker), scope),
     banner, body));
+  const explain = () => {
+    scope.textContent = current
+      ? 'This agent: the models it offers, which MCP servers it takes, and a restart to apply changes.'
+      : 'This machine (no agent): the files every agent on this machine reads at its start. Choose an agent to see its models and to restart it.';
+  };
 
   const base = () => (current ? `/api/instances/${encodeURIComponent(current)}/settings` : '/api/settings');
 
@@ -47,11 +57,23 @@ export function settingsView(root, app, { instance }) {
 
   picker.addEventListener('change', () => {
     current = picker.value;
+    explain();
     app.replace(current ? `/settings/${encodeURIComponent(current)}` : '/settings');
     load();
   });
 
-  async function refreshPending() {
+  /** Reads the pending restart; `after` a restart: until the bridge answers without one. */
+  async function refreshPending(after = false) {
+    if (after) {
+      for (let i = 0; i < 40 && !stopped; i++) {
+        try {
+          const p = await getJson(`${base()}/pending-restart`, 'Pending restart');
+          if (!p.pendingRestart) return;
+        } catch { /* the bridge is still busy with its restart */ }
+        await new Promise((res) => setTimeout(res, 250));
+      }
+      return;
+    }
     if (!current) {
       clear(banner, h('p', { text: 'Saved. MCP servers and subagents are read when an agent starts: choose an agent above to restart it.' }));
       banner.hidden = false;
@@ -64,6 +86,7 @@ export function settingsView(root, app, { instance }) {
   }
 
   function showRestart(pending) {
+    banner.classList.remove('done');
     banner.hidden = !pending;
     if (!pending) return;
     clear(banner, h('p', { text: 'Some changes are read only when the agent starts.' }),
@@ -76,16 +99,28 @@ export function settingsView(root, app, { instance }) {
       const st = await getJson(`/api/instances/${encodeURIComponent(current)}/status`, 'The instance status');
       running = (st.sessions || []).filter((s) => s.status === 'running').length;
     } catch { /* the restart itself will say what is wrong */ }
-    const what = running === 1 ? '1 running turn' : `${running} running turns`;
-    const ok = await modal('Restart the agent?',
-      h('p', { id: 'restart-preview', text: `This cancels ${what} on this instance (cancelledTurns: ${running}), stops the agent and starts it again with the new settings on the next request. Conversations stay attached.` }),
-      [{ label: 'Cancel', value: '' }, { label: 'Restart', value: 'go', kind: 'danger' }]);
+    const what = running === 0 ? 'No turn is running: nothing will be cancelled.'
+      : running === 1 ? '1 running turn will be cancelled.' : `${running} running turns will be cancelled.`;
+    const ok = await modal('Restart the agent?', [h('p', { id: 'restart-preview', text: what }),
+      h('p', { class: 'muted', text: 'The agent stops and starts again with the new settings. Conversations stay attached.' })],
+    [{ label: 'Cancel', value: '' }, { label: 'Restart', value: 'go', kind: 'danger' }]);
     if (ok !== 'go') return;
+    const id = current;
+    let r;
     try {
-      const r = await api(`/api/instances/${encodeURIComponent(current)}/backend/restart`, { method: 'POST', json: {}, what: 'Restart', expectJson: true });
-      toast(r.closed ? `Agent restarted (cancelled ${r.cancelledTurns} turn${r.cancelledTurns === 1 ? '' : 's'}).` : 'The old agent did not stop: try again.', r.closed ? 'info' : 'error');
-    } catch (e) { toast(e.message, 'error'); }
-    refreshPending();
+      r = await api(`/api/instances/${encodeURIComponent(id)}/backend/restart`, { method: 'POST', json: {}, what: 'Restart', expectJson: true });
+    } catch (e) { toast(e.message, 'error'); return refreshPending(); }
+    if (!r.closed) { toast('The old agent did not stop: try again.', 'error'); return refreshPending(); }
+    const n = Number(r.cancelledTurns) || 0;
+    const cancelled = n === 0 ? '' : n === 1 ? ' 1 turn was cancelled.' : ` ${n} turns were cancelled.`;
+    clear(banner, h('p', { id: 'restart-progress', text: `Restarting the agent…${cancelled}` }));
+    banner.hidden = false;
+    await refreshPending(true);
+    if (stopped || id !== current) return;
+    clear(banner, h('p', { id: 'restart-done', text: `The agent is back: its next prompt runs with the new settings.${cancelled}` }),
+      h('button', { type: 'button', onclick: () => { banner.hidden = true; } }, 'OK'));
+    banner.classList.add('done');
+    banner.hidden = false;
   }
 
   async function load() {
@@ -160,9 +195,16 @@ export function settingsView(root, app, { instance }) {
       env: area('mcp-env', Object.entries((s && s.env) || {}).map(([k, v]) => `${k}=${v}`).join('\n')),
       headers: area('mcp-headers', Object.entries((s && s.headers) || {}).map(([k, v]) => `${k}: ${v}`).join('\n')),
     };
-    const form = h('div', { class: 'form' }, labelled('Name', f.name), labelled('Type', f.type), labelled('Command', f.command),
-      labelled('Arguments (one a line)', f.args), labelled('URL', f.url), labelled('Environment (KEY=value a line)', f.env),
-      labelled('Headers (Name: value a line)', f.headers));
+    // Only the chosen transport's fields are shown: stdio runs a command, http and sse reach a URL.
+    const local = [labelled('Command', f.command), labelled('Arguments (one a line)', f.args), labelled('Environment (KEY=value a line)', f.env)];
+    const remote = [labelled('URL', f.url), labelled('Headers (Name: value a line)', f.headers)];
+    const shown = () => {
+      for (const l of local) l.hidden = f.type.value !== 'stdio';
+      for (const l of remote) l.hidden = f.type.value === 'stdio';
+    };
+    f.type.addEventListener('change', shown);
+    shown();
+    const form = h('div', { class: 'form' }, labelled('Name', f.name), labelled('Type', f.type), local, remote);
     await modal(s ? `Edit ${s.name}` : 'Add an MCP server', form, [{ label: 'Cancel', value: '' }, { label: 'Save', value: 'save', kind: 'primary' }], async () => {
       const name = f.name.value.trim();
       if (!name) return 'A name is needed.';
@@ -204,7 +246,9 @@ export function settingsView(root, app, { instance }) {
   }
 
   function agentsCard(agents) {
-    if (!agents) return h('section', { class: 'card' }, h('h2', { text: 'Subagents' }), h('p', { class: 'muted', text: 'No agents directory (HOME is not set).' }));
+    // Subagents are files in the agent's own directory: an agent with none gets no card (the
+    // two built-in rows come with every answer and say nothing about this agent).
+    if (!agents || !(agents.agents || []).some((a) => !a.builtIn)) return null;
     const rows = (agents.agents || []).map((a) => h('li', { dataset: { subagent: a.id } },
       h('span', { class: 'title' }, h('strong', { text: a.name || a.id }), a.builtIn ? h('span', { class: 'muted', text: ' built in' }) : null,
         a.description ? h('span', { class: 'muted block', text: a.description }) : null),
@@ -246,8 +290,9 @@ export function settingsView(root, app, { instance }) {
       rows.length ? h('ul', { class: 'rows' }, rows) : h('p', { class: 'muted', text: 'No backups yet: one is taken before every change.' }));
   }
 
+  explain();
   fillPicker().then(load);
-  return () => { stopped = true; };
+  return () => { stopped = true; if (headerLink) headerLink.hidden = false; };
 }
 
 async function confirmThen(question, then) {

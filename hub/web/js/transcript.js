@@ -17,7 +17,8 @@
 //
 // A turn's end comes from the bridge's record (`_zcode/turn_end`, live and in replays, right
 // after the turn's last message): the turn's prompt shows "stopped: <reason>" when it did not
-// end normally and its plan's open steps show as stopped. A new prompt also closes the plan of
+// end normally, its last reply ends with a "stopped" marker, and its plan's open steps show as
+// stopped. A new prompt also closes the plan of
 // the turn before it (a replay does the same), so no plan stays "in progress" under a later
 // turn.
 //
@@ -300,19 +301,34 @@ function closePlan(ctx, changed) {
  */
 function endOf(ctx, u, changed) {
   const why = typeof u.stopReason === 'string' ? u.stopReason : '';
+  const mark = stopMark(why);
   let prompt = null;
+  let reply = null;
   for (let i = ctx.items.length - 1; i >= 0 && ctx.items[i].turn === ctx.turn; i--) {
     const it = ctx.items[i];
     if (it.kind === 'plan' && !it.ended) {
       it.ended = why || 'ended';
       changed(it);
     }
+    if (it.kind === 'agent' && !reply) reply = it;
     if (it.kind === 'user') prompt = it;
+  }
+  // The reply that was cut short ends with a visible marker, not only its prompt's status.
+  if (reply && (reply.stop || '') !== mark) {
+    reply.stop = mark;
+    changed(reply);
   }
   if (!prompt) return null;
   const status = stopStatus(why, u.error);
   if ((prompt.status || '') !== status) prompt.status = status;
   return prompt;
+}
+
+/** The marker at the end of a turn's reply when it did not end normally ('' when it did). */
+export function stopMark(why) {
+  if (!why || why === 'end_turn') return '';
+  if (why === 'error') return 'not completed';
+  return why === 'cancelled' ? 'stopped' : `stopped: ${why.replace(/_/g, ' ')}`;
 }
 
 /** What a prompt says under it once its turn ended with `why` ('' when it ended normally). */
@@ -368,7 +384,8 @@ export function renderItem(it, t) {
   try {
     switch (it.kind) {
       case 'user': return userNode(it);
-      case 'agent': return h('article', { class: 'msg agent', dataset: { key: it.key } }, h('div', { class: 'md' }, markdown(it.text)), blocksNode(it.blocks));
+      case 'agent': return h('article', { class: 'msg agent', dataset: { key: it.key } }, h('div', { class: 'md' }, markdown(it.text)), blocksNode(it.blocks),
+        it.stop ? h('div', { class: 'stop-mark', text: `■ ${it.stop}` }) : null);
       case 'thought': return h('details', { class: 'msg thought', dataset: { key: it.key } },
         h('summary', { text: 'Thinking' }), h('div', { class: 'md' }, markdown(it.text)));
       case 'tool': return toolNode(it, t);

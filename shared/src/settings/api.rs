@@ -281,6 +281,20 @@ fn write(s: &Settings, host: &Host, method: &str, segs: &[&str], body: &Value) -
             })?;
             Ok((Effect::NeedsRestart, json!({"hooks": tree})))
         }
+        ("POST", ["hooks", event]) => {
+            let (index, tree) = edit_config(s, |root| {
+                let index = hooks::add(root, event, body)?;
+                Ok((index, hooks::read(root)))
+            })?;
+            Ok((Effect::NeedsRestart, json!({"index": index, "hooks": tree})))
+        }
+        ("DELETE", ["hooks", event, index]) => {
+            let tree = edit_config(s, |root| {
+                hooks::remove(root, event, index)?;
+                Ok(hooks::read(root))
+            })?;
+            Ok((Effect::NeedsRestart, json!({"hooks": tree})))
+        }
         ("PUT", ["agents", id]) => {
             let root = config(s)?;
             if let Some(o) = agents::put(&dir_or(s.subagents_dir(&root))?, id, body)? {

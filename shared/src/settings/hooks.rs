@@ -2,7 +2,8 @@
 //! start, [`super::hooks_tree`]). `GET hooks` is the whole tree with every event present and
 //! the defaults filled in; `PUT hooks/{event}/{index}` edits `command` / `timeoutMs` /
 //! `enabled` of an existing entry (`index` counts the event's entries across its groups, in
-//! file order); `POST hooks/enabled` sets `{enabled}`. The edits run inside the settings
+//! file order); `POST hooks/{event}` adds an entry and `DELETE hooks/{event}/{index}` removes
+//! one (beyond the contract, which only edits); `POST hooks/enabled` sets `{enabled}`. The edits run inside the settings
 //! writer's locked read-modify-write ([`super::api`]); the result is validated as a whole.
 
 use super::hooks_tree::{DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, EVENTS, HookEvent, Tree};
@@ -38,40 +39,136 @@ fn current(root: &Ordered) -> Result<(), Refusal> {
         .map_err(|e| Refusal::new(500, format!("the hooks tree in config.json is broken: {e}")))
 }
 
+/// The event named `name`, or a 404 listing the seven.
+fn event_named(name: &str) -> Result<HookEvent, Refusal> {
+    HookEvent::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = EVENTS.iter().map(|e| e.name()).collect();
+        Refusal::missing(format!("unknown hook event `{name}`; the events are {}", names.join(", ")))
+    })
+}
+
+/// The body as an object whose keys are all in `allowed`.
+fn patch_of<'a>(body: &'a Value, allowed: &[&str]) -> Result<&'a Map<String, Value>, Refusal> {
+    let patch = body.as_object().ok_or_else(|| Refusal::bad("the body must be a JSON object"))?;
+    if let Some(k) = patch.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(Refusal::bad(format!("`{k}` cannot be set here: only {}", allowed.join(", "))));
+    }
+    Ok(patch)
+}
+
+/// Validates the tree with `groups` as `event`'s array, then writes that array alone.
+fn commit(root: &mut Ordered, event: HookEvent, groups: &Value) -> Result<(), Refusal> {
+    let mut next = root.value(KEY).unwrap_or_else(|| json!({}));
+    next["events"][event.name()] = groups.clone();
+    Tree::parse(Some(&next)).map_err(Refusal::bad)?;
+    let mut hooks = root.object(KEY);
+    let mut events = hooks.object("events");
+    events.set_raw(event.name(), pretty(groups, 3));
+    hooks.set_object("events", &events, 2);
+    root.set_object(KEY, &hooks, 1);
+    Ok(())
+}
+
+/// `event`'s groups as stored (`[]` when absent).
+fn groups_of(root: &Ordered, event: HookEvent) -> Value {
+    root.value(KEY)
+        .and_then(|h| h.get("events")?.get(event.name()).cloned())
+        .filter(Value::is_array)
+        .unwrap_or_else(|| json!([]))
+}
+
+fn index_of(index: &str) -> Result<usize, Refusal> {
+    index.parse().map_err(|_| Refusal::missing(format!("`{index}` is not a hook entry index")))
+}
+
 /// `PUT hooks/{event}/{index}` with `body`: only the edited event's array is re-rendered.
 pub fn put(root: &mut Ordered, event: &str, index: &str, body: &Value) -> Result<(), Refusal> {
     current(root)?;
-    let Some(event) = HookEvent::from_name(event) else {
-        let names: Vec<&str> = EVENTS.iter().map(|e| e.name()).collect();
-        return Err(Refusal::missing(format!(
-            "unknown hook event `{event}`; the events are {}",
-            names.join(", ")
-        )));
-    };
-    let index: usize =
-        index.parse().map_err(|_| Refusal::missing(format!("`{index}` is not a hook entry index")))?;
-    let patch = body.as_object().ok_or_else(|| Refusal::bad("the body must be a JSON object"))?;
-    if let Some(k) = patch.keys().find(|k| !EDITABLE.contains(&k.as_str())) {
-        return Err(Refusal::bad(format!(
-            "`{k}` cannot be changed here: only command, timeoutMs and enabled"
-        )));
-    }
-    let mut hooks = root.object(KEY);
-    let mut events = hooks.object("events");
-    let mut groups = events.value(event.name()).unwrap_or(Value::Null);
+    let event = event_named(event)?;
+    let index = index_of(index)?;
+    let patch = patch_of(body, &EDITABLE)?;
+    let mut groups = groups_of(root, event);
     let entry = entry_mut(&mut groups, index)
         .ok_or_else(|| Refusal::missing(format!("{} has no hook entry {index}", event.name())))?;
     for (k, v) in patch {
         entry.insert(k.clone(), v.clone());
     }
-    // The whole tree as it would be written must still parse.
-    let mut next = root.value(KEY).unwrap_or_else(|| json!({}));
-    next["events"][event.name()] = groups.clone();
-    Tree::parse(Some(&next)).map_err(Refusal::bad)?;
-    events.set_raw(event.name(), pretty(&groups, 3));
-    hooks.set_object("events", &events, 2);
-    root.set_object(KEY, &hooks, 1);
-    Ok(())
+    commit(root, event, &groups)
+}
+
+/// `POST hooks/{event}` with `{command, timeoutMs?, enabled?, matcher?}`: a new entry, last of
+/// the event (joining the last group when it has the same matcher, else in a group of its own).
+/// Returns its index.
+pub fn add(root: &mut Ordered, event: &str, body: &Value) -> Result<usize, Refusal> {
+    current(root)?;
+    let event = event_named(event)?;
+    let patch = patch_of(body, &[EDITABLE[0], EDITABLE[1], EDITABLE[2], "matcher"])?;
+    let mut entry = Map::new();
+    entry.insert("type".into(), json!("command"));
+    for (k, v) in patch.iter().filter(|(k, _)| *k != "matcher") {
+        entry.insert(k.clone(), v.clone());
+    }
+    if !entry.contains_key("command") {
+        return Err(Refusal::bad("`command` is required"));
+    }
+    let matcher = match patch.get("matcher") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(m)) if m.is_empty() || m == "*" => None,
+        Some(m) => Some(m.clone()),
+    };
+    let mut groups = groups_of(root, event);
+    let list = groups.as_array_mut().ok_or_else(|| Refusal::bad("the event's hooks are not an array"))?;
+    let count: usize =
+        list.iter().map(|g| g.get("hooks").and_then(Value::as_array).map_or(0, Vec::len)).sum();
+    let same = |g: &Value| {
+        let theirs = g.get("matcher").and_then(Value::as_str).filter(|m| !m.is_empty() && *m != "*");
+        match &matcher {
+            None => theirs.is_none(),
+            Some(Value::String(m)) => theirs == Some(m.as_str()),
+            Some(_) => false,
+        }
+    };
+    match list.last_mut().filter(|g| same(g)).and_then(|g| g.get_mut("hooks")?.as_array_mut()) {
+        Some(hooks) => hooks.push(Value::Object(entry)),
+        None => {
+            let mut group = Map::new();
+            if let Some(m) = matcher {
+                group.insert("matcher".into(), m);
+            }
+            group.insert("hooks".into(), json!([Value::Object(entry)]));
+            list.push(Value::Object(group));
+        }
+    }
+    commit(root, event, &groups)?;
+    Ok(count)
+}
+
+/// `DELETE hooks/{event}/{index}`: the entry goes, and its group with it when it was the
+/// group's last.
+pub fn remove(root: &mut Ordered, event: &str, index: &str) -> Result<(), Refusal> {
+    current(root)?;
+    let event = event_named(event)?;
+    let index = index_of(index)?;
+    let mut groups = groups_of(root, event);
+    let missing = || Refusal::missing(format!("{} has no hook entry {index}", event.name()));
+    let list = groups.as_array_mut().ok_or_else(missing)?;
+    let mut left = index;
+    let mut at = None;
+    for (gi, g) in list.iter().enumerate() {
+        let n = g.get("hooks").and_then(Value::as_array).map_or(0, Vec::len);
+        if left < n {
+            at = Some((gi, left));
+            break;
+        }
+        left -= n;
+    }
+    let (gi, hi) = at.ok_or_else(missing)?;
+    let hooks = list[gi].get_mut("hooks").and_then(Value::as_array_mut).ok_or_else(missing)?;
+    hooks.remove(hi);
+    if hooks.is_empty() {
+        list.remove(gi);
+    }
+    commit(root, event, &groups)
 }
 
 /// `POST hooks/enabled` with `{enabled}`.
@@ -171,5 +268,53 @@ mod tests {
         assert_eq!(r.render(0), before);
         let mut broken = Ordered::parse(r#"{"hooks": {"events": {"Nope": []}}}"#).unwrap();
         assert_eq!(set_enabled(&mut broken, &json!({"enabled": true})).map_err(|e| e.status), Err(500));
+    }
+
+    #[test]
+    fn entries_are_added_and_removed_validated_like_an_edit() {
+        let mut r = root();
+        // Same matcher as the last group: joins it; another matcher: a group of its own.
+        assert_eq!(add(&mut r, "PreToolUse", &json!({"command": "c"})).unwrap(), 2);
+        assert_eq!(
+            add(&mut r, "PreToolUse", &json!({"command": "d", "matcher": "edit", "timeoutMs": 9})).unwrap(),
+            3
+        );
+        assert_eq!(add(&mut r, "SessionStart", &json!({"command": "e", "enabled": false})).unwrap(), 0);
+        let v = reparse(&r);
+        let g = &v["hooks"]["events"]["PreToolUse"];
+        assert_eq!(g[1]["hooks"][1], json!({"type": "command", "command": "c"}));
+        assert_eq!(
+            g[2],
+            json!({"matcher": "edit", "hooks": [{"type": "command", "command": "d", "timeoutMs": 9}]})
+        );
+        assert_eq!(
+            v["hooks"]["events"]["SessionStart"],
+            json!([{"hooks": [{"type": "command", "command": "e", "enabled": false}]}])
+        );
+        // Removing a group's last entry removes the group; the others keep their keys.
+        remove(&mut r, "PreToolUse", "3").unwrap();
+        remove(&mut r, "PreToolUse", "0").unwrap();
+        let g = reparse(&r)["hooks"]["events"]["PreToolUse"].clone();
+        assert_eq!(
+            g,
+            json!([{"hooks": [{"type": "command", "command": "b"}, {"type": "command", "command": "c"}]}])
+        );
+        let before = r.render(0);
+        let refused = [
+            add(&mut r, "Stop", &json!({})),
+            add(&mut r, "Stop", &json!({"command": " "})),
+            add(&mut r, "Stop", &json!({"command": "x", "matcher": "("})),
+            add(&mut r, "Stop", &json!({"command": "x", "timeoutMs": 0})),
+            add(&mut r, "Stop", &json!({"command": "x", "type": "http"})),
+            add(&mut r, "Stop", &json!([])),
+        ];
+        for e in refused {
+            assert_eq!(e.map_err(|e| e.status), Err(400));
+        }
+        assert_eq!(add(&mut r, "OnSave", &json!({"command": "x"})).map_err(|e| e.status), Err(404));
+        assert_eq!(remove(&mut r, "PreToolUse", "2").map_err(|e| e.status), Err(404));
+        assert_eq!(remove(&mut r, "PreToolUse", "x").map_err(|e| e.status), Err(404));
+        assert_eq!(remove(&mut r, "UserPromptSubmit", "0").map_err(|e| e.status), Err(404));
+        assert_eq!(r.render(0), before, "a refused write changes nothing");
     }
 }

@@ -36,6 +36,25 @@ pub struct RecentTurn {
     pub workspace: String,
     /// The session's title, if any.
     pub title: Option<String>,
+    /// The text of the turn's first prompt (`None`: it was trimmed away or has no text), at
+    /// most [`PROMPT_CHARS`] characters.
+    pub prompt: Option<String>,
+}
+
+/// How much of a turn's first prompt a [`RecentTurn`] carries: enough for a row on a board.
+pub const PROMPT_CHARS: usize = 300;
+
+/// The text of a stored `user` message body (a merged `user_message_chunk` update).
+fn prompt_text(body: Option<String>) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(&body?).ok()?;
+    let text = match &v["content"] {
+        serde_json::Value::Array(blocks) => {
+            blocks.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join(" ")
+        }
+        c => c["text"].as_str()?.to_owned(),
+    };
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.chars().take(PROMPT_CHARS).collect())
 }
 
 const COLUMNS: &str = "t.session_id, t.turn, t.stop_reason, t.error, t.started_at, t.ended_at, t.prompted_by";
@@ -102,17 +121,26 @@ impl Store {
     }
 
     /// The `limit` most recently finished turns of every session on this machine, newest
-    /// first (deleted sessions left out), with each session's project and title.
+    /// first (deleted sessions left out), with each session's project and title and the
+    /// turn's first prompt.
     pub fn recent_turns(&self, limit: u32) -> Result<Vec<RecentTurn>, StoreError> {
         let sql = format!(
-            "SELECT {COLUMNS}, s.workspace, s.title FROM turns t JOIN sessions s ON s.session_id = t.session_id
+            "SELECT {COLUMNS}, s.workspace, s.title,
+               (SELECT m.body FROM messages m WHERE m.session_id = t.session_id AND m.turn = t.turn
+                AND m.kind = 'user' ORDER BY m.seq LIMIT 1)
+             FROM turns t JOIN sessions s ON s.session_id = t.session_id
              WHERE s.deleted = 0 ORDER BY t.ended_at DESC, t.session_id, t.turn DESC LIMIT ?1"
         );
         Ok(self
             .conn()
             .prepare_cached(&sql)?
             .query_map(params![limit], |r| {
-                Ok(RecentTurn { record: record(r)?, workspace: r.get(7)?, title: r.get(8)? })
+                Ok(RecentTurn {
+                    record: record(r)?,
+                    workspace: r.get(7)?,
+                    title: r.get(8)?,
+                    prompt: prompt_text(r.get(9)?),
+                })
             })?
             .collect::<Result<_, _>>()?)
     }
