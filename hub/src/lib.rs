@@ -175,10 +175,13 @@ impl Hub {
         self.relays.load(Ordering::Relaxed)
     }
 
-    /// Counts one relay for as long as the returned guard lives.
-    pub fn relay_guard(self: &Arc<Hub>) -> RelayGuard {
-        self.relays.fetch_add(1, Ordering::Relaxed);
-        RelayGuard(self.clone())
+    /// Counts one relay for as long as the returned guard lives, unless `max` are open:
+    /// checked and counted in one step, so a burst of opens cannot all pass the check before
+    /// any of them is counted.
+    pub fn relay_guard(self: &Arc<Hub>, max: usize) -> Option<RelayGuard> {
+        let counted =
+            self.relays.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
+        counted.ok().map(|_| RelayGuard(self.clone()))
     }
 }
 
@@ -187,7 +190,7 @@ pub struct RelayGuard(Arc<Hub>);
 
 impl Drop for RelayGuard {
     fn drop(&mut self) {
-        self.0.relays.fetch_sub(1, Ordering::Relaxed);
+        self.0.relays.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

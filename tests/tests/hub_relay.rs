@@ -514,3 +514,39 @@ fn a_relay_thread_that_fails_closes_its_relays_with_1011_logs_it_and_relays_agai
         assert!(r["result"].is_object(), "{fault}: {r}");
     }
 }
+
+#[test]
+fn a_burst_of_relay_opens_never_passes_the_relay_cap() {
+    // The cap (2 here; 16 384 in production) is taken before the hub awaits its dial to the
+    // bridge: checked first and counted after the dial, a burst all passed the check.
+    let home = Home::new();
+    let (hub, b) = hub_and_bridge(&home, &[("ZCODE_ACP_TEST_MAX_RELAYS", "2")]);
+    let id = b.id();
+    let burst = 12;
+    let start = std::sync::Barrier::new(burst);
+    let outcomes: Vec<Result<Peer, u16>> = std::thread::scope(|s| {
+        let opens: Vec<_> = (0..burst)
+            .map(|_| {
+                s.spawn(|| {
+                    start.wait();
+                    Peer::connect_ws(hub.port, &format!("/acp?instance={id}"), Some(TEST_TOKEN))
+                })
+            })
+            .collect();
+        opens.into_iter().map(|t| t.join().expect("an opener")).collect()
+    });
+    let opened = outcomes.iter().filter(|o| o.is_ok()).count();
+    let refused: Vec<u16> = outcomes.iter().filter_map(|o| o.as_ref().err().copied()).collect();
+    assert!(opened <= 2, "{opened} relays opened under a cap of 2 (refused: {refused:?})");
+    assert!(opened >= 1, "the cap of 2 let none through: {refused:?}");
+    assert!(refused.iter().all(|s| *s == 503), "{refused:?}");
+    // The ones that opened relay; closing one makes room for the next.
+    let mut open: Vec<Peer> = outcomes.into_iter().filter_map(Result::ok).collect();
+    for p in &mut open {
+        initialize(p, json!({}));
+    }
+    drop(open);
+    wait_until("a closed relay to make room", || {
+        Peer::connect_ws(hub.port, &format!("/acp?instance={id}"), Some(TEST_TOKEN)).is_ok()
+    });
+}

@@ -24,6 +24,15 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 /// Relays open at once, at most (each holds two sockets).
 pub const MAX_RELAYS: usize = 16_384;
 
+/// The cap: [`MAX_RELAYS`], or in a debug build `ZCODE_ACP_TEST_MAX_RELAYS` (the burst test's).
+fn max_relays() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        let knob = zcode_shared::env::test_knob(&zcode_shared::env::ProcessEnv, "ZCODE_ACP_TEST_MAX_RELAYS");
+        knob.and_then(|v| v.trim().parse().ok()).unwrap_or(MAX_RELAYS)
+    })
+}
+
 /// Dials the bridge, then accepts the client's upgrade and starts the relay.
 pub async fn upgrade(mut req: Request<Incoming>, hub: &Arc<Hub>) -> Resp {
     let Some(accept) = accept_key(&req) else {
@@ -33,9 +42,10 @@ pub async fn upgrade(mut req: Request<Incoming>, hub: &Arc<Hub>) -> Resp {
     let Some(port) = hub.registry().port_of(&id, Instant::now()) else {
         return text(StatusCode::NOT_FOUND, "unknown instance");
     };
-    if hub.relay_count() >= MAX_RELAYS {
+    // Counted before the dial is awaited: a relay being dialed holds its place under the cap.
+    let Some(guard) = hub.relay_guard(max_relays()) else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "too many connections");
-    }
+    };
     let bridge = match upstream::dial_ws(port, &hub.token.token()).await {
         Ok(ws) => ws,
         Err(e) => {
@@ -46,7 +56,6 @@ pub async fn upgrade(mut req: Request<Incoming>, hub: &Arc<Hub>) -> Resp {
     // Decided before the request is handed over: browsers fail a handshake whose offered
     // subprotocols got no answer.
     let offered = auth::subprotocols(req.headers()).any(|p| p == auth::SUBPROTOCOL);
-    let guard = hub.relay_guard();
     let on_upgrade = hyper::upgrade::on(&mut req);
     hub.tracker.spawn(relay_task(hub.clone(), on_upgrade, bridge, id, guard));
     let mut r = empty(StatusCode::SWITCHING_PROTOCOLS);
