@@ -379,7 +379,7 @@ fn command_resets_in_rfc3339_are_shown_bad_ones_say_the_type_and_bars_line_up() 
             .find(|l| l.trim_start().starts_with(label))
             .unwrap_or_else(|| panic!("no {label} line:\n{out}"))
     };
-    let rolling = out.lines().filter(|l| l.trim_start().starts_with("5h ")).last().unwrap_or_default();
+    let rolling = out.lines().rfind(|l| l.trim_start().starts_with("5h ")).unwrap_or_default();
     assert!(rolling.ends_with("resets Tue 15 Jan 10:00 UTC"), "the RFC 3339 reset is shown:\n{out}");
     let week = out.lines().find(|l| l.trim_start().starts_with("Week ")).unwrap_or_default();
     assert!(week.ends_with("resets Tue 15 Jan 10:00 UTC"), "an offset is applied:\n{out}");
