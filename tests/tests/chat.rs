@@ -170,6 +170,37 @@ fn a_desktop_resume_of_an_unknown_id_opens_a_window_with_a_fresh_session() {
     assert!(s.contains("could not resume session sess_neverexisted"), "{s}");
     w.tmux(&["send-keys", "-t", "zcode-acp", "hello from a fresh window", "Enter"]);
     screen("You said: \"hello from a fresh window\"");
+
+    // On a terminal, a phone's prompt takes the marker's place: a line of its own, and the
+    // marker comes back, alone, once its turn is over.
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    let list = wait_instances(w.hub.port, "the window's session", |l| {
+        l.iter().any(|i| i["id"] == id.as_str() && !i["sessions"].as_array().unwrap().is_empty())
+    });
+    let inst = list.iter().find(|i| i["id"] == id.as_str()).unwrap();
+    let sid = inst["sessions"][0]["sessionId"].as_str().unwrap();
+    assert_ne!(sid, "sess_neverexisted");
+    let mut phone = w.hub.connect(&id).unwrap();
+    initialize(&mut phone, json!({}));
+    phone.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": p, "mcpServers": [], "_meta": {"zcode": {"limit": 0}}}),
+    );
+    let (r, _) = phone.call("session/prompt", prompt(sid, "from the phone"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let s = screen("You said: \"from the phone\"");
+    let lines: Vec<&str> = s.lines().map(str::trim_end).filter(|l| !l.is_empty()).collect();
+    assert!(lines.contains(&"› other device: from the phone"), "{s}");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let s = w.tmux(&["capture-pane", "-p", "-J", "-t", "zcode-acp"]);
+        let last = s.lines().map(str::trim_end).rfind(|l| !l.is_empty()).unwrap_or_default().to_owned();
+        if last == "›" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no fresh prompt after the phone's turn:\n{s}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Issue 29 point 12: a phone's prompt was printed after the chat's prompt marker on the same
