@@ -283,10 +283,11 @@ impl Chat {
         if let Some(err) = error {
             let msg = inert(err["message"].as_str().unwrap_or("error"));
             let b = self.fresh_line();
-            match (purpose, self.opts.resume.take()) {
+            let resuming = purpose == Purpose::Session && self.session.is_none();
+            match (purpose, self.opts.resume.take_if(|_| resuming)) {
                 // A resume the bridge cannot load (an unknown or foreign id): the window gets a
                 // fresh session, as the contract says, not an error and nothing to type into.
-                (Purpose::Session, Some(sid)) if self.session.is_none() => {
+                (Purpose::Session, Some(sid)) => {
                     self.say(&format!(
                         "{b}could not resume session {}: {msg} — starting a fresh session\n",
                         inert(&sid)
