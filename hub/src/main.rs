@@ -113,7 +113,7 @@ enum Command {
         #[arg(short, long)]
         watch: bool,
         /// Seconds between refreshes (at least 10; implies --watch)
-        #[arg(short, long, value_name = "SECS")]
+        #[arg(short, long, value_name = "SECS", value_parser = zcode_hub::quota_card::parse_interval)]
         interval: Option<u64>,
         /// Print the JSON payload (the same as GET /api/quota) instead of the card
         #[arg(long)]

@@ -49,7 +49,14 @@ pub fn parse_rfc3339(s: &str) -> Option<u64> {
                     "-" => -1,
                     _ => return None,
                 };
+                // `+hh:mm` and nothing after it.
+                if tail.len() != 6 || tail.get(3..4)? != ":" {
+                    return None;
+                }
                 let (oh, om) = (digits(tail.get(1..3)?)?, digits(tail.get(4..6)?)?);
+                if oh > 23 || om > 59 {
+                    return None;
+                }
                 sign * (oh * 3600 + om * 60) * 1000
             }
         };
@@ -123,8 +130,31 @@ mod tests {
         assert_eq!(parse_rfc3339("2024-08-16T11:20:00+02:00"), Some(1_723_800_000_000));
         assert_eq!(parse_rfc3339("2024-08-16T09:20:00.5Z"), Some(1_723_800_000_500));
         assert_eq!(parse_rfc3339("2024-08-16"), Some(1_723_766_400_000));
-        for bad in ["", "soon", "2024-13-01", "2024-08-16T25:00:00Z", "2024-08-16X"] {
+        for bad in [
+            "",
+            "soon",
+            "2024-13-01",
+            "2024-08-16T25:00:00Z",
+            "2024-08-16X",
+            "2024-08-16T11:20:00+02:00garbage",
+            "2024-08-16T11:20:00+02x00",
+            "2024-08-16T11:20:00+24:00",
+        ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Any instant, written in UTC or with any offset, parses back to itself.
+        #[test]
+        fn rfc3339_round_trips_with_any_offset(ms in 0u64..8_000_000_000_000, off in -1439i64..=1439) {
+            proptest::prop_assert_eq!(parse_rfc3339(&iso8601(ms)), Some(ms));
+            let local = ms as i64 + off * 60_000;
+            proptest::prop_assume!(local >= 0);
+            let z = iso8601(local as u64);
+            let sign = if off < 0 { '-' } else { '+' };
+            let with = format!("{}{sign}{:02}:{:02}", &z[..z.len() - 1], off.abs() / 60, off.abs() % 60);
+            proptest::prop_assert_eq!(parse_rfc3339(&with), Some(ms), "{}", with);
         }
     }
 

@@ -493,7 +493,7 @@ fn a_create_opens_chat_in_a_real_tmux_window() {
     tmux(&["send-keys", "-t", "zcode-acp", "long hold", "Enter"]);
     screen("tick 3 ");
     tmux(&["send-keys", "-t", "zcode-acp", "C-c"]);
-    screen("[cancelled]");
+    screen("(cancelled)");
 
     // Resume on the desktop: a new window boots into the session with its history tail.
     let r = post(&w.hub, "/api/instances", &json!({"workspacePath": p, "sessionId": sid}));

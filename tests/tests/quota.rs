@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use zcode_tests::hub::{AUTH, Hub, http, wait_instances};
-use zcode_tests::{Bridge, Home, demo_agent, initialize};
+use zcode_tests::{Bridge, Home, WAIT, demo_agent, initialize};
 
 /// A vendor on 127.0.0.1 answering every request with `route(method, path)`, after `delay`.
 struct Vendor {
@@ -294,7 +294,7 @@ fn watch_mode_refreshes_until_interrupted() {
     use std::io::BufRead;
     let home = Home::new();
     let (glm, ollama) = (glm_vendor(Duration::ZERO), refusing());
-    let mut cmd = home.command(&["quota", "glm", "-w", "-i", "1"]);
+    let mut cmd = home.command(&["quota", "glm", "-w", "-i", "10"]);
     for (k, v) in env(&glm, &ollama) {
         match v.is_empty() {
             true => cmd.env_remove(k),
@@ -305,11 +305,127 @@ fn watch_mode_refreshes_until_interrupted() {
     let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
     let first = lines.next().and_then(Result::ok);
     assert_eq!(first.as_deref(), Some("GLM Coding Plan (pro)"));
-    // The second card comes after the shortest period (`-i 1` is raised to 10 s), from a new query.
+    // The second card comes after the shortest period (`-i 10`), from a new query.
     let again = lines.by_ref().map_while(Result::ok).find(|l| l == "GLM Coding Plan (pro)");
     assert!(again.is_some(), "a second card");
     assert_eq!(glm.hits.load(Ordering::SeqCst), 2, "each refresh asks the vendor again");
     assert!(child.try_wait().expect("try_wait").is_none(), "-w keeps running");
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// `zcode-acp quota ARGS` with `env`, which must end within the suite's deadline (a watch
+/// that never ends is killed and fails the test): (exit code, stdout, stderr).
+fn quota_cli_ends(home: &Home, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut all = vec!["quota"];
+    all.extend_from_slice(args);
+    let mut cmd = home.command(&all);
+    for (k, v) in env {
+        match v.is_empty() {
+            true => cmd.env_remove(k),
+            false => cmd.env(k, v),
+        };
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run zcode-acp quota");
+    let read = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = read(Box::new(child.stdout.take().expect("stdout")));
+    let err = read(Box::new(child.stderr.take().expect("stderr")));
+    let deadline = std::time::Instant::now() + WAIT;
+    let code = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status.code().unwrap_or(-1);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let (out, err) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
+            panic!("`zcode-acp quota {}` never ended\nstdout: {out}\nstderr: {err}", args.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (code, out.join().unwrap_or_default(), err.join().unwrap_or_default())
+}
+
+/// Issue 29 point 11: a command's RFC 3339 `resetsAt` was dropped from the card, and one of
+/// another type was too, without a word; long labels pushed their bars out of the column.
+#[test]
+fn command_resets_in_rfc3339_are_shown_bad_ones_say_the_type_and_bars_line_up() {
+    let home = Home::new();
+    let (glm, ollama) = (glm_vendor(Duration::ZERO), refusing());
+    let mine = r#"{"kind":"success","windows":[
+        {"key":"rolling","label":"5h","usagePercent":5,"resetsAt":"2030-01-15T10:00:00Z"},
+        {"key":"weekly","label":"Week","usagePercent":25,"resetsAt":"2030-01-15T12:00:00+02:00"},
+        {"key":"premium","label":"Premium requests","usagePercent":50}]}"#;
+    let broken = r#"{"kind":"success","windows":[{"key":"weekly","label":"Week","usagePercent":5,"resetsAt":"next tuesday"}]}"#;
+    let printf = |json: &str| json!({"command": "/bin/sh", "args": ["-c", format!("printf '%s' '{json}'")]});
+    write_config(&home, &json!({"quota": {"commands": {"mine": printf(mine), "broken": printf(broken)}}}));
+    let mut e = env(&glm, &ollama);
+    e.push(("TZ", "UTC"));
+    let (code, out, err) = quota_cli_ends(&home, &[], &e);
+    assert_eq!(code, 0, "{out}{err}");
+    let line = |label: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(label))
+            .unwrap_or_else(|| panic!("no {label} line:\n{out}"))
+    };
+    let rolling = out.lines().rfind(|l| l.trim_start().starts_with("5h ")).unwrap_or_default();
+    assert!(rolling.ends_with("resets Tue 15 Jan 10:00 UTC"), "the RFC 3339 reset is shown:\n{out}");
+    let week = out.lines().find(|l| l.trim_start().starts_with("Week ")).unwrap_or_default();
+    assert!(week.ends_with("resets Tue 15 Jan 10:00 UTC"), "an offset is applied:\n{out}");
+    assert!(
+        out.contains(
+            "broken\n  unavailable: window \"weekly\": `resetsAt` must be epoch milliseconds (a whole number) \
+             or an RFC 3339 time such as \"2026-12-03T10:00:00Z\"; got \"next tuesday\"\n"
+        ),
+        "{out}"
+    );
+    // Every window line's bar starts in one column, across sections.
+    let cols: Vec<usize> = out.lines().filter_map(|l| l.chars().position(|c| c == '█' || c == '░')).collect();
+    assert_eq!(cols.len(), 5, "GLM's two windows and the command's three:\n{out}");
+    assert!(cols.iter().all(|c| *c == cols[0]), "the bars are not in one column:\n{out}");
+    assert!(line("Premium requests").contains("Premium requests ██████████"), "{out}");
+}
+
+/// Issue 29 point 11: `-i 5` was raised to 10 without a word; it is refused with the minimum.
+#[test]
+fn an_interval_under_ten_seconds_is_refused_with_the_minimum() {
+    let home = Home::new();
+    let (glm, ollama) = (glm_vendor(Duration::ZERO), refusing());
+    let (code, out, err) = quota_cli_ends(&home, &["-i", "5"], &env(&glm, &ollama));
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("'5'") && err.contains("at least 10 seconds"), "{err}");
+    assert_eq!(glm.hits.load(Ordering::SeqCst), 0, "nothing was asked");
+}
+
+/// Issue 29 point 11: with no provider configured, `-w` printed the same advice every 30 s
+/// forever; it says it once and exits 1.
+#[test]
+fn watch_with_nothing_configured_says_so_once_and_exits_non_zero() {
+    let home = Home::new();
+    let none = [
+        ("ZCODE_ACP_GLM_API_KEY", ""),
+        ("OLLAMA_API_KEY", ""),
+        ("OPENCODE_GO_WORKSPACE_ID", ""),
+        ("OPENCODE_GO_AUTH_COOKIE", ""),
+    ];
+    let (code, out, err) = quota_cli_ends(&home, &["-w"], &none);
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(out.matches("no quota provider is configured").count(), 1, "{out}");
+    // One provider asked for by name and not configured: the same.
+    let (code, out, _) = quota_cli_ends(&home, &["go", "-w", "-i", "10"], &none);
+    assert_eq!(
+        (code, out.as_str()),
+        (1, "OpenCode Go\n  not configured: set OPENCODE_GO_WORKSPACE_ID and OPENCODE_GO_AUTH_COOKIE\n")
+    );
 }

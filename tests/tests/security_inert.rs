@@ -335,10 +335,10 @@ fn chat_shows_agent_text_remote_prompts_and_titles_without_control_sequences() {
     // The owner types escapes (the agent echoes them) and a line that is not UTF-8.
     let payload = "say \x1b]0;PWNED\x07 \x1b[2J\x1b[31mred \u{9b}1m \x1bPqDCS\x1b\\ \x1b]8;;http://x\x1b\\ bell\x07 \x7f end";
     stdin.write_all(format!("{payload}\n").as_bytes()).unwrap();
-    wait_output(&out, "[end_turn]", 1);
+    wait_output(&out, "You said: \"", 1);
     assert_inert(&String::from_utf8_lossy(&out.lock().unwrap()));
     stdin.write_all(b"bad \xff\xfe bytes\nafter the bad line\n").unwrap();
-    wait_output(&out, "[end_turn]", 3);
+    wait_output(&out, "You said: \"", 3);
 
     // A phone on the same session: its prompt and a rename reach the chat.
     let list = zcode_tests::hub::wait_instances(w.hub.port, "the chat's bridge", |l| {
@@ -373,7 +373,7 @@ fn chat_shows_agent_text_remote_prompts_and_titles_without_control_sequences() {
     let renamed = r.json()["title"].as_str().unwrap().to_owned();
     assert!(controls(&renamed).is_empty(), "rename kept control characters: {renamed:?}");
     stdin.write_all(b"last\n").unwrap();
-    wait_output(&out, "[end_turn]", 4);
+    wait_output(&out, "You said: \"last", 1);
     drop(stdin);
     let _ = child.wait();
 

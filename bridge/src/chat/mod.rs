@@ -4,7 +4,10 @@
 //!
 //! Line-oriented, so it works in any terminal (and under tmux send-keys): type a prompt and
 //! Enter; a permission question is answered with its number (whoever answers first wins);
-//! Ctrl-C cancels the running turn, or quits when none runs; Ctrl-D quits.
+//! Ctrl-C cancels the running turn, or quits when none runs; Ctrl-D quits. Another device's
+//! prompt shows as `› other device: …`, and its turn's end (`_zcode/turn_end`, which the chat
+//! asks its bridge for) brings the prompt marker back. A `--resume` the bridge cannot load
+//! starts a fresh session instead (the window is never left without one).
 
 mod render;
 
@@ -54,6 +57,10 @@ struct Chat {
     question: Option<(Id, Vec<String>)>,
     /// Prompts typed before the session was ready, sent once it is.
     early: Vec<String>,
+    /// The prompt marker is the last thing on screen (what comes next replaces it).
+    at_prompt: bool,
+    /// Stdout is a terminal (the marker can be erased in place).
+    tty: bool,
     opts: ChatOptions,
 }
 
@@ -112,10 +119,10 @@ pub async fn run(opts: ChatOptions) -> std::io::Result<i32> {
             }
         }
     });
-    let color = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let mut chat = Chat {
         out: std::io::stdout(),
-        render: Renderer::new(color),
+        render: Renderer::new(tty),
         to_bridge,
         next_id: 0,
         pending: HashMap::new(),
@@ -123,10 +130,14 @@ pub async fn run(opts: ChatOptions) -> std::io::Result<i32> {
         running: 0,
         question: None,
         early: Vec::new(),
+        at_prompt: false,
+        tty,
         opts,
     };
     chat.say(&format!("zcode-acp chat in {} — starting the agent…\n", chat.opts.cwd.display()));
-    let init = json!({"protocolVersion": 1, "clientCapabilities": {}, "clientInfo": {"name": "zcode-acp-chat", "version": zcode_shared::VERSION}});
+    // `turnEnd`: the bridge tells us when another device's turn ends, as it tells remotes.
+    let init = json!({"protocolVersion": 1, "clientCapabilities": {"_meta": {"zcode": {"turnEnd": true}}},
+        "clientInfo": {"name": "zcode-acp-chat", "version": zcode_shared::VERSION}});
     chat.request("initialize", init, Purpose::Initialize).await;
     // One listener for the chat's whole life: `ctrl_c()` made anew at each turn of the loop
     // saw only a Ctrl-C that came while it waited, and one pressed while a message was being
@@ -166,8 +177,22 @@ pub async fn run(opts: ChatOptions) -> std::io::Result<i32> {
 
 impl Chat {
     fn say(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        self.at_prompt = false;
         let _ = self.out.write_all(text.as_bytes());
         let _ = self.out.flush();
+    }
+
+    /// What starts a line of output of its own: the marker erased when it is the last thing
+    /// shown (on a pipe, a new line), else the end of whatever line is open.
+    fn fresh_line(&mut self) -> &'static str {
+        match (self.at_prompt, self.tty) {
+            (true, true) => "\r\x1b[2K",
+            (true, false) => "\n",
+            (false, _) => self.render.break_line(),
+        }
     }
 
     async fn send(&mut self, msg: Value) {
@@ -186,9 +211,23 @@ impl Chat {
     fn prompt_marker(&mut self) {
         let b = self.render.break_line();
         self.say(&format!("{b}› "));
+        self.at_prompt = true;
+    }
+
+    /// A turn ended: how, in words (nothing for a plain end), and the prompt marker again.
+    fn turn_over(&mut self, reason: &str, error: Option<&str>) {
+        let b = self.render.break_line();
+        if let Some(words) = stop_words(reason, error) {
+            self.say(&format!("{b}({words})\n"));
+        } else {
+            self.say(b);
+        }
+        self.prompt_marker();
     }
 
     async fn on_line(&mut self, line: String) {
+        // The terminal's echo of the line ended it: the marker is no longer last.
+        self.at_prompt = false;
         if let Some((id, options)) = self.question.take() {
             return self.answer(id, options, line.trim()).await;
         }
@@ -243,14 +282,26 @@ impl Chat {
         let error = m.error.as_deref().map(|e| serde_json::from_str::<Value>(e.get()).unwrap_or(Value::Null));
         if let Some(err) = error {
             let msg = inert(err["message"].as_str().unwrap_or("error"));
-            let b = self.render.break_line();
-            self.say(&format!("{b}error: {msg}\n"));
-            match purpose {
-                Purpose::Prompt => {
+            let b = self.fresh_line();
+            let resuming = purpose == Purpose::Session && self.session.is_none();
+            match (purpose, self.opts.resume.take_if(|_| resuming)) {
+                // A resume the bridge cannot load (an unknown or foreign id): the window gets a
+                // fresh session, as the contract says, not an error and nothing to type into.
+                (Purpose::Session, Some(sid)) => {
+                    self.say(&format!(
+                        "{b}could not resume session {}: {msg} — starting a fresh session\n",
+                        inert(&sid)
+                    ));
+                    let cwd = self.opts.cwd.display().to_string();
+                    self.request("session/new", json!({"cwd": cwd, "mcpServers": []}), Purpose::Session)
+                        .await;
+                }
+                (Purpose::Prompt, _) => {
+                    self.say(&format!("{b}error: {msg}\n"));
                     self.running = self.running.saturating_sub(1);
                     self.prompt_marker();
                 }
-                Purpose::Initialize | Purpose::Session => {}
+                (Purpose::Initialize | Purpose::Session, _) => self.say(&format!("{b}error: {msg}\n")),
             }
             return;
         }
@@ -272,6 +323,8 @@ impl Chat {
                 let sid =
                     result["sessionId"].as_str().map(str::to_owned).or_else(|| self.opts.resume.clone());
                 self.session = sid.clone();
+                // From here on a user message is another device's prompt, not history.
+                self.render.live = true;
                 let b = self.render.break_line();
                 self.say(&format!(
                     "{b}session {} — type a prompt and press Enter; Ctrl-C cancels a turn, Ctrl-D quits\n",
@@ -284,10 +337,7 @@ impl Chat {
             }
             Purpose::Prompt => {
                 self.running = self.running.saturating_sub(1);
-                let reason = inert(result["stopReason"].as_str().unwrap_or("done"));
-                let b = self.render.break_line();
-                self.say(&format!("{b}[{reason}]\n"));
-                self.prompt_marker();
+                self.turn_over(result["stopReason"].as_str().unwrap_or("end_turn"), None);
             }
         }
     }
@@ -300,21 +350,37 @@ impl Chat {
                     if let Some(t) = u["title"].as_str() {
                         // Our own sequence, around a title with none left in it.
                         let clean = zcode_shared::text::title(t);
-                        self.say(&format!("\x1b]0;{clean}\x07"));
+                        // Not `say`: a title changes nothing on screen, the marker stays last.
+                        let _ = write!(self.out, "\x1b]0;{clean}\x07");
+                        let _ = self.out.flush();
                     }
                 }
                 let text = self.render.update(u);
+                if !text.is_empty() && self.at_prompt {
+                    let b = self.fresh_line();
+                    self.say(b);
+                }
                 self.say(&text);
             }
+            // Another device's turn ended (ours end with our prompt's answer).
+            crate::journal::turn_end::METHOD if params["promptedBy"] != "editor" => {
+                if params["sessionId"].as_str() == self.session.as_deref() {
+                    self.turn_over(
+                        params["stopReason"].as_str().unwrap_or("end_turn"),
+                        params["error"].as_str(),
+                    );
+                }
+            }
+            crate::journal::turn_end::METHOD => {}
             "session/request_permission" => {
                 let (q, ids) = render::permission_question(params);
-                let b = self.render.break_line();
+                let b = self.fresh_line();
                 self.say(&format!("{b}{q}"));
                 self.question = id.map(|id| (id, ids));
             }
             "elicitation/create" => {
                 let msg = inert(params["message"].as_str().unwrap_or("the agent asks a question"));
-                let b = self.render.break_line();
+                let b = self.fresh_line();
                 self.say(&format!("{b}❓ {msg}\nyour answer (empty declines): "));
                 self.question = id.map(|id| (id, vec![]));
             }
@@ -335,4 +401,20 @@ impl Chat {
             }
         }
     }
+}
+
+/// A turn's stop reason in words; `None` for a plain end.
+fn stop_words(reason: &str, error: Option<&str>) -> Option<String> {
+    Some(match reason {
+        "end_turn" => return None,
+        "cancelled" => "cancelled".into(),
+        "max_tokens" => "stopped: the reply reached the agent's token limit".into(),
+        "max_turn_requests" => "stopped: the turn reached the agent's limit of requests".into(),
+        "refusal" => "the agent refused to go on".into(),
+        "error" => match error {
+            Some(e) => format!("failed: {}", inert(e)),
+            None => "failed".into(),
+        },
+        other => format!("stopped: {}", inert(other)),
+    })
 }

@@ -1,5 +1,7 @@
 //! How `zcode-acp chat` shows a session in a terminal: replies streamed as they come, thoughts
-//! dimmed, tool calls and plans on lines of their own, other devices' prompts marked.
+//! dimmed, tool calls and plans on lines of their own, other devices' prompts marked: in the
+//! history `you › …`, live `› other device: …` (the bridge does not say which device; every
+//! live user message is another client's, our own are never echoed back).
 //!
 //! Everything the agent or another client wrote goes through [`inert`] first: only the chat's
 //! own styling reaches the terminal as control sequences.
@@ -16,6 +18,10 @@ pub struct Renderer {
     last: Option<&'static str>,
     tools: HashMap<String, String>,
     color: bool,
+    /// The `messageId` of the user message being shown (its next chunk continues it).
+    user_msg: Option<String>,
+    /// The session is loaded: user messages are other devices' prompts, not history.
+    pub live: bool,
 }
 
 impl Renderer {
@@ -51,8 +57,18 @@ impl Renderer {
                 out.push_str(&self.style("2", text));
             }
             "user_message_chunk" => {
+                let id = u["messageId"].as_str().map(str::to_owned);
+                let continues = self.last == Some("user") && id == self.user_msg;
+                if self.last == Some("user") && !continues {
+                    out.push('\n');
+                }
                 self.line(&mut out, "user");
-                let _ = write!(out, "{} {text}", self.style("1;36", "you ›"));
+                if !continues {
+                    let label = if self.live { "› other device:" } else { "you ›" };
+                    let _ = write!(out, "{} ", self.style("1;36", label));
+                }
+                out.push_str(text);
+                self.user_msg = id;
             }
             "tool_call" => {
                 let title = zcode_shared::text::title(u["title"].as_str().unwrap_or("tool"));
@@ -165,5 +181,28 @@ mod tests {
         let (q, _) = permission_question(&json!({"toolCall": {"title": "e\x1b[8m"},
             "options": [{"optionId": "a", "name": "A\x1b]0;x\x07"}]}));
         assert_eq!(q, "🔐 e\n  1) A\nanswer with a number: ");
+    }
+
+    #[test]
+    fn a_live_prompt_from_another_device_is_labelled_once_per_message() {
+        let mut r = Renderer::new(false);
+        let chunk = |id: &str, t: &str| {
+            json!({"sessionUpdate": "user_message_chunk", "messageId": id,
+            "content": {"type": "text", "text": t}})
+        };
+        let mut s = r.update(&chunk("m0", "old"));
+        s += &r.update(
+            &json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "ok"}}),
+        );
+        s += r.break_line();
+        r.live = true;
+        s += &r.update(&chunk("uprompt_1", "look at "));
+        s += &r.update(&chunk("uprompt_1", "this"));
+        s += &r.update(&chunk("uprompt_2", "and that"));
+        s += &r.update(
+            &json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "done"}}),
+        );
+        s += r.break_line();
+        assert_eq!(s, "you › old\nok\n› other device: look at this\n› other device: and that\ndone\n");
     }
 }

@@ -5,10 +5,10 @@
 //! `session/load` / `load_earlier` right after the last message of each finished turn, so a
 //! reloading device sees "stopped: cancelled" under a turn another device cancelled.
 //!
-//! Never sent to the editor on stdio: it has the prompt's own answer (it is the only client
-//! whose turns it started, or it sees another client's turn through the echoed prompt), and
-//! an editor that logs unknown notifications (or an older SDK that answers them with an
-//! error) would gain nothing from it.
+//! Not sent to the editor on stdio unless it asks (`_meta.zcode.turnEnd` in its client
+//! capabilities, as `zcode-acp chat` does, to end another device's turn on screen): it has its
+//! own prompts' answers, and an editor that logs unknown notifications (or an older SDK that
+//! answers them with an error) would gain nothing from it. Replays never carry it to stdio.
 
 use bytes::Bytes;
 use serde_json::{Value, json};

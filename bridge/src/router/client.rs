@@ -280,6 +280,9 @@ pub struct Caps {
     pub elicit_form: bool,
     /// `elicitation.url` (present and not null).
     pub elicit_url: bool,
+    /// `_meta.zcode.turnEnd`: an editor that asks for the live `_zcode/turn_end` (the
+    /// `chat` client, which shows another device's turn ending); remote clients always get it.
+    pub turn_end: bool,
 }
 
 impl Caps {
@@ -292,6 +295,7 @@ impl Caps {
             terminal: c["terminal"] == true,
             elicit_form: c["elicitation"].get("form").is_some_and(|v| !v.is_null()),
             elicit_url: c["elicitation"].get("url").is_some_and(|v| !v.is_null()),
+            turn_end: c["_meta"]["zcode"]["turnEnd"] == true,
         }
     }
 

@@ -2,6 +2,7 @@
 //! the router journals how the turn ended and tells every remote client attached to the
 //! session at once (`_zcode/turn_end`, see `journal::turn_end`), so another device's Stop
 //! button goes away without asking the status route, and a reload anywhere shows the stop.
+//! The stdio editor gets it only when it asked (`Caps::turn_end`: the `chat` client).
 
 use super::client::{ClientKind, EDITOR};
 use super::{ClientId, Router};
@@ -42,14 +43,14 @@ impl Router {
             prompted_by: start.by,
         };
         let line = turn_end::line(&rec, None);
-        let remotes: Vec<ClientId> = s
+        let told: Vec<ClientId> = s
             .attached
             .iter()
             .copied()
-            .filter(|c| self.clients.get(c).is_some_and(|c| c.kind == ClientKind::Remote))
+            .filter(|c| self.clients.get(c).is_some_and(|c| c.kind == ClientKind::Remote || c.caps.turn_end))
             .collect();
         self.journal.turn_end(rec);
-        for c in remotes {
+        for c in told {
             self.send_to(c, line.clone());
         }
     }

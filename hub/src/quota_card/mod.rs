@@ -1,8 +1,9 @@
 //! `zcode-acp quota [glm|go|ollama|NAME] [-w] [-i SECS] [--json]`: the plan quota card. One
-//! section per configured provider (unconfigured ones are left out), one line per window: a
-//! 20-cell bar, the percentage used, the reset time in local time; a failure is one line that
-//! says what to do. Colours (green → yellow → red by use) only on a terminal (and not with
-//! `NO_COLOR`). Exit status 1 when no provider answered.
+//! section per configured provider (unconfigured ones are left out), one line per window: the
+//! label (every bar of the card in one column), a 20-cell bar, the percentage used, the reset
+//! time in local time; a failure is one line that says what to do. Colours (green → yellow →
+//! red by use) only on a terminal (and not with `NO_COLOR`). Exit status 1 when no provider
+//! answered; with nothing configured, `-w` says so once and exits 1 too.
 //!
 //! The providers run in this process (`zcode_shared::quota`, the same code as the hub's).
 
@@ -23,6 +24,10 @@ pub const MIN_INTERVAL: u64 = 10;
 pub const DEFAULT_INTERVAL: u64 = 30;
 /// Cells in a bar.
 const CELLS: usize = 20;
+/// The label column's least width (`Month`, `Week`, `5h` and the bars after them line up).
+const LABEL_MIN: usize = 6;
+/// The label column's most width: a longer label is cut with `…`.
+const LABEL_MAX: usize = 28;
 
 /// What the command line asked for.
 pub struct Options {
@@ -30,7 +35,7 @@ pub struct Options {
     pub provider: Option<String>,
     /// Refresh until interrupted.
     pub watch: bool,
-    /// Seconds between refreshes (at least [`MIN_INTERVAL`]).
+    /// Seconds between refreshes (at least [`MIN_INTERVAL`], see [`parse_interval`]).
     pub interval: Option<u64>,
     /// Print the payload instead of the card.
     pub json: bool,
@@ -57,6 +62,7 @@ pub fn run(cfg: &Config, opts: Options) -> anyhow::Result<ExitCode> {
     loop {
         let payload = rt.block_on(quota.sections(&only)).map_err(|e| anyhow::anyhow!("{e}"))?;
         let zone = Zone::local();
+        let configured = any_configured(&payload);
         let (text, answered) = match opts.json {
             true => (format!("{payload:#}\n"), any_success(&payload)),
             false => render(&payload, !only.is_empty(), color, zcode_shared::time::now_ms(), &zone),
@@ -68,7 +74,8 @@ pub fn run(cfg: &Config, opts: Options) -> anyhow::Result<ExitCode> {
         out.write_all(text.as_bytes())?;
         out.flush()?;
         drop(out);
-        if !watch {
+        // Nothing configured will not change by asking again: said once, in watch mode too.
+        if !watch || !configured {
             return Ok(if answered { ExitCode::SUCCESS } else { ExitCode::FAILURE });
         }
         std::thread::sleep(interval);
@@ -83,8 +90,43 @@ pub fn interval(asked: Option<u64>) -> Duration {
     Duration::from_secs(asked.unwrap_or(DEFAULT_INTERVAL).max(MIN_INTERVAL))
 }
 
+/// `-i SECS` as the command line gives it: whole seconds, at least [`MIN_INTERVAL`] (each
+/// refresh queries every vendor; faster would only earn rate limits).
+pub fn parse_interval(s: &str) -> Result<u64, String> {
+    let secs = s.parse::<u64>().map_err(|_| format!("expected whole seconds, at least {MIN_INTERVAL}"))?;
+    if secs < MIN_INTERVAL {
+        return Err(format!(
+            "the refresh period is at least {MIN_INTERVAL} seconds (each refresh asks every vendor)"
+        ));
+    }
+    Ok(secs)
+}
+
 fn any_success(payload: &Value) -> bool {
     payload.as_object().is_some_and(|o| o.values().any(|s| s["kind"] == "success"))
+}
+
+/// Whether any section is of a configured provider (whatever it answered).
+fn any_configured(payload: &Value) -> bool {
+    payload.as_object().is_some_and(|o| o.values().any(|s| s["kind"] != "not_configured"))
+}
+
+/// The label column's width for `sections`: the widest window label, within bounds.
+fn label_width<'a>(sections: impl Iterator<Item = &'a Value>) -> usize {
+    let rows = sections.flat_map(|s| {
+        let rows = s["items"].as_array().or(s["windows"].as_array());
+        rows.map(Vec::as_slice).unwrap_or(&[])
+    });
+    rows.map(|r| label(r).chars().count()).max().unwrap_or(0).clamp(LABEL_MIN, LABEL_MAX)
+}
+
+/// A window's label, inert, cut to [`LABEL_MAX`] characters.
+fn label(row: &Value) -> String {
+    let l = zcode_shared::text::strip_controls(row["label"].as_str().or(row["key"].as_str()).unwrap_or("?"));
+    match l.chars().count() > LABEL_MAX {
+        true => l.chars().take(LABEL_MAX - 1).chain(['…']).collect(),
+        false => l,
+    }
 }
 
 /// The card for `payload` at `now` (epoch ms) in `zone`, and whether any provider answered.
@@ -96,6 +138,7 @@ pub fn render(payload: &Value, asked: bool, color: bool, now: u64, zone: &Zone) 
     // The built-ins in the contract's order, then the commands (the map itself is sorted).
     let built_in = zcode_shared::quota::BUILT_IN.iter().filter_map(|n| sections.get_key_value(*n));
     let others = sections.iter().filter(|(n, _)| !zcode_shared::quota::BUILT_IN.contains(&n.as_str()));
+    let width = label_width(sections.values().filter(|s| s["kind"] == "success"));
     for (name, s) in built_in.chain(others) {
         let kind = s["kind"].as_str().and_then(Kind::parse).unwrap_or(Kind::Unavailable);
         if kind == Kind::NotConfigured && !asked {
@@ -110,7 +153,7 @@ pub fn render(payload: &Value, asked: bool, color: bool, now: u64, zone: &Zone) 
             Kind::Success => {
                 let rows = s["items"].as_array().or(s["windows"].as_array()).cloned().unwrap_or_default();
                 for row in &rows {
-                    out.push_str(&line(row, color, now, zone));
+                    out.push_str(&line(row, width, color, now, zone));
                 }
                 if let Some(u) = s.get("usage") {
                     out.push_str(&spend(u));
@@ -119,9 +162,15 @@ pub fn render(payload: &Value, asked: bool, color: bool, now: u64, zone: &Zone) 
                     out.push_str("  no usage windows reported\n");
                 }
             }
-            other => {
-                let _ = writeln!(out, "  {}", failure(name, other));
-            }
+            other => match s["error"].as_str() {
+                // A command's output that could not be used says why.
+                Some(why) => {
+                    let _ = writeln!(out, "  unavailable: {}", zcode_shared::text::strip_controls(why));
+                }
+                None => {
+                    let _ = writeln!(out, "  {}", failure(name, other));
+                }
+            },
         }
     }
     if out.is_empty() {
@@ -173,10 +222,10 @@ fn failure(name: &str, kind: Kind) -> String {
     }
 }
 
-/// One window: `  5h     ███████░░░░░░░░░░░░░  35%  resets 14:00 CEST`.
-fn line(row: &Value, color: bool, now: u64, zone: &Zone) -> String {
-    let label =
-        zcode_shared::text::strip_controls(row["label"].as_str().or(row["key"].as_str()).unwrap_or("?"));
+/// One window: `  5h     ███████░░░░░░░░░░░░░  35%  resets 14:00 CEST`, its label padded to
+/// `width` characters.
+fn line(row: &Value, width: usize, color: bool, now: u64, zone: &Zone) -> String {
+    let label = label(row);
     let pct = row["usedPercent"].as_f64().or(row["usagePercent"].as_f64()).unwrap_or(0.0).clamp(0.0, 100.0);
     let filled = ((pct / 100.0 * CELLS as f64).round() as usize).min(CELLS);
     let bar = "█".repeat(filled);
@@ -192,7 +241,7 @@ fn line(row: &Value, color: bool, now: u64, zone: &Zone) -> String {
         }
         false => (format!("{bar}{rest}"), format!("{shown:>5}")),
     };
-    let mut s = format!("  {label:<6} {bar} {shown}");
+    let mut s = format!("  {label:<width$} {bar} {shown}");
     if let (Some(u), Some(t)) = (row["usedCount"].as_u64(), row["totalCount"].as_u64()) {
         let _ = write!(s, "  {u}/{t}");
     }

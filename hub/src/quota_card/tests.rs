@@ -79,3 +79,42 @@ fn watch_refreshes_every_30_s_by_default_and_never_faster_than_10() {
     assert_eq!(interval(Some(3)), Duration::from_secs(10));
     assert_eq!(interval(Some(45)), Duration::from_secs(45));
 }
+
+#[test]
+fn an_interval_under_the_minimum_is_refused_with_the_minimum() {
+    assert_eq!(parse_interval("10"), Ok(10));
+    assert_eq!(parse_interval("45"), Ok(45));
+    let e = parse_interval("5").unwrap_err();
+    assert!(e.contains("at least 10 seconds"), "{e}");
+    assert!(parse_interval("soon").unwrap_err().contains("at least 10"));
+}
+
+/// The first bar's column on each window line of `text`.
+fn bar_columns(text: &str) -> Vec<usize> {
+    text.lines().filter_map(|l| l.chars().position(|c| c == '█' || c == '░')).collect()
+}
+
+#[test]
+fn labels_of_every_section_line_up_their_bars() {
+    let p = json!({
+        "glm": {"kind": "success", "items": [{"label": "5h", "usedPercent": 1}, {"label": "Week", "usedPercent": 2}]},
+        "ollama": {"kind": "success", "windows": [{"label": "Month", "usagePercent": 3}]},
+        "copilot": {"kind": "success", "windows": [
+            {"label": "Premium requests", "usagePercent": 4},
+            {"label": "A label far longer than any column should be", "usagePercent": 5}]}
+    });
+    let (text, _) = render(&p, false, false, 0, &Zone::default());
+    let cols = bar_columns(&text);
+    assert_eq!(cols.len(), 5, "{text}");
+    assert!(cols.iter().all(|c| *c == cols[0]), "bars in one column:\n{text}");
+    assert!(text.contains("  Premium requests             █"), "{text}");
+    assert!(text.contains("  A label far longer than any… █"), "{text}");
+}
+
+#[test]
+fn a_command_section_that_could_not_be_used_says_why() {
+    let p = json!({"mine": {"kind": "unavailable", "error": "window \"w\": `resetsAt` must be epoch milliseconds"}});
+    let (text, ok) = render(&p, false, false, 0, &Zone::default());
+    assert!(!ok);
+    assert_eq!(text, "mine\n  unavailable: window \"w\": `resetsAt` must be epoch milliseconds\n");
+}

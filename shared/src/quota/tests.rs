@@ -432,8 +432,11 @@ async fn command_provider_good_garbage_and_timeout() {
         p["good"],
         json!({"kind": "success", "windows": [{"key": "daily", "label": "Day", "usagePercent": 40}]})
     );
-    assert_eq!(p["garbage"], Kind::Unavailable.section());
-    assert_eq!(p["noitems"], Kind::Unavailable.section());
+    assert_eq!(p["garbage"], json!({"kind": "unavailable", "error": "its output is not one JSON object"}));
+    assert_eq!(
+        p["noitems"],
+        json!({"kind": "unavailable", "error": "a success needs an `items` or `windows` array"})
+    );
     assert_eq!(p["authfail"], Kind::AuthError.section());
     assert_eq!(p["slow"], Kind::Unavailable.section());
     assert_eq!(p["flood"], Kind::Unavailable.section());
@@ -453,6 +456,47 @@ async fn command_provider_good_garbage_and_timeout() {
         }
         assert!(std::time::Instant::now() < deadline, "the command's process group was not killed: {pids}");
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Issue 29 point 11: an RFC 3339 reset time was silently dropped by the card (it read numbers
+/// only); now it becomes the contract's epoch ms, and a reset time of another type is an error
+/// that says the expected one.
+#[test]
+fn command_reset_times_in_rfc3339_become_epoch_ms_and_other_types_say_what_is_expected() {
+    let out = br#"{"kind":"success","windows":[
+        {"key":"rolling","label":"5h","usagePercent":5,"resetsAt":"2026-12-03T10:00:00Z"},
+        {"key":"weekly","label":"Week","usagePercent":25,"resetsAt":"2026-12-07T09:30:00.250+02:00"},
+        {"key":"monthly","label":"Month","usagePercent":2,"resetsAt":1723812000000},
+        {"key":"none","label":"None","usagePercent":1}],
+        "items":[{"key":"x","usedPercent":1,"nextResetTime":"2026-12-03T10:00:00Z"}]}"#;
+    let s = command::section(out);
+    assert_eq!(s["kind"], "success", "{s}");
+    let at = |i: usize| s["windows"][i]["resetsAt"].clone();
+    assert_eq!(at(0), json!(1_796_292_000_000u64));
+    assert_eq!(at(1), json!(1_796_628_600_250u64));
+    assert_eq!(at(2), json!(1_723_812_000_000u64));
+    assert_eq!(at(3), Value::Null);
+    assert_eq!(s["items"][0]["nextResetTime"], json!(1_796_292_000_000u64));
+    for (bad, got) in [
+        (r#""next tuesday""#, r#""next tuesday""#),
+        ("-5", "-5"),
+        ("1.5", "1.5"),
+        ("true", "true"),
+        (r#""2026-12-03T10:00:00+02:00garbage""#, r#""2026-12-03T10:00:00+02:00garbage""#),
+    ] {
+        let out = format!(
+            r#"{{"kind":"success","windows":[{{"key":"weekly","usagePercent":5,"resetsAt":{bad}}}]}}"#
+        );
+        let s = command::section(out.as_bytes());
+        assert_eq!(s["kind"], "unavailable", "{bad}: {s}");
+        assert_eq!(
+            s["error"].as_str().unwrap_or_default(),
+            format!(
+                "window \"weekly\": `resetsAt` must be epoch milliseconds (a whole number) or an RFC 3339 \
+                 time such as \"2026-12-03T10:00:00Z\"; got {got}"
+            ),
+        );
     }
 }
 
