@@ -87,7 +87,7 @@ enum Command {
     /// start a new hub at their next heartbeat (exit status 0 when it stopped or none was
     /// running, 1 when something could not be stopped)
     Stop {
-        /// Stop every bridge registered with the hub too (editors' agents, `up`, chat windows):
+        /// Stop every other bridge of this home too (editors' agents, `up`, chat windows):
         /// SIGTERM, then wait for them to exit
         #[arg(long)]
         all: bool,

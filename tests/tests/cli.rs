@@ -272,6 +272,7 @@ fn a_config_error_is_one_line_without_a_backtrace_whatever_rust_backtrace_says()
         &["up"],
         &["hub"],
         &["hub", "--background"],
+        &["bridge"],
         &["serve", "--cwd", &project],
         &["chat", "--cwd", &project],
         &["quota"],
