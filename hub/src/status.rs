@@ -72,6 +72,25 @@ fn row(i: &Value, hub_pid: u32) -> Option<BridgeRow> {
     })
 }
 
+/// The bridge processes of this home (`/proc`: this user's `zcode-acp bridge|serve|up` whose
+/// environment names this home) other than `known`'s: not registered yet, or no hub runs.
+pub fn unregistered(cfg: &Config, known: &[u32]) -> Vec<BridgeRow> {
+    let rows = crate::procs::bridges_of(&cfg.paths).into_iter().filter(|p| !known.contains(&p.pid));
+    rows.map(|p| BridgeRow {
+        pid: p.pid,
+        origin: match p.role() {
+            Some("up") => "up",
+            Some("serve") => "serve",
+            _ => "editor",
+        },
+        workspace: p.cwd().unwrap_or_default(),
+        agent: String::new(),
+        sessions: 0,
+        running: 0,
+    })
+    .collect()
+}
+
 /// `GET path` on this home's hub at `port`, with this home's token.
 fn ask(cfg: &Config, port: u16, path: &str) -> Result<Value, String> {
     let (token, _) = zcode_shared::token::resolve(cfg).map_err(|e| format!("the token: {e}"))?;
@@ -85,9 +104,19 @@ pub fn status(as_json: bool) -> anyhow::Result<ExitCode> {
     let home = cfg.paths.data_dir.display().to_string();
     let pid = match hub_of(&cfg)? {
         None => {
-            match as_json {
-                true => println!("{}", json!({"hub": null, "bridges": [], "home": home})),
-                false => println!("no hub is running for {home}"),
+            // What `/proc` shows instead: each of these starts a hub at its next heartbeat.
+            let running = unregistered(&cfg, &[]);
+            if as_json {
+                let rows: Vec<Value> = running.iter().map(row_json).collect();
+                println!("{}", json!({"hub": null, "bridges": rows, "home": home}));
+            } else {
+                println!("no hub is running for {home}");
+                if !running.is_empty() {
+                    println!("bridges of this home still running (each starts a hub at its next heartbeat):");
+                    for b in &running {
+                        println!("  pid {}  {}  {}", b.pid, b.origin, plain(&b.workspace));
+                    }
+                }
             }
             return Ok(ExitCode::FAILURE);
         }

@@ -11,7 +11,7 @@
 
 use crate::pairing::running_hub_port;
 use crate::procs::{self, Proc};
-use crate::status::{BridgeRow, bridges, hub_of, plain};
+use crate::status::{BridgeRow, bridges, hub_of, plain, unregistered};
 use std::process::ExitCode;
 use std::time::Duration;
 use zcode_shared::config::Config;
@@ -106,20 +106,10 @@ pub fn stop(all: bool) -> anyhow::Result<ExitCode> {
 /// The bridges of this home besides the hub's headless ones: those the hub lists, and those
 /// `/proc` shows (not registered yet, or no hub runs to list them).
 fn others(cfg: &Config, listed: &[BridgeRow], headless: &[Proc]) -> Vec<BridgeRow> {
-    let headless = |pid: u32| headless.iter().any(|h| h.pid == pid);
-    let mut rows: Vec<BridgeRow> = listed.iter().filter(|b| !headless(b.pid)).cloned().collect();
-    for p in procs::bridges_of(&cfg.paths) {
-        if headless(p.pid) || rows.iter().any(|b| b.pid == p.pid) {
-            continue;
-        }
-        let origin = match p.role() {
-            Some("up") => "up",
-            Some("serve") => "serve",
-            _ => "editor",
-        };
-        let workspace = p.cwd().unwrap_or_default();
-        rows.push(BridgeRow { pid: p.pid, origin, workspace, agent: String::new(), sessions: 0, running: 0 });
-    }
+    let mut rows: Vec<BridgeRow> =
+        listed.iter().filter(|b| !headless.iter().any(|h| h.pid == b.pid)).cloned().collect();
+    let known: Vec<u32> = rows.iter().map(|b| b.pid).chain(headless.iter().map(|h| h.pid)).collect();
+    rows.extend(unregistered(cfg, &known));
     rows
 }
 

@@ -96,6 +96,12 @@ fn stop_names_the_editor_bridges_that_will_start_a_new_hub_and_stop_all_ends_the
     assert!(line.contains("editor") && line.contains(&home.path().display().to_string()), "{line}");
     assert!(out.contains("will start a new hub") && out.contains("stop --all"), "{out}");
     assert!(alive(editor.editor.pid()), "plain stop ended an editor's bridge");
+    // Until that bridge starts a new hub, `status` names it as the one that will.
+    let (code, out, err) = run(&home, &["status"]);
+    match code {
+        1 => assert!(out.contains("no hub is running") && out.contains(&format!("pid {id}")), "{out}{err}"),
+        _ => assert!(out.lines().any(|l| l.split_whitespace().next() == Some(id.as_str())), "{out}{err}"),
+    }
 
     // As said: the editor bridge starts a new hub and registers there.
     let port = zcode_tests::hub::wait_for_hub(&home, Some(hub.port));
