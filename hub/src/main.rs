@@ -582,7 +582,11 @@ fn up(
     }
     // What `zcode-acp status` shows as the hub's tunnel, for as long as this `up` runs.
     let _advert = tunnel.as_ref().map(|t| tunnel::Advert::write(&cfg.paths, &t.url));
-    println!("Ctrl-C stops this bridge; the hub exits by itself when idle (or: zcode-acp stop).");
+    // A plain `stop` would leave this bridge, which starts a new hub at its next heartbeat.
+    println!(
+        "Ctrl-C stops this bridge; the hub exits by itself when idle \
+         (`zcode-acp stop --all` stops the hub, this bridge and every other)."
+    );
     let dir = std::fs::canonicalize(std::env::current_dir()?)?;
     let mut opts = zcode_bridge::BridgeOptions::serve(&cfg, dir);
     opts.idle_exit = None;
