@@ -187,6 +187,43 @@ pub async fn hub_answers(host: &str, port: u16) -> bool {
     tokio::time::timeout(Duration::from_secs(1), ask).await.ok().flatten().unwrap_or(false)
 }
 
+/// `GET path` on the hub of this user at `host:port`, with `token` (sent only once the socket
+/// is known to be this user's): the JSON body of a 200, else one line saying why not. What
+/// `zcode-acp stop` and `status` ask the hub (its bridges, its version).
+pub async fn hub_get_json(
+    host: &str,
+    port: u16,
+    path: &str,
+    token: &str,
+) -> Result<serde_json::Value, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ask = async {
+        let mut s = match connect_verified(host, port).await {
+            Ok(Some(s)) => s,
+            Ok(None) => return Err(format!("nothing answers on {host}:{port}")),
+            Err(e) => return Err(e.to_string()),
+        };
+        let req = format!(
+            "GET {path} HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        );
+        s.write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
+        let mut raw = Vec::new();
+        s.take(16 << 20).read_to_end(&mut raw).await.map_err(|e| e.to_string())?;
+        let raw = String::from_utf8_lossy(&raw);
+        let (head, body) = raw.split_once("\r\n\r\n").ok_or("the hub's answer is not HTTP")?;
+        match head.split_whitespace().nth(1) {
+            Some("200") => {
+                serde_json::from_str(body).map_err(|e| format!("the hub's answer is not JSON: {e}"))
+            }
+            Some("401") => Err("the hub refused this token (is ZCODE_ACP_REMOTE_TOKEN the hub's?)".into()),
+            status => Err(format!("the hub answered {}: {}", status.unwrap_or("?"), body.trim())),
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), ask)
+        .await
+        .unwrap_or_else(|_| Err("no answer within 5 s".into()))
+}
+
 /// Runs until shutdown: drops expired instances every `min(TTL/2, 5 s)`, and stops the hub
 /// when it has had no instances and no relays for `hub_idle`, or when its port file is gone.
 pub async fn housekeeping(hub: Arc<Hub>, port_file: Option<PortFile>) {

@@ -8,6 +8,8 @@ use std::time::Duration;
 use zcode_shared::config::{Config, ProcessEnv};
 
 mod pairing;
+mod procs;
+mod status;
 mod stop;
 mod tunnel;
 
@@ -81,9 +83,23 @@ enum Command {
         #[arg(last = true)]
         agent: Vec<String>,
     },
-    /// Stop this home's hub (exit status 0 when it stopped or none was running, 1 when it
-    /// could not be stopped)
-    Stop,
+    /// Stop this home's hub and the headless bridges it started; name the other bridges, which
+    /// start a new hub at their next heartbeat (exit status 0 when it stopped or none was
+    /// running, 1 when something could not be stopped)
+    Stop {
+        /// Stop every other bridge of this home too (editors' agents, `up`, chat windows):
+        /// SIGTERM, then wait for them to exit
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show this home's hub (pid, port, version, uptime, tunnel) and every bridge registered
+    /// with it (pid, origin, sessions, agent, project); exit status 1 when no hub runs
+    #[command(after_long_help = status::HELP)]
+    Status {
+        /// Print JSON (`{"hub": {…} | null, "bridges": […]}`) instead of the table
+        #[arg(long)]
+        json: bool,
+    },
     /// Internal: how `up --tunnel` runs its tunnel tool (it gets SIGTERM when `up` dies)
     #[command(hide = true)]
     TunnelExec {
@@ -131,7 +147,20 @@ enum Command {
     },
 }
 
-fn main() -> anyhow::Result<ExitCode> {
+/// Every subcommand's error ends here as one line, `zcode-acp: <error>: <cause>: …`, and exit
+/// status 1: a bad config.json is advice, not a crash, so no backtrace, whatever
+/// `RUST_BACKTRACE` says (anyhow's own report from `main` prints one).
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("zcode-acp: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<ExitCode> {
     // The version `--version` prints is the one the process reports everywhere (the upgrade
     // check reads it from a binary on disk).
     let matches = Cli::command().version(zcode_shared::version()).get_matches();
@@ -144,7 +173,8 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Hub { background, detached, successor } => hub(background, detached, successor),
         Command::Chat { cwd, resume, agent } => chat(cwd, resume, agent),
         Command::Up { public_url, tunnel, agent_name, agent } => up(public_url, tunnel, agent_name, agent),
-        Command::Stop => stop::stop(),
+        Command::Stop { all } => stop::stop(all),
+        Command::Status { json } => status::status(json),
         Command::TunnelExec { parent, command } => tunnel::exec_tool(parent, &command),
         Command::Quota { provider, watch, interval, json } => {
             let cfg = Config::load()?;
@@ -468,6 +498,24 @@ fn hub_background(cfg: &Config) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Starts the hub the way a bridge does, through `zcode-acp hub --background`, and waits for
+/// that (it returns at once): the hub is the child of a process that has exited, not of this
+/// one, which would otherwise keep it as a zombie once it exits (`zcode-acp stop`).
+fn start_hub(cfg: &Config) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("cannot find this executable to start the hub")?;
+    let status = std::process::Command::new(exe)
+        .args(["hub", "--background"])
+        .stdin(std::process::Stdio::null())
+        .status()
+        .context("cannot start the hub")?;
+    anyhow::ensure!(
+        status.success(),
+        "cannot start the hub (`zcode-acp hub --background`: {status}): see {}",
+        cfg.paths.log_dir.join("hub.log").display()
+    );
+    Ok(())
+}
+
 /// `up`: the hub (started in the background unless one answers), then a serve bridge over the
 /// chosen agent in the current directory, in the foreground until Ctrl-C; with `--tunnel`, the
 /// tunnel too, for as long as `up` runs. Prints the pairing URL, a QR code of it and the token.
@@ -489,7 +537,7 @@ fn up(
     let port = match running_hub_port(&cfg) {
         Some(p) => p,
         None => {
-            hub_background(&cfg)?;
+            start_hub(&cfg)?;
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             loop {
                 if let Some(p) = running_hub_port(&cfg) {
@@ -522,16 +570,23 @@ fn up(
     let url = pairing_url(&host, port, &token, public_url);
     println!("zcode-acp is up.");
     println!("  open:   {url}");
-    print!("{}", qr(&url));
+    // The note first: read before the code is scanned, not found under it afterwards.
     if let Some(note) = loopback_note(&url) {
         println!("{note}");
     }
+    print!("{}", qr(&url, pairing::colour_for(&std::io::stdout())));
     println!("  token:  {token}");
     println!("  hub:    http://{host}:{port}");
     if let Some(t) = &tunnel {
         println!("  tunnel: {} (pid {}), stopped with this command", t.url, t.pid());
     }
-    println!("Ctrl-C stops this bridge; the hub exits by itself when idle (or: zcode-acp stop).");
+    // What `zcode-acp status` shows as the hub's tunnel, for as long as this `up` runs.
+    let _advert = tunnel.as_ref().map(|t| tunnel::Advert::write(&cfg.paths, &t.url));
+    // A plain `stop` would leave this bridge, which starts a new hub at its next heartbeat.
+    println!(
+        "Ctrl-C stops this bridge; the hub exits by itself when idle \
+         (`zcode-acp stop --all` stops the hub, this bridge and every other)."
+    );
     let dir = std::fs::canonicalize(std::env::current_dir()?)?;
     let mut opts = zcode_bridge::BridgeOptions::serve(&cfg, dir);
     opts.idle_exit = None;
@@ -568,9 +623,10 @@ fn token(rotate: bool, public_url: Option<String>) -> anyhow::Result<ExitCode> {
         }
     };
     let url = pairing_url(&cfg.remote.hub_host, port, &token, public_url);
-    eprintln!("pair a phone: {url}\n{}", qr(&url));
+    eprintln!("pair a phone: {url}");
     if let Some(note) = loopback_note(&url) {
         eprintln!("{note}");
     }
+    eprint!("{}", qr(&url, pairing::colour_for(&std::io::stderr())));
     Ok(ExitCode::SUCCESS)
 }

@@ -40,12 +40,53 @@ pub fn loopback_note(url: &str) -> Option<String> {
     })
 }
 
-/// A QR code of `text` for the terminal (two modules per character cell).
-pub fn qr(text: &str) -> String {
-    match qrcode::QrCode::new(text.as_bytes()) {
-        Ok(code) => code.render::<qrcode::render::unicode::Dense1x2>().quiet_zone(true).build() + "\n",
-        Err(_) => String::new(),
+/// Modules of light margin around the code: the QR standard's quiet zone, without which
+/// readers miss the finder patterns.
+const QUIET: usize = 4;
+
+/// Dark modules on light ones, whatever the terminal's own colours: black on white (the basic
+/// pair first, then the 256-colour cube's exact values, which themes leave alone).
+const COLOURS: &str = "\x1b[30;47m\x1b[38;5;16;48;5;231m";
+const RESET: &str = "\x1b[0m";
+
+/// Whether a QR code on this stream gets explicit colours: when it is a terminal (a file or a
+/// pipe gets plain characters) and `NO_COLOR` is not set.
+pub fn colour_for(stream: &impl std::io::IsTerminal) -> bool {
+    stream.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// A QR code of `text` for the terminal: two modules per character cell (half blocks drawn in
+/// the dark colour), a quiet zone of [`QUIET`] modules, and with `colour`, every cell's
+/// colours set, so the code reads the same on dark and light terminals (without them a dark
+/// terminal shows it inverted, which many phone readers refuse).
+pub fn qr(text: &str, colour: bool) -> String {
+    let Ok(code) = qrcode::QrCode::new(text.as_bytes()) else { return String::new() };
+    let width = code.width();
+    let modules = code.to_colors();
+    let dark = |x: usize, y: usize| {
+        let inside = (QUIET..QUIET + width).contains(&x) && (QUIET..QUIET + width).contains(&y);
+        inside && modules[(y - QUIET) * width + (x - QUIET)] == qrcode::Color::Dark
+    };
+    let size = width + 2 * QUIET;
+    let mut out = String::new();
+    for y in (0..size).step_by(2) {
+        if colour {
+            out += COLOURS;
+        }
+        for x in 0..size {
+            out.push(match (dark(x, y), dark(x, y + 1)) {
+                (true, true) => '█',
+                (true, false) => '▀',
+                (false, true) => '▄',
+                (false, false) => ' ',
+            });
+        }
+        if colour {
+            out += RESET;
+        }
+        out.push('\n');
     }
+    out
 }
 
 #[cfg(test)]
@@ -69,6 +110,40 @@ mod tests {
             "https://[2001:db8::1]/",
         ] {
             assert!(loopback_note(url).is_none(), "{url}");
+        }
+    }
+
+    /// The modules a rendering shows, row by row (`true`: dark), read back from its characters.
+    fn modules_of(rendered: &str) -> Vec<Vec<bool>> {
+        let mut rows = Vec::new();
+        for line in rendered.lines() {
+            let cells: Vec<char> = line.replace(COLOURS, "").replace(RESET, "").chars().collect();
+            rows.push(cells.iter().map(|c| matches!(c, '█' | '▀')).collect());
+            rows.push(cells.iter().map(|c| matches!(c, '█' | '▄')).collect());
+        }
+        rows
+    }
+
+    #[test]
+    fn the_qr_code_is_the_codes_modules_inside_a_light_quiet_zone() {
+        let url = "https://x.trycloudflare.com/#token=abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG";
+        let code = qrcode::QrCode::new(url.as_bytes()).unwrap();
+        let w = code.width();
+        let colours = code.to_colors();
+        for colour in [false, true] {
+            let text = qr(url, colour);
+            let m = modules_of(&text);
+            assert!(m.len() >= w + 2 * QUIET && m.iter().all(|r| r.len() == w + 2 * QUIET), "{text}");
+            for (y, row) in m.iter().enumerate() {
+                for (x, &d) in row.iter().enumerate() {
+                    let inside = (QUIET..QUIET + w).contains(&x) && (QUIET..QUIET + w).contains(&y);
+                    let want = inside && colours[(y - QUIET) * w + (x - QUIET)] == qrcode::Color::Dark;
+                    assert_eq!(d, want, "module ({x}, {y}), colour {colour}");
+                }
+            }
+            for line in text.lines() {
+                assert_eq!(line.starts_with(COLOURS) && line.ends_with(RESET), colour, "{line:?}");
+            }
         }
     }
 

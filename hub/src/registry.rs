@@ -228,6 +228,10 @@ impl Registry {
             if let Some(v) = &reg.version {
                 row["version"] = v.as_str().into();
             }
+            // And its agent's command line (`zcode-acp status`).
+            if let Some(a) = &reg.agent {
+                row["agent"] = a.as_str().into();
+            }
             row
         });
         Value::Array(rows.collect())

@@ -227,6 +227,42 @@ fn https_urls(line: &str) -> impl Iterator<Item = &str> {
     })
 }
 
+/// `run/tunnel`: the public address of the tunnel a running `up --tunnel` started, with that
+/// `up`'s pid (`<pid> <url>`), for `zcode-acp status`. Removed when the `up` ends (if it still
+/// names this one: the last `up --tunnel` to start is the one shown).
+pub struct Advert {
+    path: std::path::PathBuf,
+    line: String,
+}
+
+impl Advert {
+    /// Writes the file (mode 0600); a failure only costs `status` its tunnel line.
+    pub fn write(paths: &zcode_shared::paths::Paths, url: &str) -> Advert {
+        let path = paths.run_dir.join("tunnel");
+        let line = format!("{} {url}\n", std::process::id());
+        let _ = zcode_shared::paths::Paths::ensure_private_dir(&paths.run_dir)
+            .and_then(|()| zcode_shared::config::write_private_atomic(&path, line.as_bytes()));
+        Advert { path, line }
+    }
+
+    /// The tunnel's address and its `up`'s pid, when that `up` still runs.
+    pub fn read(paths: &zcode_shared::paths::Paths) -> Option<(String, u32)> {
+        let text = std::fs::read_to_string(paths.run_dir.join("tunnel")).ok()?;
+        let (pid, url) = text.trim().split_once(' ')?;
+        let pid: u32 = pid.parse().ok()?;
+        let up = crate::procs::Proc::read(pid)?;
+        (up.ours() && up.role() == Some("up")).then(|| (url.to_owned(), pid))
+    }
+}
+
+impl Drop for Advert {
+    fn drop(&mut self) {
+        if std::fs::read_to_string(&self.path).is_ok_and(|l| l == self.line) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

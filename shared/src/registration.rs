@@ -31,7 +31,12 @@ pub struct Registration {
     pub version: Option<String>,
     /// What started a serve bridge when it was not the hub: `up` (else absent).
     pub launcher: Option<&'static str>,
+    /// The agent it runs (its command line, at most [`AGENT_MAX`] characters).
+    pub agent: Option<String>,
 }
+
+/// The longest agent command line a registration carries (longer ones are cut).
+pub const AGENT_MAX: usize = 200;
 
 /// One advertised session.
 #[derive(Clone, Debug, PartialEq)]
@@ -101,6 +106,7 @@ impl Registration {
             version: text("version"),
             // A label only: a value this hub does not know is dropped, never refused.
             launcher: (text("launcher").as_deref() == Some("up")).then_some("up"),
+            agent: text("agent").map(|a| a.chars().take(AGENT_MAX).collect()),
         })
     }
 }
@@ -127,6 +133,9 @@ impl Registration {
         }
         if let Some(l) = self.launcher {
             v["launcher"] = l.into();
+        }
+        if let Some(a) = &self.agent {
+            v["agent"] = a.clone().into();
         }
         v
     }
@@ -217,6 +226,7 @@ mod tests {
             workspace: "/home/me/project".into(),
             origin: "serve",
             launcher: Some("up"),
+            agent: Some("zcode-acp demo-agent".into()),
             sessions: vec![
                 SessionRow {
                     session_id: "s-1".into(),

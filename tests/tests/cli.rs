@@ -24,7 +24,7 @@ fn help_lists_every_subcommand_with_a_description() {
     let home = Home::new();
     let (code, out, _) = run(&home, &["--help"], &[]);
     assert_eq!(code, 0);
-    for name in ["bridge", "serve", "hub", "chat", "up", "stop", "token", "demo-agent"] {
+    for name in ["bridge", "serve", "hub", "chat", "up", "stop", "status", "token", "demo-agent"] {
         let line = out
             .lines()
             .find(|l| l.split_whitespace().next() == Some(name))
@@ -257,4 +257,107 @@ fn serve_takes_a_named_agent_and_names_the_ones_there_are_for_an_unknown_name() 
     assert!(err.contains("no agent named \"nope\"") && err.contains("demo"), "{err}");
     let (code, _, err) = run(&home, &["serve", "--agent", "demo", "--", "sh"], &[]);
     assert_eq!(code, 2, "--agent and a command after -- are one or the other: {err}");
+}
+
+#[test]
+fn a_config_error_is_one_line_without_a_backtrace_whatever_rust_backtrace_says() {
+    let home = Home::new();
+    let path = home.path().join("config.json");
+    std::fs::write(&path, "{\"remote\": {\"hubPort\": \"eighty\"}}").unwrap();
+    let project = home.path().display().to_string();
+    for args in [
+        &["token"][..],
+        &["stop"],
+        &["status"],
+        &["up"],
+        &["hub"],
+        &["hub", "--background"],
+        &["bridge"],
+        &["serve", "--cwd", &project],
+        &["chat", "--cwd", &project],
+        &["quota"],
+    ] {
+        let (code, out, err) = run(&home, args, &[("RUST_BACKTRACE", "1"), ("RUST_LIB_BACKTRACE", "1")]);
+        assert_eq!(code, 1, "{args:?}: {out}{err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?} printed more than one line:\n{err}");
+        assert!(lines[0].starts_with("zcode-acp: "), "{args:?}: {err}");
+        assert!(
+            lines[0].contains(&path.display().to_string()) && lines[0].contains("remote.hubPort"),
+            "{err}"
+        );
+    }
+}
+
+/// The lines of the QR code in `text`: those made of the half-block characters and spaces
+/// (inside any colour escapes), at least 20 wide.
+fn qr_lines(text: &str) -> Vec<(usize, String)> {
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| (i, strip_sgr(l.trim_end_matches('\r'))))
+        .filter(|(_, l)| l.chars().count() >= 20 && l.chars().all(|c| " █▀▄".contains(c)))
+        .collect()
+}
+
+/// `line` without its SGR escapes (`ESC [ … m`).
+fn strip_sgr(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_qr_code_has_a_quiet_zone_and_explicit_colours_on_a_terminal() {
+    let home = Home::new();
+    // Under a pseudo-terminal (script(1)), as a person runs it.
+    let line = format!("'{}' token --public-url https://phone.example/", zcode_tests::bin().display());
+    let mut cmd = std::process::Command::new("script");
+    cmd.args(["-qec", &line, "/dev/null"]).env("ZCODE_ACP_HOME", home.path()).env_remove("NO_COLOR");
+    let out = cmd.stdin(std::process::Stdio::null()).output().expect("script(1)");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let rows = qr_lines(&text);
+    assert!(rows.len() >= 12, "no QR code:\n{text}");
+    let raw: Vec<&str> = text.lines().collect();
+    for (i, plain) in &rows {
+        // Every cell's two modules have explicit colours: dark on light, set before the first
+        // module and reset after the last, so the terminal's own colours never show through.
+        let l = raw[*i].trim_end_matches('\r');
+        assert!(l.starts_with("\u{1b}["), "row {i} has no colours of its own: {l:?}");
+        assert!(l.ends_with("\u{1b}[0m"), "row {i} does not reset its colours: {l:?}");
+        // A quiet zone of 4 modules left and right (one module per column).
+        assert!(plain.starts_with("    ") && plain.ends_with("    "), "no quiet zone: {plain:?}");
+    }
+    // And 4 modules (two rows of half blocks) above and below.
+    for (_, plain) in rows.iter().take(2).chain(rows.iter().rev().take(2)) {
+        assert!(plain.trim().is_empty(), "no quiet zone above or below: {plain:?}\n{text}");
+    }
+}
+
+#[test]
+fn the_only_this_machine_note_comes_before_the_qr_code() {
+    use zcode_tests::TEST_TOKEN;
+    let home = Home::new();
+    let _hub = zcode_tests::hub::Hub::start(&home, &[]);
+    let (code, _, err) = run(&home, &["token"], &[("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN)]);
+    assert_eq!(code, 0, "{err}");
+    let note =
+        err.lines().position(|l| l.trim_start().starts_with("note:")).unwrap_or_else(|| panic!("{err}"));
+    let qr = qr_lines(&err);
+    assert!(!qr.is_empty(), "no QR code:\n{err}");
+    assert!(note < qr[0].0, "the note comes after the QR code:\n{err}");
+    // Piped (not a terminal), the code keeps its quiet zone, without colour escapes.
+    assert!(!err.contains('\u{1b}'), "colour escapes in piped output:\n{err}");
+    assert!(qr.iter().all(|(_, l)| l.starts_with("    ") && l.ends_with("    ")), "{err}");
 }

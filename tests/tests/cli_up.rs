@@ -64,6 +64,25 @@ impl Up {
         }
     }
 
+    /// The stdout lines up to and including the first whose trimmed text starts with `prefix`.
+    fn lines_until(&self, prefix: &str) -> Vec<String> {
+        let deadline = Instant::now() + WAIT;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    let done = l.trim_start().starts_with(prefix);
+                    seen.push(l);
+                    if done {
+                        return seen;
+                    }
+                }
+                Err(_) => panic!("no `{prefix}` line from up after {seen:?}; stderr:\n{}", self.stderr()),
+            }
+        }
+    }
+
     /// The pairing URL it printed.
     fn url(&self) -> String {
         self.line("open:").split_whitespace().nth(1).expect("a URL").to_owned()
@@ -177,8 +196,53 @@ fn a_loopback_pairing_url_says_that_a_phone_needs_a_tunnel() {
     let up = Up::start(&home, &[], None);
     let url = up.url();
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
-    let note = up.line("note:");
+    let before = up.lines_until("note:");
+    let note = before.last().unwrap();
     assert!(note.contains("--tunnel cloudflare") && note.contains("--public-url https://"), "{note}");
+    // Said before the QR code, where a person reads it before scanning.
+    assert!(
+        !before.iter().any(|l| l.contains('▀') || l.contains('▄')),
+        "the note comes after the QR code: {before:?}"
+    );
+    let after = up.lines_until("token:");
+    assert!(after.iter().any(|l| l.contains('▀') || l.contains('▄')), "no QR code after the note: {after:?}");
+}
+
+/// The processes whose parent is `pid` and which are zombies (exited, never waited for).
+fn zombie_children(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(child) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else { continue };
+        let mut f = stat.rsplit(')').next().unwrap_or("").split_whitespace();
+        let (state, ppid) = (f.next(), f.next().and_then(|p| p.parse::<u32>().ok()));
+        if state == Some("Z") && ppid == Some(pid) {
+            found.push(child);
+        }
+    }
+    found
+}
+
+#[test]
+fn up_reaps_the_hub_it_started_so_stop_leaves_no_zombie() {
+    let home = Home::new();
+    let up = Up::start(&home, &[], None);
+    up.url();
+    let hub = hub_pid(&home).expect("the hub's pid");
+    let up_pid = up.child.id();
+    assert_ne!(
+        zcode_tests::hub::proc_stat_field(hub, 4),
+        Some(u64::from(up_pid)),
+        "the hub is a child of up, which never waits for it"
+    );
+    let out = home.command(&["stop"]).stdin(Stdio::null()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    // `up`'s own bridge stays (Ctrl-C stops it), and stop says it will start a new hub.
+    let line =
+        text.lines().find(|l| l.contains(&format!("pid {up_pid}"))).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("up"), "{line}");
+    zcode_tests::hub::wait_until("no zombie child of up", || zombie_children(up_pid).is_empty());
 }
 
 #[test]
@@ -247,6 +311,11 @@ fn tunnel_case(tool: &str, flag: &str, stdout: &str, stderr: &str, public: &str,
     let args = std::fs::read_to_string(tools.path().join(format!("{tool}.args"))).unwrap();
     assert!(args.starts_with(args_start), "{args}");
     assert!(args.trim_end().ends_with(&format!("http://127.0.0.1:{port}")), "{args}");
+    // `status` shows the tunnel with the hub.
+    let out = home.command(&["status"]).stdin(Stdio::null()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let hub_line = text.lines().find(|l| l.starts_with("hub")).unwrap_or_else(|| panic!("{text}"));
+    assert!(hub_line.contains(&format!("tunnel {public}")), "{hub_line}");
     // No loopback note: the URL is the tunnel's.
     let rest: Vec<String> = up.lines.try_iter().collect();
     assert!(!rest.iter().any(|l| l.contains("note:")), "{rest:?}");
