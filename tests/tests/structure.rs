@@ -187,3 +187,20 @@ fn reads_directly(before: &str) -> bool {
             .is_some_and(|head| !head.ends_with(|c: char| c == '_' || c.is_ascii_alphanumeric()))
     })
 }
+
+/// Every file of `tests/tests/` is a module of the one e2e binary (`autotests = false`: a file
+/// left out would never be compiled, let alone run).
+#[test]
+fn every_test_file_is_a_module_of_the_e2e_binary() {
+    let dir = workspace().join("tests/tests");
+    let e2e = std::fs::read_to_string(dir.join("e2e.rs")).expect("e2e.rs");
+    let mut missing = vec![];
+    for e in std::fs::read_dir(&dir).expect("tests/tests").flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(module) = name.strip_suffix(".rs") else { continue };
+        if module != "e2e" && !e2e.lines().any(|l| l.trim() == format!("mod {module};")) {
+            missing.push(name);
+        }
+    }
+    assert!(missing.is_empty(), "files of tests/tests/ that tests/tests/e2e.rs does not declare: {missing:?}");
+}
