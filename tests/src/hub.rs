@@ -90,15 +90,9 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
 /// The `Authorization` header with [`TEST_TOKEN`].
 pub const AUTH: (&str, &str) = ("Authorization", "Bearer zcode-test-token-0123456789abcdef");
 
-/// A port nothing listens on (bound, then released).
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
 /// A loopback port that refuses connections for as long as it is held: a socket bound to it
-/// that never listens. (A port from [`free_port`] is released, so any process may take it
-/// meanwhile and answer.)
+/// that never listens. (A port bound and released could be taken meanwhile by any process,
+/// which would then answer.)
 pub struct ClosedPort {
     _socket: std::os::fd::OwnedFd,
     /// The port.

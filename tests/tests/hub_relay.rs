@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 use zcode_tests::hub::{
-    AUTH, Hub, free_port, http, hub_port, listed, post_json, signal, wait_gone, wait_instances,
+    AUTH, Hub, closed_port, http, hub_port, listed, post_json, signal, wait_gone, wait_instances,
     wait_port_closed, wait_until,
 };
 use zcode_tests::{
@@ -67,7 +67,8 @@ fn refused_upgrades_get_a_plain_status_before_the_upgrade() {
     let home = Home::new();
     let (hub, b) = hub_and_bridge(&home, &[]);
     let id = b.id();
-    fake_registration(&hub, "dead", free_port());
+    let dead = closed_port();
+    fake_registration(&hub, "dead", dead.port);
     let ok = format!("/acp?instance={id}");
     for (path, token, want) in [
         (ok.as_str(), None, 401),
@@ -188,7 +189,8 @@ fn status_is_relayed_from_a_real_bridge_with_get_and_head() {
     assert_eq!(http(hub.port, "GET", &path, &[], b"").status, 401);
     let r = http(hub.port, "GET", "/api/instances/999999/status", &[AUTH], b"");
     assert_eq!((r.status, r.text().as_str()), (404, "unknown instance"));
-    fake_registration(&hub, "dead", free_port());
+    let dead = closed_port();
+    fake_registration(&hub, "dead", dead.port);
     let r = http(hub.port, "GET", "/api/instances/dead/status", &[AUTH], b"");
     assert_eq!((r.status, r.text().as_str()), (502, "bridge unreachable"));
     // A route the bridge does not have comes back as the bridge answered it.

@@ -1,5 +1,5 @@
-//! The worked examples of README.md's "## Hooks (any agent)" section, taken from README.md
-//! itself (a broken example fails here) and run for real: as hooks of a real bridge fronting the
+//! The worked examples of docs/HOOKS.md (README.md's "Hooks" section points there), taken from
+//! the document itself (a broken example fails here) and run for real: as hooks of a real bridge fronting the
 //! demo agent, with `HOME` a temp dir. The ntfy command posts to a local listener standing in
 //! for ntfy.sh; `allow-reads.sh` answers read permissions inside the project and nothing else;
 //! the tool-call log gets one JSON line per completed or failed tool call.
@@ -13,29 +13,27 @@ use std::sync::mpsc;
 use zcode_tests::hub::wait_until;
 use zcode_tests::{Bridge, Home, Peer, agent_text, demo_agent, initialize, new_session, prompt};
 
-/// The README's hooks section.
+/// docs/HOOKS.md, which the README's hooks section points at.
 fn section() -> String {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
-    let start =
-        readme.find("\n## Hooks (any agent)\n").expect("README.md has a \"## Hooks (any agent)\" section");
-    let rest = &readme[start + 1..];
-    let end = rest[3..].find("\n## ").map_or(rest.len(), |i| i + 3);
-    rest[..end].to_owned()
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(readme.contains("](docs/HOOKS.md)"), "README.md points at docs/HOOKS.md");
+    std::fs::read_to_string(root.join("docs/HOOKS.md")).unwrap()
 }
 
 /// The first ```` ```lang ```` block after `heading` in the section.
 fn block(section: &str, heading: &str, lang: &str) -> String {
-    let at = section.find(heading).unwrap_or_else(|| panic!("the README's hooks section lost {heading:?}"));
+    let at = section.find(heading).unwrap_or_else(|| panic!("docs/HOOKS.md lost {heading:?}"));
     let open = format!("```{lang}\n");
     let from = at + section[at..].find(&open).unwrap_or_else(|| panic!("no {lang} block after {heading:?}"));
     let body = &section[from + open.len()..];
     body[..body.find("```").expect("a closed block")].to_owned()
 }
 
-/// A README JSON fragment (`"Event": [...], ...`) as an object of events.
+/// A docs/HOOKS.md JSON fragment (`"Event": [...], ...`) as an object of events.
 fn events(fragment: &str) -> serde_json::Map<String, Value> {
     let v: Value = serde_json::from_str(&format!("{{{fragment}}}"))
-        .unwrap_or_else(|e| panic!("README hook fragment is not JSON once braced ({e}):\n{fragment}"));
+        .unwrap_or_else(|e| panic!("docs/HOOKS.md hook fragment is not JSON once braced ({e}):\n{fragment}"));
     v.as_object().unwrap().clone()
 }
 
@@ -45,7 +43,7 @@ fn require_tools() {
         let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().unwrap();
         assert!(
             found.status.success(),
-            "`{tool}` is missing: the README's hook examples need it (run scripts/install-test-deps)"
+            "`{tool}` is missing: docs/HOOKS.md's examples need it (run scripts/install-test-deps)"
         );
     }
 }
@@ -158,9 +156,9 @@ fn the_readme_hook_examples_work_in_a_real_bridge() {
     std::os::unix::fs::symlink(&outside, proj.join("link")).unwrap();
     std::fs::write(outside.join("secret"), "not yours\n").unwrap();
 
-    // The README's script, where its JSON says it is: `~/bin/allow-reads.sh`, executable.
+    // The document's script, where its JSON says it is: `~/bin/allow-reads.sh`, executable.
     let command = allow_reads["PermissionRequest"][0]["hooks"][0]["command"].as_str().unwrap().to_owned();
-    assert_eq!(command, "~/bin/allow-reads.sh", "the README's JSON runs the script it shows");
+    assert_eq!(command, "~/bin/allow-reads.sh", "docs/HOOKS.md's JSON runs the script it shows");
     let script_path = user.join("bin/allow-reads.sh");
     std::fs::write(&script_path, &script).unwrap();
     std::fs::set_permissions(&script_path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -220,7 +218,7 @@ fn the_readme_hook_examples_work_in_a_real_bridge() {
         assert_eq!(request, "POST /topic HTTP/1.1");
         assert_eq!(body, format!("Read {path} (needs your permission) waits for you in {cwd}"));
     }
-    // An edit: the README's matcher keeps the script out; the phone is still notified.
+    // An edit: the document's matcher keeps the script out; the phone is still notified.
     let (runs, text) = permission_turn(&mut remote, &sid, "permission", 2);
     assert!(runs.iter().all(|r| r["command"] != command.as_str()), "{runs:?}");
     assert!(text.contains("Permission denied (reject)"), "{text}");

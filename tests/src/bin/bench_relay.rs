@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tungstenite::client::IntoClientRequest;
 use tungstenite::{Message, WebSocket};
-use zcode_tests::hub::{Hub, free_port, listed, wait_instances};
+use zcode_tests::hub::{Hub, listed, wait_instances};
 use zcode_tests::{Bridge, Home, TEST_TOKEN, demo_agent};
 
 const IDLE: usize = 5000;
@@ -353,7 +353,12 @@ impl Nginx {
     fn start(home: &Home, bridge: u16) -> Nginx {
         let dir = home.path().join("nginx");
         std::fs::create_dir_all(&dir).expect("nginx dir");
-        let port = free_port();
+        // nginx takes its port from its configuration: a port bound and released here (a
+        // benchmark's race, not a test's).
+        let port = std::net::TcpListener::bind(("127.0.0.1", 0))
+            .and_then(|l| l.local_addr())
+            .expect("a loopback port")
+            .port();
         let d = dir.display();
         let conf = format!(
             "worker_processes 1;\ndaemon off;\nmaster_process off;\nworker_rlimit_nofile 19000;\n\
