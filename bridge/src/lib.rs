@@ -1,11 +1,19 @@
-//! `zcode-bridge`: what an editor spawns instead of its agent.
+//! `zcode-bridge`: what an editor spawns instead of its agent. This file holds [`run`] (one
+//! bridge wired up: loopback server, port file `run/bridge-<pid>.port` and the removal of dead
+//! bridges' ones, journal, usage recorder, registration, the editor on stdio, the router until
+//! it ends, then shutdown), [`BridgeOptions`] (editor or headless serve bridge) and
+//! [`BridgeError`].
 //!
 //! - [`router`]: the one task that owns routing state (clients, sessions, the agent link).
 //! - [`upstream`]: the agent process.
+//! - [`journal`]: session history in the machine's SQLite store (one writer thread), replays.
 //! - [`stdio`]: the editor's connection; [`server`]: the loopback WebSocket + HTTP server,
 //!   bounded by [`slots`] (connections) and [`stall`] (a remote client's writes); [`remote`]:
 //!   one remote client's connection (one task).
+//! - [`files`]: read-only session files (`/fs/list`, `/fs/file`), confined beneath the root.
+//! - [`lifecycle`]: `/sessions/{id}/{close,rename,delete}`, decided by the router.
 //! - [`settings`]: the loopback settings mount (`/settings/*`, `/backend/restart`).
+//! - [`hooks`]: hooks run by the bridge for any agent (the tree, one run, its payload, decisions).
 //! - [`register`]: registration and heartbeats with the hub (which it starts when none runs).
 //! - [`quota`]: where ACP `account/usage_stats` gets the plan quota (the hub, else itself).
 //! - [`local`]: the bridge's own `fs/*` and `terminal/*` service, confined to session directories.

@@ -1,6 +1,11 @@
-//! The bridge's loopback server: the remote ACP endpoint (`/acp`, WebSocket) and the HTTP
-//! routes (`/status`). Bound to 127.0.0.1 only, and every route requires the machine's token
-//! (the hub sends it when it dials): other users' processes must not drive our sessions.
+//! The bridge's loopback server: [`bind_loopback`] (the first free port from the configured
+//! one, 100 scanned, else one the OS picks), the accept loop ([`serve`]) and the routing of
+//! every request: the remote ACP endpoint (`/acp`, WebSocket, handed to [`crate::remote`]),
+//! `/status`, `/attention` and `/turns` ([`crate::glance`]), `/fs/list` and `/fs/file`
+//! ([`crate::files`]), `/sessions/*` ([`crate::lifecycle`]), `/settings/usage`
+//! ([`crate::usage`]), the other `/settings/*` and `/backend/restart` ([`crate::settings`]).
+//! Bound to 127.0.0.1 only, and every route requires the machine's token (the hub sends it
+//! when it dials): other users' processes must not drive our sessions.
 //!
 //! Other local users can still connect, so what a connection costs before it shows the token
 //! is bounded: its headers must arrive within `timings.header_timeout` (64 KiB at most), and

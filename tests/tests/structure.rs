@@ -1,6 +1,7 @@
 //! One way to do each thing, checked on the sources: every `ZCODE_ACP_*` variable handed to a
 //! started process is read by something; only `shared::jsonrpc` writes a JSON-RPC envelope and
-//! classifies messages; `bridge::upstream` does not reach into the router.
+//! classifies messages; `bridge::upstream` does not reach into the router; `docs/ARCHITECTURE.md`
+//! stays a map and, with the README, names every variable the product reads.
 
 use std::path::{Path, PathBuf};
 
@@ -44,25 +45,33 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Every `ZCODE_ACP_*` name in `text`, with the text before it on its line's remainder.
+fn variables(text: &str) -> Vec<(&str, String)> {
+    let mut out = vec![];
+    let mut rest = text;
+    while let Some(at) = rest.find("ZCODE_ACP_") {
+        let name: String = rest[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+            .collect();
+        if name.len() > "ZCODE_ACP_".len() {
+            out.push((&rest[..at], name));
+        }
+        rest = &rest[at + "ZCODE_ACP_".len()..];
+    }
+    out
+}
+
 #[test]
 fn every_variable_handed_to_a_started_process_is_read() {
     let (mut set, mut read) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
     for (_, line) in product_lines() {
-        let mut rest = line.as_str();
-        while let Some(at) = rest.find("ZCODE_ACP_") {
-            let name: String = rest[at..]
-                .chars()
-                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
-                .collect();
-            let before = &rest[..at];
-            if name.len() > "ZCODE_ACP_".len() {
-                // `.env("X", …)` and `export X=` hand a variable on; any other mention reads it.
-                match before.ends_with(".env(\"") || before.ends_with("export ") {
-                    true => set.insert(name),
-                    false => read.insert(name),
-                };
-            }
-            rest = &rest[at + "ZCODE_ACP_".len()..];
+        for (before, name) in variables(&line) {
+            // `.env("X", …)` and `export X=` hand a variable on; any other mention reads it.
+            match before.ends_with(".env(\"") || before.ends_with("export ") {
+                true => set.insert(name),
+                false => read.insert(name),
+            };
         }
     }
     let dead: Vec<&String> = set.difference(&read).collect();
@@ -203,4 +212,30 @@ fn every_test_file_is_a_module_of_the_e2e_binary() {
         }
     }
     assert!(missing.is_empty(), "files of tests/tests/ that tests/tests/e2e.rs does not declare: {missing:?}");
+}
+
+/// `docs/ARCHITECTURE.md` is a map a newcomer reads in a quarter of an hour (measurements and
+/// what was tried live in `docs/PERFORMANCE.md`), and every `ZCODE_ACP_*` variable the product
+/// reads or hands on is named, as a whole name, in it or in the README.
+#[test]
+fn the_architecture_doc_is_a_map_that_names_every_variable() {
+    let doc = |name: &str| std::fs::read_to_string(workspace().join(name)).expect(name);
+    let map = doc("docs/ARCHITECTURE.md");
+    let lines = map.lines().count();
+    assert!(
+        lines <= 400,
+        "docs/ARCHITECTURE.md has {lines} lines, over 400: it is a map; measurements and what was \
+         tried go to docs/PERFORMANCE.md, user documentation to the README"
+    );
+    let readme = doc("README.md");
+    let documented: std::collections::BTreeSet<String> =
+        variables(&map).into_iter().chain(variables(&readme)).map(|(_, n)| n).collect();
+    let mut missing: Vec<String> = product_lines()
+        .iter()
+        .flat_map(|(_, l)| variables(l).into_iter().map(|(_, n)| n).collect::<Vec<_>>())
+        .filter(|n| !documented.contains(n))
+        .collect();
+    missing.sort();
+    missing.dedup();
+    assert!(missing.is_empty(), "variables the product uses that neither doc names: {missing:?}");
 }
