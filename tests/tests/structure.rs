@@ -211,7 +211,10 @@ fn every_test_file_is_a_module_of_the_e2e_binary() {
             missing.push(name);
         }
     }
-    assert!(missing.is_empty(), "files of tests/tests/ that tests/tests/e2e.rs does not declare: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "files of tests/tests/ that tests/tests/e2e.rs does not declare: {missing:?}"
+    );
 }
 
 /// `docs/ARCHITECTURE.md` is a map a newcomer reads in a quarter of an hour (measurements and

@@ -7,9 +7,7 @@
 //!
 //! The providers run in this process (`zcode_shared::quota`, the same code as the hub's).
 
-pub mod localtime;
-
-use localtime::Zone;
+use jiff::tz::TimeZone;
 use serde_json::{Map, Value};
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -61,7 +59,7 @@ pub fn run(cfg: &Config, opts: Options) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     loop {
         let payload = rt.block_on(quota.sections(&only)).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let zone = Zone::local();
+        let zone = TimeZone::system();
         let configured = any_configured(&payload);
         let (text, answered) = match opts.json {
             true => (format!("{payload:#}\n"), any_success(&payload)),
@@ -131,7 +129,7 @@ fn label(row: &Value) -> String {
 
 /// The card for `payload` at `now` (epoch ms) in `zone`, and whether any provider answered.
 /// `asked`: a single provider was asked for by name (shown even when not configured).
-pub fn render(payload: &Value, asked: bool, color: bool, now: u64, zone: &Zone) -> (String, bool) {
+pub fn render(payload: &Value, asked: bool, color: bool, now: u64, zone: &TimeZone) -> (String, bool) {
     let mut out = String::new();
     let empty = Map::new();
     let sections = payload.as_object().unwrap_or(&empty);
@@ -224,7 +222,7 @@ fn failure(name: &str, kind: Kind) -> String {
 
 /// One window: `  5h     ███████░░░░░░░░░░░░░  35%  resets 14:00 CEST`, its label padded to
 /// `width` characters.
-fn line(row: &Value, width: usize, color: bool, now: u64, zone: &Zone) -> String {
+fn line(row: &Value, width: usize, color: bool, now: u64, zone: &TimeZone) -> String {
     let label = label(row);
     let pct = row["usedPercent"].as_f64().or(row["usagePercent"].as_f64()).unwrap_or(0.0).clamp(0.0, 100.0);
     let filled = ((pct / 100.0 * CELLS as f64).round() as usize).min(CELLS);
@@ -269,25 +267,16 @@ fn shade(pct: f64) -> (u8, u8, u8) {
     if pct <= 50.0 { mix(green, yellow, pct / 50.0) } else { mix(yellow, red, (pct - 50.0) / 50.0) }
 }
 
-/// `14:00 CEST` today, else `Fri 18 Aug 14:00 CEST`.
-pub fn local(at_ms: u64, now_ms: u64, zone: &Zone) -> String {
-    let shift = |ms: u64| {
-        let (off, _) = zone.at((ms / 1000) as i64);
-        (ms as i64 + off * 1000).max(0) as u64
+/// `14:00 CEST` today, else `Fri 18 Aug 14:00 CEST`, in `zone` (jiff: the TZif file's
+/// transitions and, past them, its footer's rules).
+pub fn local(at_ms: u64, now_ms: u64, zone: &TimeZone) -> String {
+    let zoned = |ms: u64| {
+        let t = jiff::Timestamp::from_millisecond(i64::try_from(ms).unwrap_or(i64::MAX));
+        t.unwrap_or(jiff::Timestamp::MAX).to_zoned(zone.clone())
     };
-    let (at, now) = (shift(at_ms), shift(now_ms));
-    let iso = zcode_shared::time::iso8601(at);
-    let (_, abbr) = zone.at((at_ms / 1000) as i64);
-    let hm = &iso[11..16];
-    if at / 86_400_000 == now / 86_400_000 {
-        return format!("{hm} {abbr}");
-    }
-    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] =
-        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    let day = DAYS[((at / 86_400_000) % 7) as usize];
-    let month = iso[5..7].parse::<usize>().ok().and_then(|m| MONTHS.get(m.wrapping_sub(1))).unwrap_or(&"?");
-    format!("{day} {} {month} {hm} {abbr}", iso[8..10].trim_start_matches('0'))
+    let (at, now) = (zoned(at_ms), zoned(now_ms));
+    let format = if at.date() == now.date() { "%H:%M %Z" } else { "%a %-d %b %H:%M %Z" };
+    at.strftime(format).to_string()
 }
 
 #[cfg(test)]

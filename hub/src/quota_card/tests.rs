@@ -3,8 +3,9 @@
 use super::*;
 use serde_json::json;
 
-fn berlin() -> Zone {
-    Zone::parse(&std::fs::read("/usr/share/zoneinfo/Europe/Berlin").expect("tzdata")).expect("a TZif file")
+fn berlin() -> TimeZone {
+    let tzif = std::fs::read("/usr/share/zoneinfo/Europe/Berlin").expect("tzdata");
+    TimeZone::tzif("Europe/Berlin", &tzif).expect("a TZif file")
 }
 
 #[test]
@@ -15,8 +16,8 @@ fn local_times_follow_the_zone_and_its_summer_time() {
     assert_eq!(local(at, now, &z), "14:00 CEST");
     let later = zcode_shared::time::parse_rfc3339("2024-12-20T12:30:00Z").unwrap_or_default();
     assert_eq!(local(later, now, &z), "Fri 20 Dec 13:30 CET");
-    assert_eq!(local(at, now, &Zone::default()), "12:00 UTC");
-    assert!(Zone::parse(b"not a zone file").is_none());
+    assert_eq!(local(at, now, &TimeZone::UTC), "12:00 UTC");
+    assert!(TimeZone::tzif("x", b"not a zone file").is_err());
 }
 
 fn payload() -> Value {
@@ -34,7 +35,7 @@ fn payload() -> Value {
 #[test]
 fn the_card_without_colour() {
     let now = 1_723_800_000_000;
-    let (text, ok) = render(&payload(), false, false, now, &Zone::default());
+    let (text, ok) = render(&payload(), false, false, now, &TimeZone::UTC);
     assert!(ok);
     assert_eq!(
         text,
@@ -47,7 +48,7 @@ fn the_card_without_colour() {
 
 #[test]
 fn the_card_with_colour_goes_green_to_red() {
-    let (text, _) = render(&payload(), false, true, 0, &Zone::default());
+    let (text, _) = render(&payload(), false, true, 0, &TimeZone::UTC);
     assert!(text.contains("\x1b[1mGLM Coding Plan (pro)\x1b[0m"), "{text:?}");
     assert_eq!(shade(0.0), (63, 185, 80));
     assert_eq!(shade(50.0), (210, 153, 34));
@@ -59,7 +60,7 @@ fn the_card_with_colour_goes_green_to_red() {
 #[test]
 fn failures_and_nothing_configured() {
     let p = json!({"glm": {"kind": "auth_error"}, "opencode": {"kind": "unavailable"}, "ollama": {"kind": "not_configured"}});
-    let (text, ok) = render(&p, false, false, 0, &Zone::default());
+    let (text, ok) = render(&p, false, false, 0, &TimeZone::UTC);
     assert!(!ok);
     assert_eq!(
         text,
@@ -67,9 +68,9 @@ fn failures_and_nothing_configured() {
          OpenCode Go\n  unavailable: no usable answer from the vendor in time; try again later\n"
     );
     let none = json!({"glm": {"kind": "not_configured"}});
-    let (text, ok) = render(&none, false, false, 0, &Zone::default());
+    let (text, ok) = render(&none, false, false, 0, &TimeZone::UTC);
     assert!(!ok && text.starts_with("no quota provider is configured"));
-    let (text, _) = render(&none, true, false, 0, &Zone::default());
+    let (text, _) = render(&none, true, false, 0, &TimeZone::UTC);
     assert!(text.contains("not configured: set quota.glm.apiKey"), "{text}");
 }
 
@@ -103,7 +104,7 @@ fn labels_of_every_section_line_up_their_bars() {
             {"label": "Premium requests", "usagePercent": 4},
             {"label": "A label far longer than any column should be", "usagePercent": 5}]}
     });
-    let (text, _) = render(&p, false, false, 0, &Zone::default());
+    let (text, _) = render(&p, false, false, 0, &TimeZone::UTC);
     let cols = bar_columns(&text);
     assert_eq!(cols.len(), 5, "{text}");
     assert!(cols.iter().all(|c| *c == cols[0]), "bars in one column:\n{text}");
@@ -114,7 +115,20 @@ fn labels_of_every_section_line_up_their_bars() {
 #[test]
 fn a_command_section_that_could_not_be_used_says_why() {
     let p = json!({"mine": {"kind": "unavailable", "error": "window \"w\": `resetsAt` must be epoch milliseconds"}});
-    let (text, ok) = render(&p, false, false, 0, &Zone::default());
+    let (text, ok) = render(&p, false, false, 0, &TimeZone::UTC);
     assert!(!ok);
     assert_eq!(text, "mine\n  unavailable: window \"w\": `resetsAt` must be epoch milliseconds\n");
+}
+
+/// A "slim" zone file (`zic -b slim`, as distributions increasingly ship): one transition, and
+/// the rules from then on only in the TZif footer (`CET-1CEST,M3.5.0,M10.5.0/3`). A reader of the
+/// transitions alone keeps summer time all year.
+#[test]
+fn a_slim_zone_files_footer_rules_give_winter_and_summer_time() {
+    let z = TimeZone::tzif("Test/Berlin", include_bytes!("slim-berlin.tzif")).expect("a slim TZif file");
+    let now = zcode_shared::time::parse_rfc3339("2026-01-15T09:00:00Z").unwrap_or_default();
+    let winter = zcode_shared::time::parse_rfc3339("2026-01-15T12:00:00Z").unwrap_or_default();
+    assert_eq!(local(winter, now, &z), "13:00 CET");
+    let summer = zcode_shared::time::parse_rfc3339("2026-07-15T12:00:00Z").unwrap_or_default();
+    assert_eq!(local(summer, now, &z), "Wed 15 Jul 14:00 CEST");
 }
