@@ -235,3 +235,26 @@ fn bad_input_gets_json_rpc_errors_and_the_agent_keeps_serving() {
     assert_eq!(e["error"]["code"], -32602);
     assert!(p.close());
 }
+
+#[test]
+fn a_resume_needs_no_mcp_servers_and_a_load_does() {
+    // ACP v1: `mcpServers` is required by `session/load`, optional in `session/resume`.
+    let home = Home::new();
+    let mut cmd = home.command(&["demo-agent", "--resume-only"]);
+    cmd.env("ZCODE_ACP_DEMO_DELAY_MS", "0");
+    let mut p = Peer::spawn(cmd);
+    initialize(&mut p);
+    let sid = new_session(&mut p, "/tmp");
+    let (ok, _) = p.call("session/resume", json!({"sessionId": sid, "cwd": "/tmp"}));
+    assert!(ok["result"].is_object(), "{ok}");
+    let (e, _) = p.call("session/resume", json!({"sessionId": sid, "cwd": "/tmp", "mcpServers": "none"}));
+    assert_eq!(e["error"]["code"], -32602, "present, it is still an array: {e}");
+    assert!(p.close());
+
+    let mut p = agent(&home);
+    initialize(&mut p);
+    let (e, _) = p.call("session/load", json!({"sessionId": sid, "cwd": "/tmp"}));
+    assert_eq!(e["error"]["code"], -32602, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("mcpServers"), "{e}");
+    assert!(p.close());
+}

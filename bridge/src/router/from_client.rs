@@ -167,6 +167,9 @@ impl Router {
         self.sessions.insert(sid.clone(), session);
         self.record_meta(&sid, Some(client), real_use);
         let mut upstream_msg = self.settings.with_mcp(msg);
+        if method == "session/load" {
+            upstream_msg = with_mcp_servers(upstream_msg);
+        }
         upstream_msg.method = Some(method.clone());
         let pending =
             Pending { client: Some((client, id)), method, purpose: Purpose::Load { session: sid, mode } };
@@ -488,6 +491,17 @@ pub(super) fn contract_method(method: &str) -> &str {
         Some(plain) if CONTRACT_EXTENSIONS.contains(&plain) => plain,
         _ => method,
     }
+}
+
+/// `session/load` requires `mcpServers` where `session/resume` does not (ACP v1): a resume
+/// forwarded as a load (the agent offers only that) carries `[]` when the client sent none.
+fn with_mcp_servers(msg: RawMessage) -> RawMessage {
+    let mut params = msg.params_value();
+    if !params.is_object() || !params["mcpServers"].is_null() {
+        return msg;
+    }
+    params["mcpServers"] = json!([]);
+    RawMessage { params: Some(jsonrpc::raw(&params)), ..msg }
 }
 
 /// A live session's `session/load` result: the agent's answer to new/load without its id.
