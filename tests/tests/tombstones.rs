@@ -96,7 +96,11 @@ fn a_session_deleted_from_a_phone_is_not_revived_by_the_phones_attach_only_by_an
     wait_until("the hub to stop advertising the session", || {
         !get(&hub, "/api/instances").text().contains(&sid)
     });
-    assert_eq!(session_list(&mut b.editor, &p), [kept.clone()], "session/list after a limit-0 load");
+    assert_eq!(
+        session_list(&mut b.editor, &p),
+        std::slice::from_ref(&kept),
+        "session/list after a limit-0 load"
+    );
     let store = Store::open_in(&home.path().join("data")).unwrap();
     assert_eq!(store.is_deleted(&sid).unwrap(), Some(true), "the store row after a limit-0 load");
     assert_eq!(hub_view(&hub, &p), (vec![kept.clone()], json!(1)), "history and project count");
@@ -107,7 +111,11 @@ fn a_session_deleted_from_a_phone_is_not_revived_by_the_phones_attach_only_by_an
     load(&mut phone, &sid, &p, None);
     let (r, _) = phone.call("session/prompt", prompt(&sid, "still hidden"));
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
-    assert_eq!(session_list(&mut b.editor, &p), [kept.clone()], "session/list after a remote's use");
+    assert_eq!(
+        session_list(&mut b.editor, &p),
+        std::slice::from_ref(&kept),
+        "session/list after a remote's use"
+    );
     assert_eq!(store.is_deleted(&sid).unwrap(), Some(true));
     assert_eq!(hub_view(&hub, &p).1, json!(1));
     drop(phone);
