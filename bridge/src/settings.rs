@@ -50,6 +50,7 @@ pub async fn route(req: Request<Incoming>, m: &Mounted, rest: &str) -> Resp {
     let host = Host {
         mount: Mount::Bridge,
         agent: m.handle.report.borrow().clone(),
+        live_agents: Vec::new(),
         pending_restart: m.handle.pending.load(Ordering::SeqCst),
         usage,
     };

@@ -9,6 +9,9 @@ installed in tests/peers/venv by scripts/install-test-deps), as an SDK user woul
   sdk_client.py ws --url WS-URL --session ID --cwd DIR
       connects through the hub with the SDK's own WebSocket transport (the `http` extra),
       reads an existing session's history back the same way, then runs an `elicit` turn.
+  sdk_client.py resume --cwd DIR -- BRIDGE-COMMAND...
+      makes a session in one spawned bridge, then `resume_session(session_id, cwd)` (no
+      `mcpServers`) in a second one and prompts it there.
 
 The client advertises elicitation forms (the SDK routes `elicitation/create` only with its
 `use_unstable_protocol` flag) and answers every form with {"name": "Py"}. It prints
@@ -131,6 +134,28 @@ async def run_stdio(args: argparse.Namespace) -> dict[str, Any]:
         return out
 
 
+async def run_resume(args: argparse.Namespace) -> dict[str, Any]:
+    """A session made by one bridge, resumed in a second one with `resume_session(session_id,
+    cwd)` (no `mcpServers`: optional for a resume), then prompted there."""
+    rec = Recorder()
+    command = args.command
+    async with spawn_agent_process(rec, command[0], *command[1:], env=dict(os.environ), cwd=args.cwd) as (conn, _):
+        await initialize(conn)
+        sid = (await conn.new_session(cwd=args.cwd)).session_id
+        await conn.prompt(session_id=sid, prompt=[text_block("before the resume")])
+    async with spawn_agent_process(rec, command[0], *command[1:], env=dict(os.environ), cwd=args.cwd) as (conn, _):
+        await initialize(conn)
+        resumed = await conn.resume_session(session_id=sid, cwd=args.cwd)
+        rec.agent.clear()
+        resp = await conn.prompt(session_id=sid, prompt=[text_block("after the resume")])
+        return {
+            "sessionId": sid,
+            "resumed": resumed.model_dump(by_alias=True, exclude_none=True),
+            "stopReason": resp.stop_reason,
+            "said": "".join(rec.agent),
+        }
+
+
 async def run_ws(args: argparse.Namespace) -> dict[str, Any]:
     from acp.ws import create_websocket_stream
 
@@ -149,7 +174,7 @@ async def run_ws(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["stdio", "ws"])
+    ap.add_argument("mode", choices=["stdio", "ws", "resume"])
     ap.add_argument("--cwd", required=True)
     ap.add_argument("--url")
     ap.add_argument("--session")
@@ -157,7 +182,7 @@ def main() -> None:
     split = argv.index("--") if "--" in argv else len(argv)
     args = ap.parse_args(argv[:split])
     args.command = argv[split + 1 :]
-    run = run_stdio if args.mode == "stdio" else run_ws
+    run = {"stdio": run_stdio, "ws": run_ws, "resume": run_resume}[args.mode]
     report = asyncio.run(asyncio.wait_for(run(args), timeout=60))
     sys.stdout.write(json.dumps(report, default=str) + "\n")
 

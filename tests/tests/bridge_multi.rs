@@ -386,3 +386,41 @@ fn an_agent_that_can_only_resume_is_resumed() {
     let (r, _) = remote.call("session/prompt", prompt(&sid, "after"));
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
 }
+
+#[test]
+fn a_resume_forwarded_as_a_load_carries_mcp_servers() {
+    // `mcpServers` is optional in `session/resume` and required in `session/load` (ACP v1):
+    // codex-acp, claude-agent-acp and gemini-cli refused the load a resume was turned into.
+    let home = Home::new();
+    let record = home.path().join("received.jsonl");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/recording_agent.py");
+    let agent: Vec<String> = vec![
+        "/usr/bin/python3".into(),
+        script.display().to_string(),
+        "--record".into(),
+        record.display().to_string(),
+    ];
+    let b = Bridge::start(&home, &agent);
+    let mut remote = b.remote();
+    initialize(&mut remote, json!({}));
+    let cwd = home.path().display().to_string();
+    let (r, _) = remote.call("session/resume", json!({"sessionId": "earlier_1", "cwd": cwd}));
+    assert!(r["result"].is_object(), "the resume, forwarded as a load, was refused: {r}");
+    let (r, _) = remote.call("session/prompt", prompt("earlier_1", "after the resume"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    // A client's own servers go as they were.
+    let servers = json!([{"name": "x", "command": "/bin/true", "args": [], "env": []}]);
+    let (r, _) =
+        remote.call("session/resume", json!({"sessionId": "earlier_2", "cwd": cwd, "mcpServers": servers}));
+    assert!(r["result"].is_object(), "{r}");
+    let received: Vec<Value> = std::fs::read_to_string(&record)
+        .expect("the agent's record")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let loads: Vec<&Value> = received.iter().filter(|m| m["method"] == "session/load").collect();
+    assert_eq!(loads.len(), 2, "{received:?}");
+    assert_eq!(loads[0]["params"], json!({"sessionId": "earlier_1", "cwd": cwd, "mcpServers": []}));
+    assert_eq!(loads[1]["params"]["mcpServers"], servers);
+    assert!(!received.iter().any(|m| m["method"] == "session/resume"), "the agent offers load only");
+}

@@ -235,3 +235,58 @@ fn bad_input_gets_json_rpc_errors_and_the_agent_keeps_serving() {
     assert_eq!(e["error"]["code"], -32602);
     assert!(p.close());
 }
+
+#[test]
+fn a_resume_needs_no_mcp_servers_and_a_load_does() {
+    // ACP v1: `mcpServers` is required by `session/load`, optional in `session/resume`.
+    let home = Home::new();
+    let mut cmd = home.command(&["demo-agent", "--resume-only"]);
+    cmd.env("ZCODE_ACP_DEMO_DELAY_MS", "0");
+    let mut p = Peer::spawn(cmd);
+    initialize(&mut p);
+    let sid = new_session(&mut p, "/tmp");
+    let (ok, _) = p.call("session/resume", json!({"sessionId": sid, "cwd": "/tmp"}));
+    assert!(ok["result"].is_object(), "{ok}");
+    let (e, _) = p.call("session/resume", json!({"sessionId": sid, "cwd": "/tmp", "mcpServers": "none"}));
+    assert_eq!(e["error"]["code"], -32602, "present, it is still an array: {e}");
+    assert!(p.close());
+
+    let mut p = agent(&home);
+    initialize(&mut p);
+    let (e, _) = p.call("session/load", json!({"sessionId": sid, "cwd": "/tmp"}));
+    assert_eq!(e["error"]["code"], -32602, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("mcpServers"), "{e}");
+    assert!(p.close());
+}
+
+#[test]
+fn a_turn_reports_its_token_usage_like_a_real_agent() {
+    let home = Home::new();
+    let mut p = agent(&home);
+    initialize(&mut p);
+    let sid = new_session(&mut p, "/tmp");
+    let mut spent = 0.0;
+    for n in 1..=2 {
+        let (resp, updates) = p.call("session/prompt", prompt_params(&sid, "count my tokens"));
+        let usage = &resp["result"]["usage"];
+        assert!(usage["inputTokens"].as_u64().is_some_and(|n| n > 0), "{resp}");
+        assert!(usage["outputTokens"].as_u64().is_some_and(|n| n > 0), "{resp}");
+        let parts: u64 =
+            ["inputTokens", "outputTokens", "thoughtTokens"].iter().filter_map(|k| usage[k].as_u64()).sum();
+        assert_eq!(usage["totalTokens"].as_u64(), Some(parts), "{resp}");
+        let u = updates
+            .iter()
+            .map(|m| &m["params"]["update"])
+            .find(|u| u["sessionUpdate"] == "usage_update")
+            .unwrap_or_else(|| panic!("turn {n}: no usage_update"));
+        assert!(
+            u["used"].as_u64().is_some_and(|used| used > 0) && u["size"].as_u64() == Some(200_000),
+            "{u}"
+        );
+        assert_eq!(u["cost"]["currency"], "USD", "{u}");
+        let amount = u["cost"]["amount"].as_f64().expect("a cost amount");
+        assert!(amount > spent, "the session's cost only grows (it is cumulative): {amount} after {spent}");
+        spent = amount;
+    }
+    assert!(p.close());
+}

@@ -144,12 +144,28 @@ fn files_whole_windows_and_downloads() {
 }
 
 #[test]
+fn a_line_window_past_the_cap_is_served_capped() {
+    // The contract caps a line window at 5000 lines: a larger `limit` is clamped, not a 400.
+    let s = setup();
+    let lines: String = (1..=6000).map(|n| format!("{n}\n")).collect();
+    std::fs::write(s.project.path().join("big.log"), lines).unwrap();
+    for limit in ["5001", "99999", "18446744073709551615"] {
+        let r = s.get("GET", "file", &format!("path=big.log&line=2&limit={limit}"));
+        assert_eq!(r.status, 200, "limit={limit}: {}", r.text());
+        let text = r.text();
+        let served: Vec<&str> = text.lines().collect();
+        assert_eq!((served.len(), served[0], served[4999]), (5000, "2", "5001"), "limit={limit}");
+    }
+    assert_eq!(s.get("GET", "file", "path=big.log&limit=3").text(), "1\n2\n3\n", "a window within the cap");
+}
+
+#[test]
 fn bad_parameters_are_400_and_escapes_are_403() {
     let s = setup();
     for q in [
         "path=README.md&offset=abc",
         "path=README.md&length=-5",
-        "path=README.md&limit=5001",
+        "path=README.md&limit=many",
         "path=README.md&offset=1&line=2",
         "path=README.md&line=0",
         "path=%zz",

@@ -138,7 +138,7 @@ fn bad_limits_and_cursors_are_refused() {
     };
     let mut remote = b.remote();
     initialize(&mut remote, json!({}));
-    for bad in [json!("5"), json!(-1), json!(1.5)] {
+    for bad in [json!("5"), json!(1.5), json!({"n": 5})] {
         let (r, _) = load(&mut remote, &sid, home.path(), Some(bad.clone()));
         assert_eq!(r["error"]["code"], -32602, "{bad}: {r}");
     }
@@ -162,6 +162,14 @@ fn bad_limits_and_cursors_are_refused() {
     assert_eq!(r["error"]["code"], -32602, "{r}");
     let (r, _) = remote.call("session/load_earlier", json!({"sessionId": sid}));
     assert_eq!(r["error"]["code"], -32602, "{r}");
+    // Out of range is clamped to [0, 500] (the contract), not refused.
+    let (r, _) = load(&mut remote, &sid, home.path(), Some(json!(-5)));
+    let m = &r["result"]["replayMeta"];
+    assert_eq!(m["replayedMessages"], 0, "-5 is 0, a metadata-only attach: {r}");
+    assert!(m["totalMessages"].as_u64().is_some_and(|n| n > 0), "{r}");
+    let (r, _) = load(&mut remote, &sid, home.path(), Some(json!(9000)));
+    let m = &r["result"]["replayMeta"];
+    assert_eq!(m["replayedMessages"], m["totalMessages"], "9000 is 500, the whole short history: {r}");
 }
 
 #[test]

@@ -114,3 +114,19 @@ fn the_python_sdk_drives_the_bridge_through_the_hub() {
     assert!(!editor_saw.iter().any(|m| m["method"] == "elicitation/create"), "{editor_saw:?}");
     assert!(!agent_text(&editor_saw).contains("cannot answer"), "{}", agent_text(&editor_saw));
 }
+
+#[test]
+fn the_python_sdks_resume_session_without_mcp_servers_goes_through_the_bridge() {
+    // The bridge forwards the resume as `session/load` (the demo agent offers load), which
+    // requires `mcpServers`; the SDK leaves it out of a resume, as ACP v1 allows.
+    let home = Home::new();
+    let b = bin().display().to_string();
+    let args: Vec<String> = ["resume", "--cwd", &home.path().display().to_string(), "--", &b, "bridge", "--"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(demo_agent(0))
+        .collect();
+    let r = run_sdk_client(&home, &args);
+    assert_eq!(r["stopReason"], "end_turn", "{r}");
+    assert!(r["said"].as_str().is_some_and(|s| s.contains("You said: \"after the resume\"")), "{r}");
+}

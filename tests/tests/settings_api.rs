@@ -463,3 +463,38 @@ fn the_default_model_is_applied_through_the_agents_own_call() {
     // The session that started under `fast` (the agent's own current model) needed no call.
     assert_eq!(sets().len(), 2, "{:?}", sets());
 }
+
+#[test]
+fn the_hubs_mount_sees_the_providers_the_live_agents_reported() {
+    // The hub runs no agent: its mount asks the live bridges what theirs reported, so it lists
+    // and writes the same providers as the per-instance mount (it said `providers: []` and
+    // `404 no provider`).
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("a.log");
+    let w = World::new(&json!({}));
+    let b = w.bridge(&scripted(&log, &["--models", "fast,smart"]));
+    let mut remote = b.remote();
+    initialize(&mut remote, json!({}));
+    zcode_tests::new_session(&mut remote, w.home.path());
+    let ms = mounts(&w, &b);
+    let bridge_view = || ms[1].call("GET", "models", None).1;
+    wait_until("the agent's models on its bridge", || {
+        names(&bridge_view()["providers"][0], "models", "id") == ["fast", "smart"]
+    });
+    for (i, m) in ms.iter().enumerate() {
+        let (s, models) = m.call("GET", "models", None);
+        assert_eq!(s, 200, "{}: {models}", m.prefix);
+        assert_eq!(models, bridge_view(), "{}: the same providers as the bridge's own mount", m.prefix);
+        let p = &models["providers"][0];
+        assert_eq!((&p["id"], &p["reported"]), (&json!("scripted"), &json!(true)), "{}: {models}", m.prefix);
+        let (_, all) = m.call("GET", "all", None);
+        assert_eq!(all["models"]["providers"], models["providers"], "{}: all", m.prefix);
+        // A write to the reported provider (not in config.json yet) is accepted everywhere.
+        let name = format!("Scripted {i}");
+        let (s, v) =
+            m.call("PUT", "providers/scripted", Some(&json!({"name": name, "defaultModel": "smart"})));
+        assert_eq!(s, 200, "{}: {v}", m.prefix);
+        assert_eq!(bridge_view()["providers"][0]["name"], name.as_str(), "{}", m.prefix);
+        assert_eq!(m.call("PUT", "providers/nobody", Some(&json!({"enabled": true}))).0, 404, "{}", m.prefix);
+    }
+}

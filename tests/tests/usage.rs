@@ -253,3 +253,30 @@ fn a_corrupt_store_is_a_503_with_the_reason_and_the_turn_still_ends() {
         "the file was overwritten"
     );
 }
+
+#[test]
+fn a_demo_turn_shows_on_the_usage_screen() {
+    // The demo agent reports usage like a real agent (a prompt answer's `usage`, a
+    // `usage_update` with its cost), so a demo's usage screen is not all zeros.
+    let home = Home::new();
+    let hub = Hub::start(&home, &[]);
+    let mut b = Bridge::start(&home, &zcode_tests::demo_agent(0));
+    let id = b.id();
+    initialize(&mut b.editor, json!({}));
+    let sid = new_session(&mut b.editor, &cwd(&home));
+    turn(&mut b, &sid, &json!("how many tokens was that?"));
+    wait_instances(hub.port, "the bridge's registration", |l| listed(l, &id));
+    // The bridge's mount first: its answer is read after everything it recorded.
+    for (port, path) in [(b.port, "/settings/usage"), (hub.port, "/api/settings/usage")] {
+        let (status, v) = get(port, path);
+        assert_eq!(status, 200, "{path}: {v}");
+        assert_eq!(v["available"], true, "{path}: {v}");
+        let s = &v["summary"];
+        assert!(s["totalTokens"].as_u64().is_some_and(|n| n > 0), "{path}: {v}");
+        assert!(s["inputTokens"].as_u64().is_some_and(|n| n > 0), "{path}: {v}");
+        assert!(s["outputTokens"].as_u64().is_some_and(|n| n > 0), "{path}: {v}");
+        assert_eq!(s["turnCount"], 1, "{path}: {v}");
+        assert_eq!(s["cost"][0]["currency"], "USD", "{path}: {v}");
+        assert!(s["cost"][0]["amount"].as_f64().is_some_and(|a| a > 0.0), "{path}: {v}");
+    }
+}

@@ -137,9 +137,11 @@ describe('web client settings', () => {
     await page.click('#settings-link');
     await page.waitForURL(/\/settings$/);
     await page.locator('#mcp-card').waitFor();
-    // The hub's own mount: what config.json says, no agent to restart.
-    // (The backup restored above took the default model out again: no agent reports models here.)
-    await page.locator('#models-card', { hasText: 'Choose an agent above' }).waitFor();
+    // The hub's own mount: no agent to restart, but the providers the live bridges' agents
+    // reported, as on the bridge's own mount (issue 29: it used to list none).
+    const reported = (await stack.api(`/api/instances/${ed.id}/settings/models`)).providers.map((p) => p.id);
+    assert.ok(reported.length > 0);
+    for (const id of reported) await page.locator(`#models-card li[data-provider="${id}"]`).waitFor();
     assert.equal(await page.locator('#settings-instance').inputValue(), '');
     assert.equal(await page.locator('#restart-agent').count(), 0);
     await looksRight(page, 'settings-hub', { fullPage: true });

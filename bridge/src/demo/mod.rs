@@ -309,7 +309,10 @@ impl Agent {
     async fn load_session(&self, params: &Value, replay: bool) -> Result<Value, RpcError> {
         let id = jsonrpc::required_str(params, "sessionId")?.to_owned();
         jsonrpc::required_str(params, "cwd")?;
-        check_mcp_servers(params)?;
+        // Required by `session/load`, optional for `session/resume` (ACP v1).
+        if replay || !params["mcpServers"].is_null() {
+            check_mcp_servers(params)?;
+        }
         let known = self.state().sessions.get(&id).map(|l| (l.stored.history.clone(), l.mode.clone()));
         let (history, mode) = match known {
             Some(k) => k,

@@ -69,7 +69,7 @@ pub(crate) fn title_of(text: &str) -> String {
     line.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(80).collect()
 }
 
-/// Runs `session/prompt`: the answer is `{stopReason}` or a JSON-RPC error.
+/// Runs `session/prompt`: the answer is `{stopReason, usage}` or a JSON-RPC error.
 pub(crate) async fn prompt(
     agent: &Agent,
     params: &Value,
@@ -95,8 +95,8 @@ pub(crate) async fn prompt(
     let turn = Turn { agent, sid, n, cwd, cancel };
     let outcome = turn.run(&text).await;
     match outcome {
-        Ok(()) => Ok(json!({"stopReason": "end_turn"})),
-        Err(Stop::Cancelled) => Ok(json!({"stopReason": "cancelled"})),
+        Ok(()) => Ok(json!({"stopReason": "end_turn", "usage": turn_usage(&text)})),
+        Err(Stop::Cancelled) => Ok(json!({"stopReason": "cancelled", "usage": turn_usage(&text)})),
         Err(Stop::Failed(e)) => Err(e),
     }
 }
@@ -169,8 +169,10 @@ impl Turn<'_> {
         ))
         .await?;
         self.update(plan(&["Read the prompt", "Answer"], 2)).await?;
+        // The session's cost so far (cumulative, like a real agent's): a fixed price a turn.
+        let cost = TURN_COST_USD * self.n as f64;
         self.update(json!({"sessionUpdate": "usage_update", "used": 1000 * self.n + text.len() as u64,
-            "size": 200_000}))
+            "size": 200_000, "cost": {"amount": cost, "currency": "USD"}}))
             .await
     }
 
@@ -389,6 +391,17 @@ impl Turn<'_> {
         }
         Ok(())
     }
+}
+
+/// What a demo turn "costs", in US dollars.
+const TURN_COST_USD: f64 = 0.0025;
+
+/// A turn's token counts (ACP's unstable `usage` of a prompt answer), made up from the prompt's
+/// length so the usage screens show something in a demo.
+fn turn_usage(text: &str) -> Value {
+    let (input, thought, output) = (800 + text.len() as u64, 20, 40 + text.len() as u64 / 4);
+    json!({"inputTokens": input, "outputTokens": output, "thoughtTokens": thought,
+        "totalTokens": input + output + thought})
 }
 
 fn text_content(text: &str) -> Value {

@@ -47,7 +47,7 @@ pub type DeleteReply = Box<dyn FnOnce(Result<(), String>) + Send>;
 pub type Query = Box<dyn FnOnce(Option<&Store>) + Send>;
 
 enum Op {
-    Meta(SessionMeta),
+    Meta(SessionMeta, bool),
     Title { session: String, title: String, overridden: bool },
     Update { session: String, line: Bytes, seed: bool },
     EndSeed { session: String },
@@ -116,9 +116,10 @@ impl Journal {
         Ok(())
     }
 
-    /// Records where a session lives.
-    pub fn meta(&self, meta: SessionMeta) {
-        let _ = self.send(Op::Meta(meta));
+    /// Records where a session lives; `revive`: real use from an editor or CLI, which cancels
+    /// a tombstone (see `Writer::set_meta`).
+    pub fn meta(&self, meta: SessionMeta, revive: bool) {
+        let _ = self.send(Op::Meta(meta, revive));
     }
 
     /// Records a session's title (`overridden`: a rename, which automatic titles never replace).
@@ -201,7 +202,7 @@ struct UpdateParams<'a> {
 
 /// A write waiting for the next commit.
 enum Write {
-    Meta(SessionMeta),
+    Meta(SessionMeta, bool),
     Title { session: String, title: String, overridden: bool },
     Append { session: String, key: u64, msg_id: String, kind: &'static str },
     Body { session: String, key: u64 },
@@ -298,7 +299,7 @@ impl Worker {
 
     fn handle(&mut self, op: Op) {
         match op {
-            Op::Meta(m) => self.queue(Write::Meta(m)),
+            Op::Meta(m, revive) => self.queue(Write::Meta(m, revive)),
             Op::Title { session, title, overridden } => {
                 self.queue(Write::Title { session, title, overridden })
             }
@@ -391,7 +392,7 @@ impl Worker {
                 let write = &batch[i];
                 i += 1;
                 match write {
-                    Write::Meta(m) => w.set_meta(m, now)?,
+                    Write::Meta(m, revive) => w.set_meta(m, *revive, now)?,
                     Write::Title { session, title, overridden } => {
                         w.set_title(session, title, *overridden, now)?
                     }

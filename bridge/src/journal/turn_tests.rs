@@ -104,12 +104,15 @@ fn records_replay_after_the_last_message_of_their_turn() {
 fn recent_turns_span_sessions_newest_first_and_retention_drops_old_records() {
     let dir = tempfile::tempdir().unwrap();
     let j = Journal::open(dir.path(), Retention { max_messages: 4 }).unwrap();
-    j.meta(SessionMeta {
-        session_id: "a".into(),
-        workspace: "/w/a".into(),
-        cwd: "/w/a".into(),
-        origin: "serve".into(),
-    });
+    j.meta(
+        SessionMeta {
+            session_id: "a".into(),
+            workspace: "/w/a".into(),
+            cwd: "/w/a".into(),
+            origin: "serve".into(),
+        },
+        true,
+    );
     j.title("a", "the a", false);
     for (n, sid) in [(1, "a"), (2, "b"), (3, "a")] {
         user(sid, &j, &format!("p{n}"));

@@ -48,7 +48,7 @@ impl Router {
                     s.fresh = true;
                     s.attach_result = attach_result(&msg);
                     self.sessions.insert(sid.clone(), s);
-                    self.record_meta(&sid);
+                    self.record_meta(&sid, pending.client.as_ref().map(|(c, _)| *c), true);
                     if let Some((c, _)) = &pending.client {
                         self.attach(*c, &sid);
                     }

@@ -136,6 +136,9 @@ impl Router {
             (_, Err(e)) => return self.reply(client, &id, Err(e)),
         };
         let mode = ReadMode::Load { limit };
+        // A metadata-only attach (a client watching for its pending requests) is not use: it
+        // never lifts a tombstone. A resume or a load with history is (an editor's or CLI's).
+        let real_use = contract_method(msg.method()) == "session/resume" || limit != Some(0);
         if let Some(s) = self.sessions.get_mut(&sid) {
             if s.upstream == Upstream::Loading {
                 s.waiting_loads.push((client, id, mode));
@@ -147,6 +150,9 @@ impl Router {
                 s.closed = false;
             }
             let base = attach_base(s.attach_result.as_deref());
+            if real_use && self.clients.get(&client).is_some_and(|c| c.kind == ClientKind::Editor) {
+                self.record_meta(&sid, Some(client), true);
+            }
             return self.begin_replay(client, id, &sid, mode, Some(base));
         }
         if !self.agent.ready() {
@@ -159,8 +165,11 @@ impl Router {
         let mut session = Session::new(sid.clone(), cwd, dirs_of(&params), Upstream::Loading);
         session.loader = Some(client);
         self.sessions.insert(sid.clone(), session);
-        self.record_meta(&sid);
+        self.record_meta(&sid, Some(client), real_use);
         let mut upstream_msg = self.settings.with_mcp(msg);
+        if method == "session/load" {
+            upstream_msg = with_mcp_servers(upstream_msg);
+        }
         upstream_msg.method = Some(method.clone());
         let pending =
             Pending { client: Some((client, id)), method, purpose: Purpose::Load { session: sid, mode } };
@@ -232,8 +241,8 @@ impl Router {
         s.updated_at = zcode_shared::time::now_ms();
         let first_fresh_turn = s.fresh && s.turns == 1 && s.title.is_none();
         let params = p.msg.params_value();
-        // A prompt is real use: the tasks index revives a tombstoned session.
-        self.record_meta(sid);
+        // A prompt is real use: an editor's or CLI's revives a tombstoned session.
+        self.record_meta(sid, Some(p.client), true);
         self.echo_prompt(sid, p.client, &p.msg);
         if first_fresh_turn {
             let title = title_of(&prompt_text(&params));
@@ -482,6 +491,17 @@ pub(super) fn contract_method(method: &str) -> &str {
         Some(plain) if CONTRACT_EXTENSIONS.contains(&plain) => plain,
         _ => method,
     }
+}
+
+/// `session/load` requires `mcpServers` where `session/resume` does not (ACP v1): a resume
+/// forwarded as a load (the agent offers only that) carries `[]` when the client sent none.
+fn with_mcp_servers(msg: RawMessage) -> RawMessage {
+    let mut params = msg.params_value();
+    if !params.is_object() || !params["mcpServers"].is_null() {
+        return msg;
+    }
+    params["mcpServers"] = json!([]);
+    RawMessage { params: Some(jsonrpc::raw(&params)), ..msg }
 }
 
 /// A live session's `session/load` result: the agent's answer to new/load without its id.

@@ -509,18 +509,25 @@ impl Router {
         self.journal.update(session, line.clone(), false);
     }
 
-    /// Tells the tasks index where a session lives.
-    fn record_meta(&self, session: &str) {
+    /// Tells the tasks index where a session lives, `client` having used it. Only an editor or
+    /// CLI on stdio (`chat` is one) revives a tombstoned session: a remote (a phone, the web
+    /// client that deleted it) never does (ARCHITECTURE.md's invariant).
+    fn record_meta(&self, session: &str, client: Option<ClientId>, revive: bool) {
+        let revive = revive
+            && client.is_some_and(|c| self.clients.get(&c).is_some_and(|c| c.kind == ClientKind::Editor));
         let Some(s) = self.sessions.get(session) else { return };
         let cwd = s.cwd.display().to_string();
         let workspace =
             std::fs::canonicalize(&s.cwd).map_or_else(|_| cwd.clone(), |p| p.display().to_string());
-        self.journal.meta(zcode_shared::store::SessionMeta {
-            session_id: session.to_owned(),
-            workspace,
-            cwd,
-            origin: self.origin.clone(),
-        });
+        self.journal.meta(
+            zcode_shared::store::SessionMeta {
+                session_id: session.to_owned(),
+                workspace,
+                cwd,
+                origin: self.origin.clone(),
+            },
+            revive,
+        );
     }
 
     /// Attaches a client to a session and hands it the session's pending agent requests.

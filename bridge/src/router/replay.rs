@@ -15,14 +15,19 @@ use zcode_shared::jsonrpc::{self, Id, RawMessage, RpcError};
 /// Default page size of `session/load_earlier`.
 const EARLIER_DEFAULT: u64 = 50;
 
-/// Reads `_meta.zcode.limit` of a `session/load`: absent → the full history; otherwise a
-/// non-negative integer, clamped to [0, 500].
+/// Reads `_meta.zcode.limit` of a `session/load`: absent → the full history; otherwise an
+/// integer, clamped to [0, 500] (the contract: a negative or huge one is not an error).
 pub fn tail_limit(params: &Value) -> Result<Option<u64>, RpcError> {
-    match params.pointer("/_meta/zcode/limit") {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_u64().map(|n| Some(n.min(MAX_LIMIT))).ok_or_else(|| {
-            RpcError::invalid_params(format!("`_meta.zcode.limit` must be a non-negative integer, got {v}"))
-        }),
+    let v = match params.pointer("/_meta/zcode/limit") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v) => v,
+    };
+    let whole = v.as_f64().filter(|f| f.fract() == 0.0);
+    match (v.as_u64(), v.as_i64(), whole) {
+        (Some(n), _, _) => Ok(Some(n.min(MAX_LIMIT))),
+        (None, Some(_), _) => Ok(Some(0)),
+        (None, None, Some(f)) => Ok(Some(if f < 0.0 { 0 } else { MAX_LIMIT })),
+        _ => Err(RpcError::invalid_params(format!("`_meta.zcode.limit` must be an integer, got {v}"))),
     }
 }
 
@@ -167,7 +172,13 @@ mod tests {
         assert_eq!(tail_limit(&json!({"_meta": {"zcode": {"limit": 7}}})).unwrap(), Some(7));
         assert_eq!(tail_limit(&json!({"_meta": {"zcode": {"limit": 9000}}})).unwrap(), Some(500));
         assert_eq!(tail_limit(&json!({"_meta": {"zcode": {"limit": 0}}})).unwrap(), Some(0));
-        for bad in [json!(-1), json!("5"), json!(2.5), json!([1])] {
+        // Out of range is clamped, not refused.
+        assert_eq!(tail_limit(&json!({"_meta": {"zcode": {"limit": -5}}})).unwrap(), Some(0));
+        assert_eq!(tail_limit(&json!({"_meta": {"zcode": {"limit": i64::MIN}}})).unwrap(), Some(0));
+        assert_eq!(tail_limit(&json!({"_meta": {"zcode": {"limit": u64::MAX}}})).unwrap(), Some(500));
+        assert_eq!(tail_limit(&json!({"_meta": {"zcode": {"limit": 1e300}}})).unwrap(), Some(500));
+        assert_eq!(tail_limit(&json!({"_meta": {"zcode": {"limit": -1e300}}})).unwrap(), Some(0));
+        for bad in [json!("5"), json!(2.5), json!([1]), json!(true), json!({})] {
             assert!(tail_limit(&json!({"_meta": {"zcode": {"limit": bad}}})).is_err(), "{bad}");
         }
     }

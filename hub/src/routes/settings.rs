@@ -2,7 +2,10 @@
 //! bridge's `/settings/*` ([`zcode_shared::settings::api`]); the hub has no agent, so
 //! `pending-restart` answers 409 (pointing at the per-instance spelling) and
 //! `POST /api/backend/restart` 501. `/api/instances/{id}/settings/*` is the relay's. The
-//! `usage` section of `all` is read from the hub's store ([`super::usage::report`]).
+//! `usage` section of `all` is read from the hub's store ([`super::usage::report`]). The
+//! providers the agents reported (models, provider writes) are asked of every live bridge
+//! (`GET /settings/models` on its loopback server, all at once within 3 s): the agents are
+//! theirs, and a bridge that does not answer in time adds nothing.
 
 use crate::Hub;
 use crate::http::{Resp, json};
@@ -10,12 +13,15 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use std::sync::Arc;
-use std::time::Duration;
-use zcode_shared::settings::{Host, MAX_BODY, Mount, Settings, api, is_all};
+use std::time::{Duration, Instant};
+use zcode_shared::settings::{Host, MAX_BODY, Mount, ReportedAgent, Settings, api, is_all};
 use zcode_shared::store::usage::UsageRange;
 
 /// How long a settings body may take to arrive.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the live bridges have to say what their agents reported.
+const REPORT_BUDGET: Duration = Duration::from_secs(3);
 
 /// `* /api/settings/{rest}`.
 pub async fn route(req: Request<Incoming>, hub: &Arc<Hub>, rest: &str) -> Resp {
@@ -31,6 +37,9 @@ pub async fn route(req: Request<Incoming>, hub: &Arc<Hub>, rest: &str) -> Resp {
     if is_all(&method, &rest) {
         host.usage = Some(super::usage::report(hub, UsageRange::Week).await);
     }
+    if is_all(&method, &rest) || ["models", "providers"].contains(&rest.split('/').next().unwrap_or("")) {
+        host.live_agents = reported_by_bridges(hub).await;
+    }
     let reply = tokio::task::spawn_blocking(move || {
         api::handle(&settings, &host, &method, &rest, query.as_deref(), &body)
     })
@@ -39,6 +48,37 @@ pub async fn route(req: Request<Incoming>, hub: &Arc<Hub>, rest: &str) -> Resp {
         Ok(r) => json(StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), &r.body),
         Err(_) => refuse(StatusCode::INTERNAL_SERVER_ERROR, "the settings write failed"),
     }
+}
+
+/// The agents the live bridges reported: each bridge's `/settings/models` providers marked
+/// `reported`, one per agent key, oldest bridge first. A bridge's answer already carries
+/// `config.json`'s names; the hub applies the same file again, so nothing changes twice.
+async fn reported_by_bridges(hub: &Arc<Hub>) -> Vec<ReportedAgent> {
+    let regs = hub.registry().registrations(Instant::now());
+    let deadline = tokio::time::Instant::now() + REPORT_BUDGET;
+    let asks = regs.iter().map(|reg| crate::attention::fetch(hub, reg.port, "/settings/models", deadline));
+    let answers = futures_util::future::join_all(asks).await;
+    let mut out: Vec<ReportedAgent> = Vec::new();
+    for answer in answers.iter().filter_map(|a| a.as_ref().ok()) {
+        let providers = answer["providers"].as_array().into_iter().flatten();
+        for p in providers.filter(|p| p["reported"] == true) {
+            let Some(key) = p["id"].as_str().filter(|k| !out.iter().any(|r| r.key == *k)) else { continue };
+            let models = p["models"].as_array().into_iter().flatten().filter(|m| m["source"] == "agent");
+            out.push(ReportedAgent {
+                key: key.to_owned(),
+                name: p["name"].as_str().unwrap_or(key).to_owned(),
+                models: models
+                    .filter_map(|m| {
+                        let id = m["id"].as_str()?;
+                        Some((id.to_owned(), m["name"].as_str().unwrap_or(id).to_owned()))
+                    })
+                    .collect(),
+                current: p["currentModel"].as_str().map(str::to_owned),
+                transports: Vec::new(),
+            });
+        }
+    }
+    out
 }
 
 /// `POST /api/backend/restart`: the hub runs no agent; the restart is per instance.

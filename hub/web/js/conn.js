@@ -331,6 +331,11 @@ export class Conn {
     if (this.state === 'open' && sid !== this.viewing) this.attachQuietly(sid, cwd);
   }
 
+  /** Stops keeping `sid` attached: it was deleted, and a watch's attach must not revive it. */
+  unwatch(sid) {
+    this.watched.delete(sid);
+  }
+
   attachQuietly(sid, cwd) {
     this.load(sid, cwd, 0).then(({ replay }) => {
       for (const u of replay) this.emit({ type: 'update', sid, update: u, quiet: true });

@@ -497,6 +497,9 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
         }
         try {
           await postJson(`${base}/delete`, {}, 'Delete');
+          // Gone: leaving the view must not watch it (nor a reconnect re-attach it).
+          st.deleted = true;
+          conn.unwatch(st.sid);
           toast('Session deleted.');
           app.navigate('/');
           return '';
@@ -511,7 +514,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     resized.disconnect();
     unlisten();
     if (conn.viewing === st.sid) conn.viewing = null;
-    if (st.sid) conn.watch(st.sid, st.cwd);
+    if (st.sid && !st.deleted) conn.watch(st.sid, st.cwd);
     const bar = $('#bar-title');
     if (bar) bar.textContent = '';
   };

@@ -141,7 +141,7 @@ fn dir_or(d: Option<PathBuf>) -> Result<PathBuf, Refusal> {
 
 fn read(s: &Settings, host: &Host, segs: &[&str], query: Option<&str>) -> Result<Value, Refusal> {
     let root = config(s)?;
-    let reported: Vec<super::ReportedAgent> = host.agent.iter().cloned().collect();
+    let reported = host.reported();
     let takes = host.agent.as_ref().map(|a| a.transports.as_slice());
     let wrap = |key: &str, v: Value| {
         let mut out = json!({"ok": true});
@@ -209,7 +209,8 @@ fn read(s: &Settings, host: &Host, segs: &[&str], query: Option<&str>) -> Result
 type Written = (Effect, Value);
 
 fn write(s: &Settings, host: &Host, method: &str, segs: &[&str], body: &Value) -> Result<Written, Refusal> {
-    let known = |p: &str| host.agent.as_ref().is_some_and(|a| a.key == p);
+    let reported = host.reported();
+    let known = |p: &str| reported.iter().any(|a| a.key == p);
     let done = |e: Effect| Ok((e, json!({})));
     match (method, segs) {
         ("PUT", ["providers", id]) => {

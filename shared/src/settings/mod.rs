@@ -106,6 +106,9 @@ pub struct Host {
     pub mount: Mount,
     /// The bridge's agent, once it has been initialized.
     pub agent: Option<ReportedAgent>,
+    /// What the live bridges' agents reported (the hub's mount asks them), so both mounts
+    /// list and write the same providers; a bridge's own mount leaves it empty.
+    pub live_agents: Vec<ReportedAgent>,
     /// The bridge's count of `needs-restart` writes since its agent last started.
     pub pending_restart: u64,
     /// The usage payload for `all` (range `7d`), read by the mount (the hub from its store, a
@@ -116,7 +119,18 @@ pub struct Host {
 impl Host {
     /// A host with nothing reported yet.
     pub fn new(mount: Mount) -> Host {
-        Host { mount, agent: None, pending_restart: 0, usage: None }
+        Host { mount, agent: None, live_agents: Vec::new(), pending_restart: 0, usage: None }
+    }
+
+    /// Every agent known here: the bridge's own, then the live bridges' (one per key).
+    pub fn reported(&self) -> Vec<ReportedAgent> {
+        let mut out: Vec<ReportedAgent> = Vec::new();
+        for a in self.agent.iter().chain(&self.live_agents) {
+            if !out.iter().any(|r| r.key == a.key) {
+                out.push(a.clone());
+            }
+        }
+        out
     }
 }
 

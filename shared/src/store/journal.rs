@@ -73,17 +73,20 @@ impl Writer<'_> {
         Ok(())
     }
 
-    /// Records where a session lives (workspace, cwd, origin); a session used again is no
-    /// longer deleted (a hide, not a ban).
-    pub fn set_meta(&self, meta: &SessionMeta, now: u64) -> Result<(), StoreError> {
+    /// Records where a session lives (workspace, cwd, origin). `revive`: this use is real use
+    /// from an editor or CLI, so the session (and a fully deleted project) is no longer
+    /// deleted (a hide, not a ban); any other use leaves a tombstone as it is.
+    pub fn set_meta(&self, meta: &SessionMeta, revive: bool, now: u64) -> Result<(), StoreError> {
         self.ensure_session(&meta.session_id, now)?;
-        self.revive_project_if_fully_deleted(&meta.workspace)?;
+        if revive {
+            self.revive_project_if_fully_deleted(&meta.workspace)?;
+        }
         self.tx
             .prepare_cached(
                 "UPDATE sessions SET workspace = ?2, cwd = ?3, origin = ?4, updated_at = max(updated_at, ?5),
-                 deleted = 0 WHERE session_id = ?1",
+                 deleted = deleted AND NOT ?6 WHERE session_id = ?1",
             )?
-            .execute(params![meta.session_id, meta.workspace, meta.cwd, meta.origin, now as i64])?;
+            .execute(params![meta.session_id, meta.workspace, meta.cwd, meta.origin, now as i64, revive])?;
         Ok(())
     }
 

@@ -149,9 +149,9 @@ mod tests {
         let mut s = Store::open_in(dir.path()).unwrap();
         s.write(|w| {
             for (i, id) in ["a", "b", "c", "d"].iter().enumerate() {
-                w.set_meta(&meta(id, "/p1"), 100 + (i as u64 / 2))?; // a,b at 100; c,d at 101
+                w.set_meta(&meta(id, "/p1"), true, 100 + (i as u64 / 2))?; // a,b at 100; c,d at 101
             }
-            w.set_meta(&meta("z", "/p2"), 50)
+            w.set_meta(&meta("z", "/p2"), true, 50)
         })
         .unwrap();
         let p = s.projects().unwrap();
@@ -181,7 +181,7 @@ mod tests {
         // One session used again revives the fully deleted project.
         s.write(|w| {
             w.revive_project_if_fully_deleted("/p1")?;
-            w.set_meta(&meta("a", "/p1"), 200)
+            w.set_meta(&meta("a", "/p1"), true, 200)
         })
         .unwrap();
         assert_eq!(s.projects().unwrap()[0].sessions, 4);
@@ -189,5 +189,10 @@ mod tests {
         s.write(|w| w.set_deleted("b", true, 300)).unwrap();
         s.write(|w| w.revive_project_if_fully_deleted("/p1")).unwrap();
         assert_eq!(s.projects().unwrap()[0].sessions, 3);
+        // A use that is not an editor's or a CLI's (a phone's attach) keeps the tombstone.
+        s.write(|w| w.set_meta(&meta("b", "/p1"), false, 400)).unwrap();
+        assert_eq!(s.is_deleted("b").unwrap(), Some(true));
+        s.write(|w| w.set_meta(&meta("b", "/p1"), true, 500)).unwrap();
+        assert_eq!(s.is_deleted("b").unwrap(), Some(false));
     }
 }
