@@ -42,6 +42,7 @@ mod security_peer;
 mod security_preauth;
 mod settings_api;
 mod structure;
+mod tombstones;
 mod turn_end;
 mod usage;
 mod web_client;
