@@ -23,8 +23,8 @@ fn error_of(resp: &Value) -> String {
 fn script(dir: &Path, name: &str, body: &str) -> String {
     use std::os::unix::fs::PermissionsExt;
     let path = dir.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write the script");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("make it executable");
     path.display().to_string()
 }
 
