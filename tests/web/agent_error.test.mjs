@@ -4,7 +4,8 @@
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { Stack, launchBrowser, until } from './harness.mjs';
+import { spawn } from 'node:child_process';
+import { Stack, BIN, launchBrowser, until } from './harness.mjs';
 import { phonePage, looksRight } from './look.mjs';
 
 const WANT = 'zcode-acpp: command not found: zcode-acpp';
@@ -57,6 +58,26 @@ describe('an agent that cannot start', () => {
       assert.doesNotMatch(await banner.innerText(), /offline|dropped/);
       await looksRight(page, 'agent-error-session');
       await page.context().close();
+    }
+  });
+
+  it('shows a headless bridge of the hub whose agent cannot start, though it holds no session', async () => {
+    const serve = spawn(BIN, ['serve', '--cwd', stack.project, '--', 'zcode-acpp'],
+      { env: stack.env({ ZCODE_ACP_SERVE_IDLE_MS: '600000' }), stdio: ['ignore', 'ignore', 'ignore'] });
+    try {
+      const id = String(serve.pid);
+      await until('the serve bridge', async () => (await stack.api('/api/instances')).some((i) => i.id === id));
+      const page = await phonePage(browser, 'light', stack.token);
+      // Someone tries it (a new session on it), which is when its agent is started.
+      await page.goto(`${stack.base}/n/${id}?cwd=${encodeURIComponent(stack.project)}`);
+      await until('the refusal', async () => (await page.locator('.new-session .error').innerText()).includes(WANT));
+      await page.goto(`${stack.base}/`);
+      const row = page.locator(`.instance[data-instance="${id}"] .agent-error`);
+      await row.waitFor();
+      assert.equal(await row.innerText(), WANT);
+      await page.context().close();
+    } finally {
+      serve.kill('SIGTERM');
     }
   });
 });

@@ -29,7 +29,8 @@ function originLabel(inst) {
 /** A headless instance the hub started (not `up`'s) with no live session. */
 function isIncubator(inst) {
   const sessions = Array.isArray(inst.sessions) ? inst.sessions : [];
-  return originLabel(inst) === 'serve' && !sessions.length;
+  // One whose agent cannot start is shown all the same: its error is the news.
+  return originLabel(inst) === 'serve' && !sessions.length && !inst.agentError;
 }
 
 /** Mounts the home screen; returns its cleanup. */
