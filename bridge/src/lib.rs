@@ -42,7 +42,7 @@ pub mod stdio;
 pub mod upstream;
 pub mod usage;
 
-pub use router::AgentSpec;
+pub use router::{AgentHealth, AgentSpec};
 
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -97,6 +97,9 @@ pub struct BridgeOptions {
     pub idle_exit: Option<Duration>,
     /// What started it when not the hub or an editor: `up` (registered as `launcher`).
     pub launcher: Option<&'static str>,
+    /// Start the agent at once and publish whether it came up here (`up` waits for it before
+    /// printing its banner); `None`: the agent starts on a client's first need.
+    pub agent_health: Option<tokio::sync::watch::Sender<AgentHealth>>,
 }
 
 impl BridgeOptions {
@@ -118,6 +121,7 @@ impl BridgeOptions {
             nonce: var("ZCODE_ACP_SPAWN_NONCE"),
             idle_exit: None,
             launcher: None,
+            agent_health: None,
         }
     }
 
@@ -130,6 +134,7 @@ impl BridgeOptions {
             nonce: std::env::var("ZCODE_ACP_SPAWN_NONCE").ok().filter(|v| !v.is_empty()),
             idle_exit: Some(cfg.timings.serve_idle),
             launcher: None,
+            agent_health: None,
         }
     }
 }
@@ -170,6 +175,8 @@ pub async fn run(
         hooks_config: Some(cfg.paths.config_file.clone()),
         settings: Some(settings.clone()),
         quota: quota::QuotaSource::new(cfg, token.clone()),
+        start_agent: opts.agent_health.is_some(),
+        health: opts.agent_health.clone(),
     };
     let agent = spec.display.clone();
     let (router, events) = router::Router::new(spec, journal, ropts);
@@ -200,6 +207,7 @@ pub async fn run(
             nonce: opts.nonce.clone(),
             launcher: opts.launcher,
             agent: Some(agent),
+            health: Some(router.agent_health()),
         },
         nudge,
         shutdown.clone(),

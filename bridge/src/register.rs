@@ -2,7 +2,8 @@
 //!
 //! At start and every heartbeat the bridge POSTs `/api/register` to the hub on 127.0.0.1
 //! (the payload is `zcode_shared::registration::Registration`: token, id = pid, port, pid,
-//! startedAt, workspace, origin, sessions, nonce?, version; 3 s timeout), and
+//! startedAt, workspace, origin, sessions, nonce?, version, agentError? while its agent is
+//! down; 3 s timeout), and
 //! `/api/unregister` on the way out. The hub keeps nothing across a
 //! restart, so the heartbeat IS the registration. The hub's port is `remote.hubPort`, or, when
 //! that is 0, whatever the running hub wrote to `run/hub.port`.
@@ -64,12 +65,14 @@ pub struct Registrant {
     pub launcher: Option<&'static str>,
     /// The agent's command line, as the bridge logs it.
     pub agent: Option<String>,
+    /// The agent's readiness ([`crate::router::Router::agent_health`]): `agentError`.
+    pub health: Option<tokio::sync::watch::Receiver<crate::router::AgentHealth>>,
 }
 
 impl Registrant {
     /// An editor's bridge.
     pub fn editor() -> Registrant {
-        Registrant { origin: "editor", nonce: None, launcher: None, agent: None }
+        Registrant { origin: "editor", nonce: None, launcher: None, agent: None, health: None }
     }
 }
 
@@ -195,6 +198,10 @@ impl Ctx {
             version: Some(zcode_shared::version().to_owned()),
             launcher: self.who.launcher,
             agent: self.who.agent.clone(),
+            agent_error: self.who.health.as_ref().and_then(|h| match &*h.borrow() {
+                crate::router::AgentHealth::Failed(e) => Some(e.clone()),
+                _ => None,
+            }),
         };
         let body = reg.to_json(&self.token.token());
         Some(match self.post("/api/register", body.to_string()).await {

@@ -1,14 +1,15 @@
 //! The upstream agent process: spawned in its own process group, stdin fed by a writer task,
 //! stdout parsed into [`UpstreamEvent`]s (whoever listens turns them into its own events),
-//! stderr copied to our log.
+//! stderr copied to our log, its last lines kept ([`StderrTail`]) for the error that names a
+//! failed agent.
 
 use bytes::Bytes;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::process::Stdio;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
@@ -26,6 +27,9 @@ pub struct AgentSpec {
     pub env: BTreeMap<String, String>,
     /// A human name for logs and errors (the command line).
     pub display: String,
+    /// What errors call it ("claude: command not found: …"): its name in config.json when it
+    /// has one, else the program.
+    pub name: String,
 }
 
 /// What an agent process reports, tagged with its generation (a restarted agent is a new one).
@@ -46,6 +50,46 @@ pub enum UpstreamEvent {
     },
 }
 
+/// How many of an agent's last stderr lines an error carries, and how many bytes at most.
+const TAIL_LINES: usize = 20;
+const TAIL_BYTES: usize = 4096;
+
+/// The last lines an agent wrote on stderr (at most [`TAIL_LINES`] lines, [`TAIL_BYTES`]
+/// bytes), control sequences removed: they end up on a phone's screen.
+#[derive(Debug, Default)]
+pub struct StderrTail {
+    lines: VecDeque<String>,
+    bytes: usize,
+}
+
+impl StderrTail {
+    /// Keeps `line`, dropping the oldest lines beyond the bounds.
+    pub fn push(&mut self, line: &str) {
+        let mut line = zcode_shared::text::strip_controls(line).trim_end().to_owned();
+        if line.trim().is_empty() {
+            return;
+        }
+        if line.len() > TAIL_BYTES {
+            let mut cut = TAIL_BYTES;
+            while !line.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            line.truncate(cut);
+        }
+        self.bytes += line.len();
+        self.lines.push_back(line);
+        while self.lines.len() > TAIL_LINES || self.bytes > TAIL_BYTES {
+            let Some(old) = self.lines.pop_front() else { break };
+            self.bytes -= old.len();
+        }
+    }
+
+    /// The kept lines, oldest first, one per line.
+    pub fn text(&self) -> String {
+        self.lines.iter().map(String::as_str).collect::<Vec<_>>().join("\n")
+    }
+}
+
 /// How long a killed agent gets between SIGTERM and SIGKILL.
 const KILL_GRACE: Duration = Duration::from_millis(500);
 
@@ -55,6 +99,8 @@ pub struct AgentProcess {
     stdin: mpsc::UnboundedSender<Bytes>,
     /// Set when the bridge ends it itself: that death is expected, not worth a warning.
     ending: Arc<AtomicBool>,
+    /// Its last stderr lines.
+    tail: Arc<Mutex<StderrTail>>,
 }
 
 impl AgentProcess {
@@ -107,10 +153,13 @@ impl AgentProcess {
                 }
             }
         });
-        tokio::spawn(async move {
+        let tail = Arc::new(Mutex::new(StderrTail::default()));
+        let kept = tail.clone();
+        let stderr_reader = tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 tracing::info!(target: "agent", pid, "{line}");
+                kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(&line);
             }
         });
         let ending = Arc::new(AtomicBool::new(false));
@@ -122,7 +171,11 @@ impl AgentProcess {
             };
             // Its last lines come before the news of its death (a grandchild holding stdout
             // open must not stall us forever).
-            let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
+            // So are its last stderr lines, which the error quotes.
+            let _ = tokio::time::timeout(Duration::from_millis(500), async {
+                let _ = tokio::join!(reader, stderr_reader);
+            })
+            .await;
             if expected.load(Ordering::Relaxed) {
                 tracing::info!(pid, generation, "agent stopped ({reason})");
             } else {
@@ -130,7 +183,12 @@ impl AgentProcess {
             }
             let _ = events.send(UpstreamEvent::Exited { generation, reason }.into()).await;
         });
-        Ok(AgentProcess { pid, stdin: tx, ending })
+        Ok(AgentProcess { pid, stdin: tx, ending, tail })
+    }
+
+    /// Its last stderr lines (complete once its exit has been reported).
+    pub fn tail(&self) -> Arc<Mutex<StderrTail>> {
+        self.tail.clone()
     }
 
     /// Its process id.
@@ -192,5 +250,27 @@ fn describe(status: std::process::ExitStatus) -> String {
             format!("was killed by {name}")
         }
         _ => "exited".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_keeps_the_last_lines_bounded_and_inert() {
+        let mut t = StderrTail::default();
+        for i in 0..30 {
+            t.push(&format!("line {i}"));
+        }
+        t.push("\x1b[31mred\x1b[0m and a bell\x07");
+        t.push("   ");
+        let text = t.text();
+        assert_eq!(text.lines().count(), TAIL_LINES);
+        assert!(text.starts_with("line 11\n"), "{text}");
+        assert!(text.ends_with("line 29\nred and a bell"), "{text}");
+        t.push(&"é".repeat(5000));
+        assert!(t.text().len() <= TAIL_BYTES, "{}", t.text().len());
+        assert_eq!(t.text().lines().count(), 1, "a long line pushes the rest out");
     }
 }

@@ -249,10 +249,12 @@ fn chat(cwd: Option<PathBuf>, resume: Option<String>, agent: Vec<String>) -> any
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
 }
 
-/// Which agent a bridge runs: a command line (empty: the default) or a name from config.json.
+/// Which agent a bridge runs: a command line (empty: the default), a name from config.json, or
+/// one already resolved (`up` resolves it before printing anything).
 enum AgentChoice {
     Command(Vec<String>),
     Named(String),
+    Resolved(zcode_bridge::AgentSpec),
 }
 
 impl AgentChoice {
@@ -311,19 +313,24 @@ fn agent_spec(cfg: &Config, choice: AgentChoice) -> anyhow::Result<zcode_bridge:
                     if known.is_empty() { "none".to_owned() } else { known.join(", ") }
                 );
             };
-            return Ok(spec_of(a));
+            return Ok(spec_of(&name, a));
         }
+        AgentChoice::Resolved(spec) => return Ok(spec),
     };
     if let Some((command, rest)) = args.split_first() {
         return Ok(zcode_bridge::AgentSpec {
             display: args.join(" "),
+            // Errors name it by its program's file name ("claude-code-acp: exited with …").
+            name: std::path::Path::new(command)
+                .file_name()
+                .map_or_else(|| command.clone(), |n| n.to_string_lossy().into_owned()),
             command: command.clone(),
             args: rest.to_vec(),
             env: Default::default(),
         });
     }
-    if let Some(a) = cfg.agents.default_agent() {
-        return Ok(spec_of(a));
+    if let (Some(name), Some(a)) = (&cfg.agents.default, cfg.agents.default_agent()) {
+        return Ok(spec_of(name, a));
     }
     let exe = std::env::current_exe().context("cannot find this executable to run the demo agent")?;
     eprintln!(
@@ -332,16 +339,24 @@ fn agent_spec(cfg: &Config, choice: AgentChoice) -> anyhow::Result<zcode_bridge:
     );
     Ok(zcode_bridge::AgentSpec {
         display: "zcode-acp demo-agent".into(),
+        name: "demo-agent".into(),
         command: exe.to_string_lossy().into_owned(),
         args: vec!["demo-agent".into()],
         env: Default::default(),
     })
 }
 
-fn spec_of(a: &zcode_shared::config::AgentCommand) -> zcode_bridge::AgentSpec {
+/// The spec of agent `name` of config.json.
+fn spec_of(name: &str, a: &zcode_shared::config::AgentCommand) -> zcode_bridge::AgentSpec {
     let display =
         std::iter::once(a.command.clone()).chain(a.args.iter().cloned()).collect::<Vec<_>>().join(" ");
-    zcode_bridge::AgentSpec { command: a.command.clone(), args: a.args.clone(), env: a.env.clone(), display }
+    zcode_bridge::AgentSpec {
+        command: a.command.clone(),
+        args: a.args.clone(),
+        env: a.env.clone(),
+        display,
+        name: name.to_owned(),
+    }
 }
 
 /// A token cancelled by the first SIGINT or SIGTERM, with the handlers installed before it
@@ -531,6 +546,8 @@ fn up(
         eprintln!("zcode-acp up: {e}");
         return Ok(ExitCode::FAILURE);
     }
+    // An unknown agent name fails here, before anything is started or printed.
+    let spec = agent_spec(&cfg, AgentChoice::new(agent_name, agent))?;
     let (token, _) = zcode_shared::token::resolve(&cfg)?;
     let host = cfg.remote.hub_host.clone();
     let stop = signals_now()?;
@@ -568,6 +585,32 @@ fn up(
     };
     let public_url = tunnel.as_ref().map(|t| t.url.clone()).or(public_url);
     let url = pairing_url(&host, port, &token, public_url);
+    let dir = std::fs::canonicalize(std::env::current_dir()?)?;
+    let mut opts = zcode_bridge::BridgeOptions::serve(&cfg, dir);
+    opts.idle_exit = None;
+    opts.launcher = Some("up");
+    let (health, mut agent_up) = tokio::sync::watch::channel(zcode_bridge::AgentHealth::Unknown);
+    opts.agent_health = Some(health);
+    let bridge_stop = stop.clone();
+    let bridge =
+        std::thread::spawn(move || run_bridge_until(AgentChoice::Resolved(spec), opts, Some(bridge_stop)));
+    // The banner says the agent is up only once it answered `initialize`.
+    let started = tokio::runtime::Builder::new_current_thread()
+        .build()?
+        .block_on(agent_up.wait_for(|h| *h != zcode_bridge::AgentHealth::Unknown))
+        .map(|h| h.clone());
+    let failure = match started {
+        Ok(zcode_bridge::AgentHealth::Failed(e)) => Some(e),
+        Ok(_) => None,
+        // The bridge ended first (Ctrl-C, or it could not start: its error says why).
+        Err(_) => return bridge.join().unwrap_or_else(|_| anyhow::bail!("the bridge panicked")),
+    };
+    if let Some(e) = failure {
+        eprintln!("zcode-acp up: the agent did not start: {e}");
+        stop.cancel();
+        let _ = bridge.join();
+        return Ok(ExitCode::FAILURE);
+    }
     println!("zcode-acp is up.");
     println!("  open:   {url}");
     // The note first: read before the code is scanned, not found under it afterwards.
@@ -587,11 +630,7 @@ fn up(
         "Ctrl-C stops this bridge; the hub exits by itself when idle \
          (`zcode-acp stop --all` stops the hub, this bridge and every other)."
     );
-    let dir = std::fs::canonicalize(std::env::current_dir()?)?;
-    let mut opts = zcode_bridge::BridgeOptions::serve(&cfg, dir);
-    opts.idle_exit = None;
-    opts.launcher = Some("up");
-    let result = run_bridge_until(AgentChoice::new(agent_name, agent), opts, Some(stop));
+    let result = bridge.join().unwrap_or_else(|_| anyhow::bail!("the bridge panicked"));
     drop(tunnel);
     result
 }

@@ -224,6 +224,10 @@ impl Registry {
             if let Some(l) = reg.launcher {
                 row["launcher"] = l.into();
             }
+            // Why its agent is down, while it is (clients show it on the instance).
+            if let Some(e) = &reg.agent_error {
+                row["agentError"] = e.as_str().into();
+            }
             // And the bridge's version (the web client's About sheet).
             if let Some(v) = &reg.version {
                 row["version"] = v.as_str().into();

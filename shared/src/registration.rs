@@ -4,7 +4,7 @@
 //! is the 400 answer's text). Fields per ORIGINAL-NOTES: token, id (the bridge's pid), port,
 //! pid, startedAt, workspace, origin (`editor` | `serve`), sessions, nonce?, version, and
 //! launcher? (`up`: the serve bridge `zcode-acp up` runs, which clients label as such; the
-//! contract's `origin` stays `serve`).
+//! contract's `origin` stays `serve`), and agentError? (why its agent is down: clients show it).
 
 use serde_json::{Map, Value, json};
 
@@ -33,10 +33,16 @@ pub struct Registration {
     pub launcher: Option<&'static str>,
     /// The agent it runs (its command line, at most [`AGENT_MAX`] characters).
     pub agent: Option<String>,
+    /// Why its agent is down ("claude: command not found: claude-code-acp"), while it is.
+    pub agent_error: Option<String>,
 }
 
 /// The longest agent command line a registration carries (longer ones are cut).
 pub const AGENT_MAX: usize = 200;
+
+/// The longest `agentError` a hub keeps, in bytes (a bridge sends at most 20 lines / 4 KiB of
+/// its agent's stderr after the message).
+const AGENT_ERROR_MAX: usize = 6144;
 
 /// One advertised session.
 #[derive(Clone, Debug, PartialEq)]
@@ -107,6 +113,7 @@ impl Registration {
             // A label only: a value this hub does not know is dropped, never refused.
             launcher: (text("launcher").as_deref() == Some("up")).then_some("up"),
             agent: text("agent").map(|a| a.chars().take(AGENT_MAX).collect()),
+            agent_error: text("agentError").map(|e| agent_error(&e)).filter(|e| !e.is_empty()),
         })
     }
 }
@@ -137,8 +144,24 @@ impl Registration {
         if let Some(a) = &self.agent {
             v["agent"] = a.clone().into();
         }
+        if let Some(e) = &self.agent_error {
+            v["agentError"] = e.clone().into();
+        }
         v
     }
+}
+
+/// An `agentError` as a hub keeps it: no control sequences (a phone shows it), bounded.
+fn agent_error(text: &str) -> String {
+    let mut e = crate::text::strip_controls(text);
+    if e.len() > AGENT_ERROR_MAX {
+        let mut cut = AGENT_ERROR_MAX;
+        while !e.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        e.truncate(cut);
+    }
+    e
 }
 
 impl SessionRow {
@@ -238,9 +261,23 @@ mod tests {
             ],
             nonce: Some("n0nce".into()),
             version: Some(crate::VERSION.into()),
+            agent_error: Some("fast: exited with status 3\nits last lines on stderr:\nboom".into()),
         };
         let body = reg.to_json("the-token");
         assert_eq!(body["token"], "the-token");
         assert_eq!(Registration::parse(&body), Ok(reg));
+    }
+
+    #[test]
+    fn an_agent_error_is_kept_inert_and_bounded() {
+        let long = "x".repeat(10_000);
+        let r = Registration::parse(
+            &json!({"id": "7", "port": 1, "agentError": format!("\x1b]0;pwned\x07a: b{long}")}),
+        )
+        .unwrap();
+        let e = r.agent_error.unwrap();
+        assert!(e.starts_with("a: bxx") && e.len() == AGENT_ERROR_MAX, "{}", &e[..20]);
+        let none = Registration::parse(&json!({"id": "7", "port": 1, "agentError": ""})).unwrap();
+        assert_eq!(none.agent_error, None);
     }
 }

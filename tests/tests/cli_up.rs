@@ -378,3 +378,50 @@ fn a_missing_tunnel_tool_is_one_line_and_starts_nothing() {
         assert_eq!(hub_pid(&home), None, "a hub was started anyway");
     }
 }
+
+#[test]
+fn up_with_an_agent_that_cannot_start_says_so_and_exits_non_zero() {
+    let home = Home::new();
+    let config = json!({"agents": {"fast": {"command": "zcode-acpp"}}});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let mut up = Up::start(&home, &["--agent", "fast"], None);
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(s) = up.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "up kept running; stdout so far: {:?}",
+            up.lines.try_iter().collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out: Vec<String> = up.lines.try_iter().collect();
+    assert!(!status.success(), "{status}");
+    assert!(!out.iter().any(|l| l.contains("is up") || l.contains("token")), "{out:?}");
+    let err = up.stderr();
+    assert!(
+        err.contains("zcode-acp up: the agent did not start: fast: command not found: zcode-acpp"),
+        "{err}"
+    );
+}
+
+#[test]
+fn up_with_an_unknown_agent_fails_before_printing_a_url_or_the_token() {
+    let home = Home::new();
+    let config = json!({"agents": {"fast": {"command": "zcode-acpp"}}});
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+    let out = home
+        .command(&["up", "--agent", "nosuch"])
+        .current_dir(home.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.trim().is_empty(), "{stdout}");
+    assert!(!stderr.contains("token") && !stderr.contains("http"), "{stderr}");
+    assert!(stderr.contains("no agent named \"nosuch\"") && stderr.contains("fast"), "{stderr}");
+    assert_eq!(hub_pid(&home), None, "a hub was started for nothing");
+}

@@ -4,6 +4,7 @@
 
 mod acp_negotiation;
 mod acpx_demo;
+mod agent_failures;
 mod bridge_acpx;
 mod bridge_failures;
 mod bridge_multi;

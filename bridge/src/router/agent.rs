@@ -1,14 +1,16 @@
 //! The router's link to the upstream agent: its process, generation, handshake state, the
-//! bridge-side ids of requests in flight, and the messages held while it (re)starts.
+//! bridge-side ids of requests in flight, the messages held while it (re)starts, and why it is
+//! down ([`Failure`], published as [`AgentHealth`] for registration and `up`).
 
 use super::Event;
 use super::client::ClientId;
-use crate::upstream::AgentProcess;
+use crate::upstream::{AgentProcess, StderrTail};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use tokio::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, watch};
 use zcode_shared::jsonrpc::{Id, RawMessage};
 
 pub use crate::upstream::AgentSpec;
@@ -76,6 +78,43 @@ pub enum LinkState {
     },
 }
 
+/// Whether the agent came up, as registration (`agentError`) and `zcode-acp up` see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentHealth {
+    /// Not started yet, or starting: nothing known.
+    Unknown,
+    /// Its `initialize` succeeded.
+    Ready,
+    /// It could not be started, refused `initialize`, or exited: the error clients are given.
+    Failed(String),
+}
+
+/// Why the agent is down, worded for a person: "NAME: WHAT", then its last stderr lines.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    /// "claude: command not found: claude-code-acp".
+    pub head: String,
+    /// Its last stderr lines, if any.
+    pub tail: String,
+}
+
+impl Failure {
+    /// The head, `middle` (context such as "; it restarts on the next request"), then the tail.
+    pub fn with(&self, middle: &str) -> String {
+        if self.tail.is_empty() {
+            format!("{}{middle}", self.head)
+        } else {
+            format!("{}{middle}\nits last lines on stderr:\n{}", self.head, self.tail)
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.with(""))
+    }
+}
+
 /// The link to the upstream agent.
 pub struct AgentLink {
     spec: AgentSpec,
@@ -89,12 +128,18 @@ pub struct AgentLink {
     pub pending: HashMap<u64, Pending>,
     /// Client messages held until the agent is ready.
     pub deferred: Vec<(ClientId, RawMessage)>,
+    /// The current (or last) process's stderr tail.
+    tail: Arc<Mutex<StderrTail>>,
+    /// Published on every change of readiness.
+    health: watch::Sender<AgentHealth>,
 }
 
 impl AgentLink {
     /// A link that starts the agent on first need.
-    pub fn new(spec: AgentSpec) -> AgentLink {
+    pub fn new(spec: AgentSpec, health: watch::Sender<AgentHealth>) -> AgentLink {
         AgentLink {
+            tail: Arc::default(),
+            health,
             spec,
             generation: 0,
             state: LinkState::Down,
@@ -140,6 +185,7 @@ impl AgentLink {
         self.generation += 1;
         let process = AgentProcess::spawn(&self.spec, self.generation, events.clone())
             .map_err(|e| spawn_failure(&self.spec, &e))?;
+        self.tail = process.tail();
         tracing::info!(agent = %self.spec.display, pid = process.pid(), generation = self.generation, "agent started");
         self.process = Some(process);
         self.state = LinkState::Starting;
@@ -214,6 +260,27 @@ impl AgentLink {
         self.exited()
     }
 
+    /// The agent failed (`what`: "exited with status 3"): the error named after it, with its
+    /// last stderr lines, published until it is ready again.
+    pub fn fail(&mut self, what: &str) -> Failure {
+        let tail = self.tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner).text();
+        let failure = Failure { tail, ..self.note(what) };
+        tracing::error!(agent = %self.spec.display, "{failure}");
+        self.health.send_replace(AgentHealth::Failed(failure.to_string()));
+        failure
+    }
+
+    /// The agent went down for a reason that is no failure (a restart): worded like one,
+    /// without the stderr tail, and not published.
+    pub fn note(&self, what: &str) -> Failure {
+        Failure { head: format!("{}: {what}", self.spec.name), tail: String::new() }
+    }
+
+    /// The agent answered `initialize`: any earlier failure is over.
+    pub fn set_ready(&self) {
+        self.health.send_replace(AgentHealth::Ready);
+    }
+
     /// The agent's program (its key's fallback).
     pub fn command(&self) -> &str {
         &self.spec.command
@@ -239,13 +306,16 @@ impl AgentLink {
     }
 }
 
-/// Why the agent could not be spawned, worded to follow "the agent" (see `agent_down`).
+/// Why the agent could not be spawned, worded to follow its name ("claude: command not found:
+/// claude-code-acp", see [`AgentLink::fail`]).
 fn spawn_failure(spec: &AgentSpec, e: &std::io::Error) -> String {
-    let why = match e.kind() {
-        std::io::ErrorKind::NotFound if !spec.command.contains('/') => "not found on PATH".to_owned(),
-        std::io::ErrorKind::NotFound => "no such file".to_owned(),
-        std::io::ErrorKind::PermissionDenied => "not executable (permission denied)".to_owned(),
-        _ => e.to_string(),
-    };
-    format!("`{}` cannot be started: {why}", spec.display)
+    let command = &spec.command;
+    match e.kind() {
+        std::io::ErrorKind::NotFound if !command.contains('/') => {
+            format!("command not found: {command}")
+        }
+        std::io::ErrorKind::NotFound => format!("no such file: {command}"),
+        std::io::ErrorKind::PermissionDenied => format!("not executable (permission denied): {command}"),
+        _ => format!("cannot be started ({e}): {command}"),
+    }
 }

@@ -2,7 +2,7 @@
 //! and elicitations fanned out, fs/terminal routed to the editor or served locally), session
 //! updates fanned out and recorded, and its death.
 
-use super::agent::{LinkState, Pending, Purpose};
+use super::agent::{Failure, LinkState, Pending, Purpose};
 use super::client::{EDITOR, Init};
 use super::session::{Session, Upstream};
 use super::{AgentRequest, ClientId, Event, ORPHAN_LIMIT, Router, TerminalOwner};
@@ -103,12 +103,14 @@ impl Router {
         let Some(agent) = msg.result_as::<Value>().filter(|_| msg.error.is_none()) else {
             let detail =
                 RpcError::from_response(&serde_json::from_str(&msg.to_line()).unwrap_or(Value::Null))
-                    .map_or_else(|| "an unreadable answer".to_owned(), |e| e.message);
-            let reason = format!("refused the bridge's initialize: {detail}");
-            tracing::error!("the agent {reason}");
+                    .map_or_else(
+                        || "an unreadable answer".to_owned(),
+                        |e| zcode_shared::text::strip_controls(&e.message),
+                    );
+            let failure = self.agent.fail(&format!("refused initialize: {detail}"));
             let pending = self.agent.kill();
-            self.fail_pending(pending, &reason);
-            return self.agent_down(&reason);
+            self.fail_pending(pending, &failure);
+            return self.agent_down(&failure);
         };
         if agent["protocolVersion"].as_u64() != Some(super::from_client::PROTOCOL_VERSION) {
             let reason = format!(
@@ -116,10 +118,10 @@ impl Router {
                 agent["protocolVersion"],
                 super::from_client::PROTOCOL_VERSION
             );
-            tracing::error!("the agent {reason}");
+            let failure = self.agent.fail(&reason);
             let pending = self.agent.kill();
-            self.fail_pending(pending, &reason);
-            return self.agent_down(&reason);
+            self.fail_pending(pending, &failure);
+            return self.agent_down(&failure);
         }
         let mut for_clients = agent.clone();
         let caps = &mut for_clients["agentCapabilities"];
@@ -134,6 +136,7 @@ impl Router {
             caps["_meta"]["zcode"] = json!({});
         }
         caps["_meta"]["zcode"]["fs"] = json!(true);
+        self.agent.set_ready();
         self.settings_agent_ready(&agent);
         let for_clients = jsonrpc::raw(&for_clients);
         for (c, id) in self.take_waiting_inits(Init::Done) {
@@ -445,9 +448,10 @@ impl Router {
         if generation != self.agent.generation {
             return;
         }
+        let failure = self.agent.fail(reason);
         let pending = self.agent.exited();
-        self.fail_pending(pending, reason);
-        self.agent_down(reason);
+        self.fail_pending(pending, &failure);
+        self.agent_down(&failure);
     }
 
     /// The clients whose `initialize` waits for the agent's, moved to `next`.
@@ -466,20 +470,19 @@ impl Router {
     }
 
     /// Answers every request that was in flight with an error naming the cause.
-    pub(super) fn fail_pending(&mut self, pending: Vec<Pending>, reason: &str) {
+    pub(super) fn fail_pending(&mut self, pending: Vec<Pending>, failure: &Failure) {
         for p in pending {
             if let Purpose::Prompt { session } = &p.purpose {
                 if let Some(s) = self.sessions.get_mut(session) {
                     s.running = false;
                 }
-                let why = format!("the agent {reason} during the turn");
+                let why = failure.with(" during the turn");
                 self.turn_ended(session, "error".into(), Some(why));
             }
             if let Some((c, id)) = p.client {
-                let err = RpcError::internal(format!(
-                    "the agent {reason} while handling {}; it restarts on the next request",
-                    p.method
-                ));
+                let err = RpcError::internal(
+                    failure.with(&format!(" while handling {}; it restarts on the next request", p.method)),
+                );
                 self.reply(c, &id, Err(err));
             }
         }
@@ -487,8 +490,8 @@ impl Router {
 
     /// The agent is gone (or never came up): fail what waited for it, withdraw its requests,
     /// and mark every session for a reload into the next agent.
-    pub(super) fn agent_down(&mut self, reason: &str) {
-        let err = RpcError::internal(format!("the agent {reason}; it restarts on the next request"));
+    pub(super) fn agent_down(&mut self, failure: &Failure) {
+        let err = RpcError::internal(failure.with("; it restarts on the next request"));
         for (c, id) in self.take_waiting_inits(Init::No) {
             self.reply(c, &id, Err(err.clone()));
         }

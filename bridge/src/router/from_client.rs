@@ -87,15 +87,14 @@ impl Router {
     pub(super) fn start_agent(&mut self) {
         if matches!(self.agent.state, super::agent::LinkState::Down) {
             if let Err(e) = self.hooks_reload() {
-                let reason = format!("was not started: {e}");
-                tracing::error!("the agent {reason}");
-                return self.agent_down(&reason);
+                let failure = self.agent.fail(&format!("was not started: {e}"));
+                return self.agent_down(&failure);
             }
         }
         let generation = self.agent.generation;
         if let Err(reason) = self.agent.ensure_started(&self.events_tx) {
-            tracing::error!("the agent {reason}");
-            self.agent_down(&reason);
+            let failure = self.agent.fail(&reason);
+            self.agent_down(&failure);
         } else if self.agent.generation != generation {
             self.settings_agent_spawned();
         }

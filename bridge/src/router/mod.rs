@@ -22,7 +22,7 @@ pub mod settings;
 mod turns;
 mod usage_hook;
 
-pub use agent::AgentSpec;
+pub use agent::{AgentHealth, AgentSpec};
 pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
 pub use glance::{Glance, PendingRow, TurnRow};
 pub use hooks::HookReport;
@@ -246,6 +246,10 @@ pub struct Router {
     settings: settings::SettingsState,
     /// Where `account/usage_stats` gets its payload.
     quota: Arc<crate::quota::QuotaSource>,
+    /// The agent's readiness, for [`Router::agent_health`].
+    health: tokio::sync::watch::Sender<AgentHealth>,
+    /// Start the agent before any client asks.
+    eager: bool,
 }
 
 /// How the router behaves beyond routing.
@@ -265,6 +269,11 @@ pub struct RouterOptions {
     pub settings: Option<zcode_shared::settings::Settings>,
     /// Where `account/usage_stats` gets its payload (the hub, else the providers here).
     pub quota: Arc<crate::quota::QuotaSource>,
+    /// Start the agent at once rather than on a client's first need (`up`, which reports
+    /// whether it came up before printing its banner).
+    pub start_agent: bool,
+    /// Where the agent's readiness is published (`None`: a channel of the router's own).
+    pub health: Option<tokio::sync::watch::Sender<AgentHealth>>,
 }
 
 impl Router {
@@ -272,12 +281,15 @@ impl Router {
     /// events on.
     pub fn new(spec: AgentSpec, journal: Journal, opts: RouterOptions) -> (Router, mpsc::Sender<Event>) {
         let (events_tx, events) = mpsc::channel(4096);
+        let health = opts.health.unwrap_or_else(|| tokio::sync::watch::channel(AgentHealth::Unknown).0);
         let router = Router {
             events,
             events_tx: events_tx.clone(),
             clients: HashMap::new(),
             sessions: HashMap::new(),
-            agent: AgentLink::new(spec),
+            agent: AgentLink::new(spec, health.clone()),
+            health,
+            eager: opts.start_agent,
             requests: HashMap::new(),
             next_key: 1,
             terminals: HashMap::new(),
@@ -308,6 +320,11 @@ impl Router {
         self.status_nudge.clone()
     }
 
+    /// Whether the agent is up, or why not (registration's `agentError`).
+    pub fn agent_health(&self) -> tokio::sync::watch::Receiver<AgentHealth> {
+        self.health.subscribe()
+    }
+
     /// What the loopback settings mount reads (the agent's report, pending restarts).
     pub fn settings_handle(&self) -> settings::SettingsHandle {
         self.settings.handle()
@@ -316,6 +333,10 @@ impl Router {
     /// Runs until [`Event::Shutdown`] (or every sender is gone), then kills the agent and
     /// drops every client.
     pub async fn run(mut self) {
+        if self.eager {
+            self.start_agent();
+        }
+        let mut health = self.health.subscribe();
         loop {
             let deadline = match (self.idle_deadline(), self.stop_deadline()) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -370,7 +391,9 @@ impl Router {
             }
             self.settings_restart_progress();
             let sig = self.status_signature();
-            if sig != self.status_sig {
+            // A failed or recovered agent is news for the hub's list too.
+            if sig != self.status_sig || health.has_changed().unwrap_or(false) {
+                health.mark_unchanged();
                 self.status_sig = sig;
                 self.status_nudge.notify_one();
             }

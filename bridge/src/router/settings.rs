@@ -293,9 +293,9 @@ impl Router {
         let Some(r) = self.settings.restart.take() else { return };
         let applied = self.settings.pending.load(Ordering::SeqCst);
         let (process, pending) = self.agent.take_for_restart();
-        let reason = "was restarted to apply new settings";
-        self.fail_pending(pending, reason);
-        self.agent_down(reason);
+        let restart = self.agent.note("was restarted to apply new settings");
+        self.fail_pending(pending, &restart);
+        self.agent_down(&restart);
         let events = self.events_tx.clone();
         tokio::spawn(async move {
             let closed = match process {

@@ -66,6 +66,7 @@ export const app = {
         : state === 'unpaired' ? 'not paired'
           : why === 'auth' ? 'token rejected'
             : why === 'gone' ? 'instance gone'
+              : why === 'agent' ? 'agent down'
               : why === 'down' ? 'hub offline' : 'offline';
     c.textContent = label;
     c.dataset.detail = message || label;

@@ -4,7 +4,8 @@
 // tunnel logs URLs, and a browser cannot set headers on a WebSocket. It reconnects by itself
 // with a backoff (0.5 s doubling to 15 s, reset by a successful initialize) and, when a
 // connection fails, asks the hub why: a stopped hub, an instance that is gone and a rejected
-// token each end in their own state.
+// token each end in their own state. An `initialize` the bridge refuses (its agent cannot
+// start: "claude: command not found: …") is said in those words, and retried like the rest.
 //
 // Replays: while a `session/load` or `session/load_earlier` is in flight, that session's
 // updates are collected rather than dispatched; the bridge sends the replay batch right before
@@ -77,6 +78,8 @@ export class Conn {
     this.listeners = new Set();
     this.timer = null;
     this.initResult = null;
+    this.agentError = ''; // why the bridge refused the last `initialize` (its agent is down)
+    this.refused = false; // this attempt's `initialize` was refused
   }
 
   /** Subscribes `fn(event)`; returns the unsubscribe function. */
@@ -116,7 +119,11 @@ export class Conn {
     clearTimeout(this.timer);
     const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
     const url = `${proto}//${location.host}/acp?instance=${encodeURIComponent(this.id)}`;
-    this.setState('connecting', this.attempt ? `Reconnecting (attempt ${this.attempt + 1})…` : 'Connecting…');
+    const trying = this.attempt ? `Reconnecting (attempt ${this.attempt + 1})…` : 'Connecting…';
+    // The agent's error stays in view while the next attempt is made.
+    if (this.agentError) this.setState('connecting', `${this.agentText()}\n${trying}`, 'agent');
+    else this.setState('connecting', trying);
+    this.refused = false;
     let ws;
     try {
       ws = new WebSocket(url, [SUBPROTOCOL, TOKEN_PREFIX + base64url(token())]);
@@ -135,13 +142,22 @@ export class Conn {
       }, INIT_TIMEOUT_MS).then((r) => {
         if (this.ws !== ws) return;
         this.initResult = r;
+        this.agentError = '';
         this.attempt = 0;
         this.hubLost = false;
         this.hubBack = 0;
         this.setState('open', 'Connected');
         for (const [sid, cwd] of this.watched) if (sid !== this.viewing) this.attachQuietly(sid, cwd);
         this.emit({ type: 'open' });
-      }, () => { if (this.ws === ws) ws.close(); });
+      }, (e) => {
+        if (this.ws !== ws) return;
+        // The bridge's own answer (not a cut connection or our timeout): its agent is down.
+        if (e instanceof RpcError && e.code !== -32099 && e.code !== -32098) {
+          this.agentError = e.message;
+          this.refused = true;
+        }
+        ws.close();
+      });
     };
     ws.onmessage = (e) => this.receive(e.data);
     ws.onclose = () => {
@@ -155,7 +171,8 @@ export class Conn {
 
   /** The connection ended: find out why, then retry or give up. */
   async failed() {
-    this.setState('waiting', 'Connection lost: checking the hub…');
+    if (this.refused) this.setState('waiting', `${this.agentText()}\nChecking the hub…`, 'agent');
+    else this.setState('waiting', 'Connection lost: checking the hub…');
     let d = await diagnose(this.id);
     if (this.state === 'closed' || this.state === 'open' || this.state === 'connecting') return;
     if (d.why === 'down' || d.why === 'garbage') this.hubLost = true;
@@ -164,15 +181,24 @@ export class Conn {
     if (d.why === 'gone' && this.hubBack && Date.now() - this.hubBack < REREGISTER_MS) d = { why: 'registering' };
     if (d.why === 'auth') return this.setState('failed', d.message, 'auth');
     if (d.why === 'gone') return this.setState('failed', d.message, 'gone');
+    const agent = this.refused && d.why !== 'down' && d.why !== 'garbage';
+    if (!agent) this.agentError = '';
     const delay = Math.min(BACKOFF_MAX_MS, BACKOFF_MIN_MS * 2 ** this.attempt);
     this.attempt++;
     this.retryAt = Date.now() + delay;
-    const why = d.why === 'down' ? 'The hub is not answering (stopped, or the network is down).'
+    const why = agent ? `${this.agentText()}\n`
+      : d.why === 'down' ? 'The hub is not answering (stopped, or the network is down).'
       : d.why === 'garbage' ? d.message
         : d.why === 'registering' ? 'The hub is back; waiting for this instance to register with it again.'
           : 'The connection dropped.';
-    this.setState('waiting', `${why} Retrying in ${(delay / 1000).toFixed(1)} s.`, d.why);
+    const retry = `Retrying in ${(delay / 1000).toFixed(1)} s.`;
+    this.setState('waiting', agent ? why + retry : `${why} ${retry}`, agent ? 'agent' : d.why);
     this.timer = setTimeout(() => this.connect(), delay);
+  }
+
+  /** The refused `initialize`'s error, worded for the banner. */
+  agentText() {
+    return `The agent could not start: ${this.agentError.replace(/; it restarts on the next request/, '.')}`;
   }
 
   /** Closes for good (the view or instance went away). */

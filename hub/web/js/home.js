@@ -29,7 +29,8 @@ function originLabel(inst) {
 /** A headless instance the hub started (not `up`'s) with no live session. */
 function isIncubator(inst) {
   const sessions = Array.isArray(inst.sessions) ? inst.sessions : [];
-  return originLabel(inst) === 'serve' && !sessions.length;
+  // One whose agent cannot start is shown all the same: its error is the news.
+  return originLabel(inst) === 'serve' && !sessions.length && !inst.agentError;
 }
 
 /** Mounts the home screen; returns its cleanup. */
@@ -116,6 +117,8 @@ export function homeView(root, app) {
           h('span', { class: 'badge origin', text: originLabel(inst) }),
           h('span', { class: 'muted path', text: String(inst.workspace || '') }),
           h('a', { class: 'button', href: `/n/${encodeURIComponent(inst.id)}?cwd=${encodeURIComponent(inst.workspace || '')}`, 'data-nav': '' }, 'New session')),
+        // Its agent cannot start (or crashed): said in the bridge's words, stderr tail included.
+        inst.agentError ? h('p', { class: 'error agent-error', text: String(inst.agentError) }) : null,
         sessions.length ? h('ul', { class: 'rows sessions' }, sessions.map((s) => {
           const waitingHere = inbox.countOf(inst.id, s.sessionId);
           const status = s.status === 'running' || s.status === 'idle' ? s.status : 'unknown';
@@ -168,6 +171,12 @@ export function newSessionView(root, app, { instance, cwd }) {
   let creating = false;
   const ready = () => {
     app.setConn(conn.state, conn.message, conn.why);
+    // An agent that cannot start is said here, not only in the header's tooltip.
+    if (conn.why === 'agent') {
+      problem.textContent = conn.message;
+      problem.hidden = false;
+    } else if (problem.dataset.agent) problem.hidden = true;
+    problem.dataset.agent = conn.why === 'agent' ? '1' : '';
     comp.setEnabled(conn.state === 'open' && !creating);
   };
   const unlisten = conn.listen((ev) => { if (ev.type === 'state' || ev.type === 'open') ready(); });
