@@ -163,6 +163,7 @@ pub async fn run(
         settings: Some(settings.clone()),
         quota: quota::QuotaSource::new(cfg, token.clone()),
     };
+    let agent = Some(spec.name.clone());
     let (router, events) = router::Router::new(spec, journal, ropts);
     let nudge = router.status_nudge();
     let limits = server::Limits {
@@ -186,7 +187,7 @@ pub async fn run(
         &token,
         port,
         events.clone(),
-        register::Registrant { origin: opts.origin, nonce: opts.nonce.clone(), launcher: opts.launcher },
+        register::Registrant { origin: opts.origin, nonce: opts.nonce.clone(), launcher: opts.launcher, agent },
         nudge,
         shutdown.clone(),
     );

@@ -62,12 +62,14 @@ pub struct Registrant {
     pub nonce: Option<String>,
     /// `up` for the bridge `zcode-acp up` runs.
     pub launcher: Option<&'static str>,
+    /// The agent it runs ([`crate::AgentSpec::name`]).
+    pub agent: Option<String>,
 }
 
 impl Registrant {
     /// An editor's bridge.
     pub fn editor() -> Registrant {
-        Registrant { origin: "editor", nonce: None, launcher: None }
+        Registrant { origin: "editor", nonce: None, launcher: None, agent: None }
     }
 }
 
@@ -192,6 +194,7 @@ impl Ctx {
             nonce: self.who.nonce.clone(),
             version: Some(zcode_shared::version().to_owned()),
             launcher: self.who.launcher,
+            agent: self.who.agent.clone(),
         };
         let body = reg.to_json(&self.token.token());
         Some(match self.post("/api/register", body.to_string()).await {

@@ -26,6 +26,9 @@ pub struct AgentSpec {
     pub env: BTreeMap<String, String>,
     /// A human name for logs and errors (the command line).
     pub display: String,
+    /// What the hub's listings and the tasks index call it: its `config.json` name (the
+    /// built-in demo agent's is `demo-agent`), else `display`.
+    pub name: String,
 }
 
 /// What an agent process reports, tagged with its generation (a restarted agent is a new one).

@@ -142,6 +142,11 @@ impl Registry {
             .map(|i| i.reg.id.clone())
     }
 
+    /// The agent live instance `id` said it runs.
+    pub fn agent_of(&self, id: &str, now: Instant) -> Option<String> {
+        self.live(now).find(|i| i.reg.id == id).and_then(|i| i.reg.agent.clone())
+    }
+
     /// How many live instances are serve bridges (remote creates' windows and headless ones).
     pub fn serve_count(&self, now: Instant) -> usize {
         self.live(now).filter(|i| i.reg.origin == "serve").count()
@@ -227,6 +232,10 @@ impl Registry {
             // And the bridge's version (the web client's About sheet).
             if let Some(v) = &reg.version {
                 row["version"] = v.as_str().into();
+            }
+            // And the agent it runs (its config name, else its command line).
+            if let Some(a) = &reg.agent {
+                row["agent"] = a.as_str().into();
             }
             row
         });

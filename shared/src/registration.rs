@@ -31,6 +31,8 @@ pub struct Registration {
     pub version: Option<String>,
     /// What started a serve bridge when it was not the hub: `up` (else absent).
     pub launcher: Option<&'static str>,
+    /// The agent it runs: its `config.json` name, else its command line (one clean line).
+    pub agent: Option<String>,
 }
 
 /// One advertised session.
@@ -101,6 +103,7 @@ impl Registration {
             version: text("version"),
             // A label only: a value this hub does not know is dropped, never refused.
             launcher: (text("launcher").as_deref() == Some("up")).then_some("up"),
+            agent: text("agent").map(|a| crate::text::title(&a)).filter(|a| !a.is_empty()),
         })
     }
 }
@@ -127,6 +130,9 @@ impl Registration {
         }
         if let Some(l) = self.launcher {
             v["launcher"] = l.into();
+        }
+        if let Some(a) = &self.agent {
+            v["agent"] = a.as_str().into();
         }
         v
     }
@@ -228,6 +234,7 @@ mod tests {
             ],
             nonce: Some("n0nce".into()),
             version: Some(crate::VERSION.into()),
+            agent: Some("claude".into()),
         };
         let body = reg.to_json("the-token");
         assert_eq!(body["token"], "the-token");

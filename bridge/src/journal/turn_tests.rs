@@ -109,6 +109,7 @@ fn recent_turns_span_sessions_newest_first_and_retention_drops_old_records() {
         workspace: "/w/a".into(),
         cwd: "/w/a".into(),
         origin: "serve".into(),
+        agent: None,
     });
     j.title("a", "the a", false);
     for (n, sid) in [(1, "a"), (2, "b"), (3, "a")] {

@@ -105,6 +105,11 @@ impl AgentLink {
         }
     }
 
+    /// What the tasks index calls this agent ([`AgentSpec::name`]).
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
     /// Whether the agent is initialized.
     pub fn ready(&self) -> bool {
         matches!(self.state, LinkState::Ready { .. })

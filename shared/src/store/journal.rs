@@ -15,6 +15,8 @@ pub struct SessionMeta {
     pub cwd: String,
     /// `editor` or `serve`.
     pub origin: String,
+    /// The agent running it (`AgentSpec::name`), when the bridge knows one.
+    pub agent: Option<String>,
 }
 
 /// A session's journal counters.
@@ -73,17 +75,25 @@ impl Writer<'_> {
         Ok(())
     }
 
-    /// Records where a session lives (workspace, cwd, origin); a session used again is no
-    /// longer deleted (a hide, not a ban).
+    /// Records where a session lives (workspace, cwd, origin) and which agent runs it (an
+    /// unknown agent keeps the recorded one); a session used again is no longer deleted (a
+    /// hide, not a ban).
     pub fn set_meta(&self, meta: &SessionMeta, now: u64) -> Result<(), StoreError> {
         self.ensure_session(&meta.session_id, now)?;
         self.revive_project_if_fully_deleted(&meta.workspace)?;
         self.tx
             .prepare_cached(
                 "UPDATE sessions SET workspace = ?2, cwd = ?3, origin = ?4, updated_at = max(updated_at, ?5),
-                 deleted = 0 WHERE session_id = ?1",
+                 deleted = 0, agent = coalesce(?6, agent) WHERE session_id = ?1",
             )?
-            .execute(params![meta.session_id, meta.workspace, meta.cwd, meta.origin, now as i64])?;
+            .execute(params![
+                meta.session_id,
+                meta.workspace,
+                meta.cwd,
+                meta.origin,
+                now as i64,
+                meta.agent.as_deref().map(crate::text::title)
+            ])?;
         Ok(())
     }
 
