@@ -114,6 +114,7 @@ export function homeView(root, app) {
         h('div', { class: 'instance-head' },
           h('strong', { text: baseName(inst.workspace) }),
           h('span', { class: 'badge origin', text: originLabel(inst) }),
+          inst.agent ? h('span', { class: 'badge agent', title: `Agent: ${inst.agent}`, text: String(inst.agent) }) : null,
           h('span', { class: 'muted path', text: String(inst.workspace || '') }),
           h('a', { class: 'button', href: `/n/${encodeURIComponent(inst.id)}?cwd=${encodeURIComponent(inst.workspace || '')}`, 'data-nav': '' }, 'New session')),
         sessions.length ? h('ul', { class: 'rows sessions' }, sessions.map((s) => {
