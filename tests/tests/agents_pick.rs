@@ -59,13 +59,18 @@ fn alt_home(home: &Home) -> PathBuf {
     home.path().join("alt-home")
 }
 
-fn world() -> World {
-    let home = Home::new();
+/// Writes the home's config.json: the agents `demo` and `alt`, `default` the default.
+fn configure(home: &Home, default: &str) {
     let demo = json!({"command": bin(), "args": ["demo-agent", "--delay-ms", "0"]});
     let alt = json!({"command": bin(), "args": ["demo-agent", "--delay-ms", "1"],
-                     "env": {"ZCODE_ACP_HOME": alt_home(&home), "SECRET_KEY": "do-not-show-me"}});
-    let config = json!({"agents": {"default": "demo", "demo": demo, "alt": alt}});
+                     "env": {"ZCODE_ACP_HOME": alt_home(home), "SECRET_KEY": "do-not-show-me"}});
+    let config = json!({"agents": {"default": default, "demo": demo, "alt": alt}});
     std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
+}
+
+fn world() -> World {
+    let home = Home::new();
+    configure(&home, "demo");
     let root = tempfile::tempdir().unwrap();
     let project = root.path().join("proj");
     std::fs::create_dir_all(&project).unwrap();
@@ -98,14 +103,19 @@ fn instance(w: &World, id: &str) -> Value {
     list.into_iter().find(|i| i["id"] == id).unwrap()
 }
 
-/// A finished conversation of `alt` in the project (its bridge gone): the session id.
+/// A finished conversation in the project, made by `alt` back when it was the default (a
+/// plain `zcode-acp bridge`), the default being `demo` again now: the session id.
 fn alt_session(w: &World) -> String {
-    let mut b = bridge_named(w, "alt", &w.project);
+    configure(&w.home, "alt");
+    let mut cmd = w.home.command(&["bridge"]);
+    cmd.env("ZCODE_ACP_REMOTE_PORT", "0").env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN).current_dir(&w.project);
+    let mut b = Bridge::spawn(&w.home, cmd, Stdio::inherit());
     initialize(&mut b.editor, json!({}));
     let sid = new_session(&mut b.editor, &w.project);
     let (r, _) = b.editor.call("session/prompt", prompt(&sid, "made by alt"));
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
     assert!(b.editor.close_then_exited());
+    configure(&w.home, "demo");
     sid
 }
 
@@ -183,30 +193,32 @@ fn bridge_agent_name_runs_the_named_agent_and_an_unknown_name_is_a_clear_error()
 fn the_history_names_each_sessions_agent_and_a_resume_runs_the_agent_that_made_it() {
     let w = world();
     let sid = alt_session(&w);
-    let path = w.project.display().to_string();
-    let r = get(&w.hub, &format!("/api/projects/sessions?workspacePath={path}"));
+    let r = get(&w.hub, &format!("/api/projects/sessions?workspacePath={}", w.project.display()));
     assert_eq!(r.status, 200, "{}", r.text());
     let page = r.json();
     let row = page["sessions"].as_array().unwrap().iter().find(|s| s["sessionId"] == sid.as_str()).unwrap();
-    assert_eq!(row["agent"], "alt", "{page}");
-    // The history's own bridge runs the default, which does not know alt's session.
-    assert_eq!(page["instance"]["agent"], "demo", "{page}");
-    let incubator = page["instance"]["id"].as_str().unwrap();
-    let mut phone = w.hub.connect(incubator).unwrap();
-    initialize(&mut phone, json!({}));
-    let (r, _) = phone.call("session/load", json!({"sessionId": sid, "cwd": w.project, "mcpServers": []}));
-    assert!(r["error"]["message"].as_str().unwrap_or("").contains("session not found"), "{r}");
 
-    // The resume: a bridge of alt, on which the session loads and goes on.
+    // The resume (what History's Resume asks for when the history's bridge runs another
+    // agent): a bridge of alt, on which the session loads and goes on.
     let r = post(&w.hub, "/api/instances", &json!({"workspacePath": w.project, "sessionId": sid}));
     assert_eq!(r.status, 200, "{}", r.text());
     let id = r.json()["id"].as_str().unwrap().to_owned();
-    assert_eq!(instance(&w, &id)["agent"], "alt");
+    let listed = instance(&w, &id);
     let mut phone = w.hub.connect(&id).unwrap();
     initialize(&mut phone, json!({}));
     let (r, replay) = phone.call("session/load", json!({"sessionId": sid, "cwd": w.project, "mcpServers": []}));
-    assert!(r["error"].is_null(), "{r}");
+    assert!(r["error"].is_null(), "the resume did not load the session: {r}");
     assert!(replay.iter().any(|m| m["params"]["update"]["content"]["text"] == "made by alt"), "{replay:?}");
+    assert_eq!(listed["agent"], "alt");
     let (r, _) = phone.call("session/prompt", prompt(&sid, "back again"));
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+
+    // The history named the agent; its own bridge runs the default, which does not know
+    // alt's session (what a resume there meets).
+    assert_eq!(row["agent"], "alt", "{page}");
+    assert_eq!(page["instance"]["agent"], "demo", "{page}");
+    let mut phone = w.hub.connect(page["instance"]["id"].as_str().unwrap()).unwrap();
+    initialize(&mut phone, json!({}));
+    let (r, _) = phone.call("session/load", json!({"sessionId": sid, "cwd": w.project, "mcpServers": []}));
+    assert!(r["error"]["message"].as_str().unwrap_or("").contains("session not found"), "{r}");
 }

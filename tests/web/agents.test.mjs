@@ -13,24 +13,38 @@ import { Stack, Editor, BIN, SHOTS, launchBrowser, watchConsole, until, settledH
 describe('web client agent picker', () => {
   let stack; let browser; let page; let errors;
 
+  // config.json with the agents `demo` and `alt`, `def` the default.
+  const configure = (home, def) => {
+    const demo = { command: BIN, args: ['demo-agent', '--delay-ms', '5'] };
+    const alt = { command: BIN, args: ['demo-agent', '--delay-ms', '5'], env: { ZCODE_ACP_HOME: path.join(home, 'alt-home') } };
+    fs.writeFileSync(path.join(home, 'config.json'), JSON.stringify({ agents: { default: def, demo, alt } }));
+  };
+
   before(async () => {
     browser = await launchBrowser();
     stack = await Stack.start({
       env: (home) => {
-        const demo = { command: BIN, args: ['demo-agent', '--delay-ms', '5'] };
-        const alt = { command: BIN, args: ['demo-agent', '--delay-ms', '5'], env: { ZCODE_ACP_HOME: path.join(home, 'alt-home') } };
-        fs.writeFileSync(path.join(home, 'config.json'), JSON.stringify({ agents: { default: 'demo', demo, alt } }));
+        configure(home, 'demo');
         return { ZCODE_ACP_PROJECT_ROOTS: home, ZCODE_ACP_HUB_TERMINAL: '0', HOME: home };
       },
     });
-    // A conversation `alt` had in the project, its editor gone: it lives on in the history.
-    const child = spawn(BIN, ['bridge', '--agent', 'alt'], { cwd: stack.project, env: stack.env(), stdio: ['pipe', 'pipe', 'ignore'] });
+    // A conversation `alt` had in the project back when it was the default (a plain `bridge`),
+    // its editor gone: it lives on in the history, and `demo` is the default again.
+    configure(stack.home, 'alt');
+    const child = spawn(BIN, ['bridge'], { cwd: stack.project, env: stack.env(), stdio: ['pipe', 'pipe', 'ignore'] });
     const ed = new Editor(child);
     ed.id = String(child.pid);
     stack.editors.push(ed);
     const sid = await ed.newSession(stack.project);
     await ed.prompt(sid, 'said to alt');
     await ed.close();
+    configure(stack.home, 'demo');
+    // The hub reads config.json again when it changes (a hub without /api/agents has nothing
+    // to read it for).
+    await until('the hub to see the default again', async () => {
+      const r = await stack.fetch('/api/agents', { headers: { Authorization: `Bearer ${stack.token}` } });
+      return r.status === 404 || (await r.json()).default === 'demo';
+    });
     const context = await browser.newContext({ viewport: { width: 390, height: 844 } });
     context.setDefaultTimeout(WAIT);
     await context.addInitScript((t) => localStorage.setItem('zcode-acp.token', t), stack.token);
@@ -75,14 +89,16 @@ describe('web client agent picker', () => {
     await settledHome(page, stack.base);
     await project().locator('button', { hasText: 'History' }).click();
     const row = project().locator('.history li', { hasText: 'said to alt' });
-    await row.locator('.badge.agent', { hasText: 'alt' }).waitFor();
+    await row.waitFor();
     await page.screenshot({ path: path.join(SHOTS, 'history-agents-390.png'), fullPage: true });
+    const badges = await row.locator('.badge.agent').allTextContents();
     await row.locator('text=Resume').click();
     await page.waitForURL(/\/s\/\d+\/[^/?]+/);
     const instance = new URL(page.url()).pathname.split('/')[2];
     await page.locator('.msg.agent', { hasText: 'You said: "said to alt"' }).waitFor();
     const listed = (await stack.api('/api/instances')).find((i) => i.id === instance);
     assert.equal(listed.agent, 'alt', 'resumed on another agent than the one that made it');
+    assert.deepEqual(badges, ['alt'], 'the history row names its agent');
     await page.fill('#prompt', 'back on alt');
     await page.press('#prompt', 'Enter');
     await page.locator('.msg.agent', { hasText: 'You said: "back on alt"' }).waitFor();
