@@ -187,7 +187,12 @@ pub async fn run(
         &token,
         port,
         events.clone(),
-        register::Registrant { origin: opts.origin, nonce: opts.nonce.clone(), launcher: opts.launcher, agent },
+        register::Registrant {
+            origin: opts.origin,
+            nonce: opts.nonce.clone(),
+            launcher: opts.launcher,
+            agent,
+        },
         nudge,
         shutdown.clone(),
     );

@@ -126,7 +126,8 @@ fn get_agents_lists_the_configured_agents_and_the_default_without_their_env() {
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     assert_eq!(v["default"], "demo");
-    let names: Vec<&str> = v["agents"].as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> =
+        v["agents"].as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["alt", "demo"]);
     assert_eq!(v["agents"][0]["command"], format!("{} demo-agent --delay-ms 1", bin().display()));
     assert!(!r.text().contains("do-not-show-me"), "an agent's env was shown: {}", r.text());
@@ -135,7 +136,10 @@ fn get_agents_lists_the_configured_agents_and_the_default_without_their_env() {
     let home = Home::new();
     let hub = Hub::start(&home, &[("ZCODE_ACP_HUB_TERMINAL", "0")]);
     let v = get(&hub, "/api/agents").json();
-    assert_eq!(v, json!({"default": "demo-agent", "agents": [{"name": "demo-agent", "command": "zcode-acp demo-agent"}]}));
+    assert_eq!(
+        v,
+        json!({"default": "demo-agent", "agents": [{"name": "demo-agent", "command": "zcode-acp demo-agent"}]})
+    );
 }
 
 #[test]
@@ -206,7 +210,8 @@ fn the_history_names_each_sessions_agent_and_a_resume_runs_the_agent_that_made_i
     let listed = instance(&w, &id);
     let mut phone = w.hub.connect(&id).unwrap();
     initialize(&mut phone, json!({}));
-    let (r, replay) = phone.call("session/load", json!({"sessionId": sid, "cwd": w.project, "mcpServers": []}));
+    let (r, replay) =
+        phone.call("session/load", json!({"sessionId": sid, "cwd": w.project, "mcpServers": []}));
     assert!(r["error"].is_null(), "the resume did not load the session: {r}");
     assert!(replay.iter().any(|m| m["params"]["update"]["content"]["text"] == "made by alt"), "{replay:?}");
     assert_eq!(listed["agent"], "alt");

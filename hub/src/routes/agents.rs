@@ -11,7 +11,11 @@ use serde_json::json;
 /// Answers the list, from the configuration as it is now.
 pub fn list(hub: &Hub) -> Resp {
     let cfg = hub.config();
-    let agents: Vec<_> =
-        cfg.agents.choices().into_iter().map(|(name, command)| json!({"name": name, "command": command})).collect();
+    let agents: Vec<_> = cfg
+        .agents
+        .choices()
+        .into_iter()
+        .map(|(name, command)| json!({"name": name, "command": command}))
+        .collect();
     json(StatusCode::OK, &json!({"default": cfg.agents.default_name(), "agents": agents}))
 }

@@ -146,7 +146,10 @@ impl Agents {
 impl AgentCommand {
     /// The command line as people read it (program and arguments; the env stays out).
     pub fn display(&self) -> String {
-        std::iter::once(self.command.as_str()).chain(self.args.iter().map(String::as_str)).collect::<Vec<_>>().join(" ")
+        std::iter::once(self.command.as_str())
+            .chain(self.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
