@@ -69,6 +69,10 @@ fn configure(home: &Home, default: &str) {
 }
 
 fn world() -> World {
+    world_with(&[("ZCODE_ACP_HUB_TERMINAL", "0")])
+}
+
+fn world_with(extra: &[(&str, &str)]) -> World {
     let home = Home::new();
     configure(&home, "demo");
     let root = tempfile::tempdir().unwrap();
@@ -76,13 +80,13 @@ fn world() -> World {
     std::fs::create_dir_all(&project).unwrap();
     let project = std::fs::canonicalize(&project).unwrap();
     let roots = root.path().display().to_string();
-    let env = [
+    let mut env = vec![
         ("ZCODE_ACP_PROJECT_ROOTS", roots.as_str()),
         ("ZCODE_ACP_REMOTE_PORT", "0"),
         ("ZCODE_ACP_HEARTBEAT_MS", "200"),
-        ("ZCODE_ACP_HUB_TERMINAL", "0"),
         ("ZCODE_ACP_SERVE_IDLE_MS", "5000"),
     ];
+    env.extend_from_slice(extra);
     let hub = Hub::start(&home, &env);
     World { home, _root: root, project, hub }
 }
@@ -226,4 +230,28 @@ fn the_history_names_each_sessions_agent_and_a_resume_runs_the_agent_that_made_i
     initialize(&mut phone, json!({}));
     let (r, _) = phone.call("session/load", json!({"sessionId": sid, "cwd": w.project, "mcpServers": []}));
     assert!(r["error"]["message"].as_str().unwrap_or("").contains("session not found"), "{r}");
+}
+
+#[test]
+fn a_create_in_a_terminal_window_runs_the_agent_it_names() {
+    let tmux_dir = tempfile::tempdir().unwrap();
+    let tmux_tmp = tmux_dir.path().display().to_string();
+    let w = world_with(&[
+        ("ZCODE_ACP_HUB_TERMINAL", "1"),
+        ("ZCODE_ACP_HUB_TERMINAL_APP", "tmux"),
+        ("TMUX_TMPDIR", &tmux_tmp),
+        ("TMUX", ""),
+    ]);
+    // The home's own tmux server (and the chat in it) goes when the test ends.
+    struct KillServer(PathBuf);
+    impl Drop for KillServer {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("tmux").arg("-S").arg(&self.0).arg("kill-server").status();
+        }
+    }
+    let _cleanup = KillServer(w.home.path().join("run").join("tmux.sock"));
+    let r = post(&w.hub, "/api/instances", &json!({"workspacePath": w.project, "agent": "alt"}));
+    assert_eq!(r.status, 200, "{} / hub log: {}", r.text(), w.hub.log());
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(instance(&w, &id)["agent"], "alt", "the window's chat ran another agent");
 }
