@@ -27,7 +27,7 @@ pub struct AgentSpec {
     /// A human name for logs and errors (the command line).
     pub display: String,
     /// What the hub's listings and the tasks index call it: its `config.json` name (the
-    /// built-in demo agent's is `demo-agent`), else `display`.
+    /// built-in demo agent's is `demo-agent`), else the command line with the program's file name.
     pub name: String,
 }
 

@@ -305,9 +305,12 @@ fn agent_spec(cfg: &Config, choice: AgentChoice) -> anyhow::Result<zcode_bridge:
         }
     };
     if let Some((command, rest)) = args.split_first() {
+        // Listed for people: the program's own name, not the directories it sits in.
+        let program = std::path::Path::new(command).file_name().map(|f| f.to_string_lossy().into_owned());
+        let name = std::iter::once(program.unwrap_or_else(|| command.clone())).chain(rest.iter().cloned());
         return Ok(zcode_bridge::AgentSpec {
             display: args.join(" "),
-            name: args.join(" "),
+            name: name.collect::<Vec<_>>().join(" "),
             command: command.clone(),
             args: rest.to_vec(),
             env: Default::default(),

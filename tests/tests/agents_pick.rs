@@ -195,6 +195,11 @@ fn bridge_agent_name_runs_the_named_agent_and_an_unknown_name_is_a_clear_error()
     let (code, err) = zcode_tests::hub::run_cli(&w.home, &["chat", "--agent", "nope"], &[]);
     assert_ne!(code, 0);
     assert!(err.contains("no agent named \"nope\""), "{err}");
+
+    // An agent given as a command (an editor's config) is listed by its command line, the
+    // program by its own name.
+    let b = Bridge::start_env(&w.home, &zcode_tests::demo_agent(0), &[("ZCODE_ACP_HEARTBEAT_MS", "200")]);
+    assert_eq!(instance(&w, &b.id())["agent"], "zcode-acp demo-agent --delay-ms 0");
 }
 
 #[test]

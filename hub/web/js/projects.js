@@ -171,7 +171,7 @@ export function projectsSection(app) {
         const resume = inst
           ? h('a', { class: 'button', 'data-nav': '', onclick: onClick, href: `/s/${encodeURIComponent(inst)}/${encodeURIComponent(s.sessionId)}${query({ cwd: s.cwd || path })}` }, 'Resume')
           : h('button', { type: 'button', onclick: onClick }, 'Resume');
-        return h('li', { dataset: { session: String(s.sessionId) } },
+        return h('li', {},
           h('span', { class: 'title', text: s.title || 'Untitled session' }),
           names.length > 1 && s.agent ? h('span', { class: 'badge agent', text: String(s.agent) }) : null,
           h('span', { class: 'muted', text: ago(s.updatedAt) }),
