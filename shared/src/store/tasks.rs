@@ -209,4 +209,16 @@ mod tests {
         s.write(|w| w.revive_project_if_fully_deleted("/p1")).unwrap();
         assert_eq!(s.projects().unwrap()[0].sessions, 3);
     }
+
+    #[test]
+    fn the_agent_of_a_session_is_recorded_and_an_unknown_one_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open_in(dir.path()).unwrap();
+        let alt = SessionMeta { agent: Some("alt\x1b[2J".into()), ..meta("a", "/p") };
+        s.write(|w| w.set_meta(&alt, 1)).unwrap();
+        assert_eq!(s.session_agent("a").unwrap().as_deref(), Some("alt"), "stored as one clean line");
+        s.write(|w| w.set_meta(&meta("a", "/p"), 2)).unwrap();
+        assert_eq!(s.project_sessions("/p", None, 10, &[]).unwrap()[0].agent.as_deref(), Some("alt"));
+        assert_eq!(s.session_agent("nobody").unwrap(), None);
+    }
 }
