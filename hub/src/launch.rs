@@ -83,10 +83,12 @@ fn slot(hub: &Hub, cfg: &zcode_shared::config::Config) -> Result<Slot, (StatusCo
     Ok(slot)
 }
 
-/// The id of a headless serve bridge for the project: a live one, or a new one.
+/// The id of a headless serve bridge of the default agent for the project: a live one, or a
+/// new one.
 pub async fn headless_for(hub: &Arc<Hub>, path: &Path) -> Result<String, Resp> {
     let ws = path.display().to_string();
-    if let Some(id) = hub.registry().serve_instance_in(&ws, Instant::now()) {
+    let default = hub.config().agents.default_name().to_owned();
+    if let Some(id) = hub.registry().serve_instance_in(&ws, &default, Instant::now()) {
         return Ok(id);
     }
     launch(hub, path, None, None, true).await.map_err(|(s, m)| say(s, m))

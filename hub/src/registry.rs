@@ -134,10 +134,12 @@ impl Registry {
         self.live(now).find(|i| i.reg.nonce.as_deref() == Some(nonce)).map(|i| i.reg.id.clone())
     }
 
-    /// A live headless serve instance of `workspace`, if one runs (the newest).
-    pub fn serve_instance_in(&self, workspace: &str, now: Instant) -> Option<String> {
+    /// A live headless serve instance of `workspace` running `agent` (or not saying which),
+    /// if one runs (the newest).
+    pub fn serve_instance_in(&self, workspace: &str, agent: &str, now: Instant) -> Option<String> {
         self.live(now)
             .filter(|i| i.reg.origin == "serve" && i.reg.workspace == workspace)
+            .filter(|i| i.reg.agent.as_deref().is_none_or(|a| a == agent))
             .max_by_key(|i| i.reg.started_at)
             .map(|i| i.reg.id.clone())
     }

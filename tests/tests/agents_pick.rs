@@ -226,6 +226,9 @@ fn the_history_names_each_sessions_agent_and_a_resume_runs_the_agent_that_made_i
     assert_eq!(listed["agent"], "alt");
     let (r, _) = phone.call("session/prompt", prompt(&sid, "back again"));
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    // The history's own bridge stays the default's (the newer alt bridge is not taken for it).
+    let again = get(&w.hub, &format!("/api/projects/sessions?workspacePath={}", w.project.display())).json();
+    assert_eq!(again["instance"], page["instance"]);
 
     // The history named the agent; its own bridge runs the default, which does not know
     // alt's session (what a resume there meets).
