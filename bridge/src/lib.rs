@@ -178,7 +178,7 @@ pub async fn run(
         start_agent: opts.agent_health.is_some(),
         health: opts.agent_health.clone(),
     };
-    let agent = spec.display.clone();
+    let agent = Some(spec.name.clone());
     let (router, events) = router::Router::new(spec, journal, ropts);
     let nudge = router.status_nudge();
     let limits = server::Limits {
@@ -206,7 +206,7 @@ pub async fn run(
             origin: opts.origin,
             nonce: opts.nonce.clone(),
             launcher: opts.launcher,
-            agent: Some(agent),
+            agent,
             health: Some(router.agent_health()),
         },
         nudge,

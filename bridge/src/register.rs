@@ -63,7 +63,7 @@ pub struct Registrant {
     pub nonce: Option<String>,
     /// `up` for the bridge `zcode-acp up` runs.
     pub launcher: Option<&'static str>,
-    /// The agent's command line, as the bridge logs it.
+    /// The agent it runs ([`crate::AgentSpec::name`]).
     pub agent: Option<String>,
     /// The agent's readiness ([`crate::router::Router::agent_health`]): `agentError`.
     pub health: Option<tokio::sync::watch::Receiver<crate::router::AgentHealth>>,

@@ -27,9 +27,12 @@ pub struct AgentSpec {
     pub env: BTreeMap<String, String>,
     /// A human name for logs and errors (the command line).
     pub display: String,
+    /// What the hub's listings and the tasks index call it: its `config.json` name (the
+    /// built-in demo agent's is `demo-agent`), else the command line with the program's file name.
+    pub name: String,
     /// What errors call it ("claude: command not found: …"): its name in config.json when it
     /// has one, else the program.
-    pub name: String,
+    pub label: String,
 }
 
 /// What an agent process reports, tagged with its generation (a restarted agent is a new one).

@@ -24,7 +24,9 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// What a launch ends in: the registered instance's id, or the HTTP error to answer.
 pub type Outcome = Result<String, (StatusCode, String)>;
-type Inflight = HashMap<(String, Option<String>, bool), Arc<tokio::sync::OnceCell<Outcome>>>;
+/// (workspace, session, agent, headless only): what makes two creates identical.
+type Key = (String, Option<String>, Option<String>, bool);
+type Inflight = HashMap<Key, Arc<tokio::sync::OnceCell<Outcome>>>;
 
 /// The creates under way of one hub.
 #[derive(Default)]
@@ -81,18 +83,27 @@ fn slot(hub: &Hub, cfg: &zcode_shared::config::Config) -> Result<Slot, (StatusCo
     Ok(slot)
 }
 
-/// The id of a headless serve bridge for the project: a live one, or a new one.
+/// The id of a headless serve bridge of the default agent for the project: a live one, or a
+/// new one.
 pub async fn headless_for(hub: &Arc<Hub>, path: &Path) -> Result<String, Resp> {
     let ws = path.display().to_string();
-    if let Some(id) = hub.registry().serve_instance_in(&ws, Instant::now()) {
+    let default = hub.config().agents.default_name().to_owned();
+    if let Some(id) = hub.registry().serve_instance_in(&ws, &default, Instant::now()) {
         return Ok(id);
     }
-    launch(hub, path, None, true).await.map_err(|(s, m)| say(s, m))
+    launch(hub, path, None, None, true).await.map_err(|(s, m)| say(s, m))
 }
 
-/// Starts a bridge (joined with an identical one in flight) and waits for its registration.
-pub async fn launch(hub: &Arc<Hub>, path: &Path, session: Option<String>, headless_only: bool) -> Outcome {
-    let key = (path.display().to_string(), session.clone(), headless_only);
+/// Starts a bridge running `agent` (a name [`zcode_shared::config::Agents::knows`]; `None`:
+/// the default), joined with an identical one in flight, and waits for its registration.
+pub async fn launch(
+    hub: &Arc<Hub>,
+    path: &Path,
+    session: Option<String>,
+    agent: Option<String>,
+    headless_only: bool,
+) -> Outcome {
+    let key = (path.display().to_string(), session.clone(), agent.clone(), headless_only);
     let (cell, joined) = {
         let mut map = hub.creates.inflight();
         let joined = map.contains_key(&key);
@@ -102,7 +113,7 @@ pub async fn launch(hub: &Arc<Hub>, path: &Path, session: Option<String>, headle
         tracing::info!(workspace = ?key.0, "an identical create is under way: joining it");
     }
     let out = cell
-        .get_or_init(|| spawn_and_wait(hub.clone(), path.to_owned(), session, headless_only))
+        .get_or_init(|| spawn_and_wait(hub.clone(), path.to_owned(), session, agent, headless_only))
         .await
         .clone();
     // The next create is a new spawn: only concurrent ones share this one.
@@ -117,13 +128,14 @@ async fn spawn_and_wait(
     hub: Arc<Hub>,
     path: std::path::PathBuf,
     session: Option<String>,
+    agent: Option<String>,
     headless_only: bool,
 ) -> Outcome {
     let cfg = hub.config();
     let _slot = slot(&hub, &cfg)?;
     let nonce = nonce();
     let title = title_for(&hub, &path, session.as_deref()).await;
-    let l = Launch { workspace: path, session, title, nonce: nonce.clone(), headless_only };
+    let l = Launch { workspace: path, session, agent, title, nonce: nonce.clone(), headless_only };
     // Opening a window runs programs to completion (tmux, a user's command): not on a worker.
     let started = tokio::task::spawn_blocking(move || spawn::start(&cfg, &l))
         .await

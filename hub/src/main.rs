@@ -27,6 +27,9 @@ struct Cli {
 enum Command {
     /// What an editor spawns instead of its agent: shares the agent with remote clients
     Bridge {
+        /// A named agent from config.json's `agents` (instead of a command after `--`)
+        #[arg(long = "agent", value_name = "NAME", conflicts_with = "agent")]
+        agent_name: Option<String>,
         /// The upstream agent command (default: the configured agent, else the demo agent)
         #[arg(last = true)]
         agent: Vec<String>,
@@ -64,6 +67,9 @@ enum Command {
         /// A session to resume instead of starting a new one
         #[arg(long)]
         resume: Option<String>,
+        /// A named agent from config.json's `agents` (instead of a command after `--`)
+        #[arg(long = "agent", value_name = "NAME", conflicts_with = "agent")]
+        agent_name: Option<String>,
         /// The upstream agent command (default: the configured agent, else the demo agent)
         #[arg(last = true)]
         agent: Vec<String>,
@@ -168,10 +174,10 @@ fn run() -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::DemoAgent { delay_ms, resume_only } => demo_agent(delay_ms, resume_only),
         Command::Token { rotate, public_url } => token(rotate, public_url),
-        Command::Bridge { agent } => bridge(agent),
+        Command::Bridge { agent_name, agent } => bridge(agent_name, agent),
         Command::Serve { cwd, agent_name, agent } => serve(cwd, agent_name, agent),
         Command::Hub { background, detached, successor } => hub(background, detached, successor),
-        Command::Chat { cwd, resume, agent } => chat(cwd, resume, agent),
+        Command::Chat { cwd, resume, agent_name, agent } => chat(cwd, resume, agent_name, agent),
         Command::Up { public_url, tunnel, agent_name, agent } => up(public_url, tunnel, agent_name, agent),
         Command::Stop { all } => stop::stop(all),
         Command::Status { json } => status::status(json),
@@ -210,8 +216,8 @@ fn demo_agent(delay_ms: u64, resume_only: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn bridge(agent: Vec<String>) -> anyhow::Result<ExitCode> {
-    run_bridge(AgentChoice::Command(agent), zcode_bridge::BridgeOptions::from_env())
+fn bridge(agent_name: Option<String>, agent: Vec<String>) -> anyhow::Result<ExitCode> {
+    run_bridge(AgentChoice::new(agent_name, agent), zcode_bridge::BridgeOptions::from_env())
 }
 
 /// A headless bridge in a project, for remote use: it registers with origin `serve` and exits
@@ -228,18 +234,28 @@ fn serve(cwd: Option<PathBuf>, agent_name: Option<String>, agent: Vec<String>) -
 }
 
 /// The terminal client: its own bridge (origin serve, cwd pinned) and a chat on top.
-fn chat(cwd: Option<PathBuf>, resume: Option<String>, agent: Vec<String>) -> anyhow::Result<ExitCode> {
+fn chat(
+    cwd: Option<PathBuf>,
+    resume: Option<String>,
+    agent_name: Option<String>,
+    agent: Vec<String>,
+) -> anyhow::Result<ExitCode> {
     let dir = match cwd {
         Some(d) => d,
         None => std::env::current_dir()?,
     };
     let dir = std::fs::canonicalize(&dir).with_context(|| format!("project directory {}", dir.display()))?;
     let cfg = Config::load()?;
+    // Checked here, where the error can be read: the bridge's stderr goes to a log file.
+    if let Some(name) = &agent_name {
+        agent_spec(&cfg, AgentChoice::Named(name.clone()))?;
+    }
     let _ = zcode_shared::paths::Paths::ensure_private_dir(&cfg.paths.log_dir);
     let opts = zcode_bridge::chat::ChatOptions {
         cwd: dir,
         resume,
         exe: std::env::current_exe().context("cannot find this executable to start the bridge")?,
+        agent_name,
         agent,
         log: Some(cfg.paths.log_dir.join(format!("chat-bridge-{}.log", std::process::id()))),
     };
@@ -300,28 +316,36 @@ fn run_bridge_until(
 }
 
 /// The upstream agent: the arguments after `--`, else the configured default, else the
-/// built-in demo agent (said on stderr, so nobody mistakes it for a real one).
+/// built-in demo agent (said on stderr, so nobody mistakes it for a real one). A name is one
+/// of config.json's `agents`, or `demo-agent` for the built-in one.
 fn agent_spec(cfg: &Config, choice: AgentChoice) -> anyhow::Result<zcode_bridge::AgentSpec> {
     let args = match choice {
         AgentChoice::Command(args) => args,
         AgentChoice::Named(name) => {
-            let Some(a) = cfg.agents.named.get(&name) else {
-                let known = cfg.agents.named.keys().map(String::as_str).collect::<Vec<_>>();
-                anyhow::bail!(
-                    "no agent named {name:?} in {} (its `agents` names: {})",
-                    cfg.paths.config_file.display(),
-                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
-                );
-            };
-            return Ok(spec_of(&name, a));
+            if let Some(a) = cfg.agents.named.get(&name) {
+                return Ok(spec_of(&name, a));
+            }
+            if name == zcode_shared::config::DEMO_AGENT {
+                return demo_spec();
+            }
+            let known = cfg.agents.choices().into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+            anyhow::bail!(
+                "no agent named {name:?} in {} (the agents to choose from: {})",
+                cfg.paths.config_file.display(),
+                known.join(", ")
+            );
         }
         AgentChoice::Resolved(spec) => return Ok(spec),
     };
     if let Some((command, rest)) = args.split_first() {
+        // Listed for people: the program's own name, not the directories it sits in.
+        let program = std::path::Path::new(command).file_name().map(|f| f.to_string_lossy().into_owned());
+        let name = std::iter::once(program.unwrap_or_else(|| command.clone())).chain(rest.iter().cloned());
         return Ok(zcode_bridge::AgentSpec {
             display: args.join(" "),
+            name: name.collect::<Vec<_>>().join(" "),
             // Errors name it by its program's file name ("claude-code-acp: exited with …").
-            name: std::path::Path::new(command)
+            label: std::path::Path::new(command)
                 .file_name()
                 .map_or_else(|| command.clone(), |n| n.to_string_lossy().into_owned()),
             command: command.clone(),
@@ -332,14 +356,20 @@ fn agent_spec(cfg: &Config, choice: AgentChoice) -> anyhow::Result<zcode_bridge:
     if let (Some(name), Some(a)) = (&cfg.agents.default, cfg.agents.default_agent()) {
         return Ok(spec_of(name, a));
     }
-    let exe = std::env::current_exe().context("cannot find this executable to run the demo agent")?;
     eprintln!(
         "zcode-acp: no agent given after `--` and no default agent in {}: running the built-in demo agent",
         cfg.paths.config_file.display()
     );
+    demo_spec()
+}
+
+/// The built-in demo agent: this executable's `demo-agent`.
+fn demo_spec() -> anyhow::Result<zcode_bridge::AgentSpec> {
+    let exe = std::env::current_exe().context("cannot find this executable to run the demo agent")?;
     Ok(zcode_bridge::AgentSpec {
         display: "zcode-acp demo-agent".into(),
-        name: "demo-agent".into(),
+        name: zcode_shared::config::DEMO_AGENT.into(),
+        label: zcode_shared::config::DEMO_AGENT.into(),
         command: exe.to_string_lossy().into_owned(),
         args: vec!["demo-agent".into()],
         env: Default::default(),
@@ -348,13 +378,12 @@ fn agent_spec(cfg: &Config, choice: AgentChoice) -> anyhow::Result<zcode_bridge:
 
 /// The spec of agent `name` of config.json.
 fn spec_of(name: &str, a: &zcode_shared::config::AgentCommand) -> zcode_bridge::AgentSpec {
-    let display =
-        std::iter::once(a.command.clone()).chain(a.args.iter().cloned()).collect::<Vec<_>>().join(" ");
     zcode_bridge::AgentSpec {
         command: a.command.clone(),
         args: a.args.clone(),
         env: a.env.clone(),
-        display,
+        display: a.display(),
+        label: name.to_owned(),
         name: name.to_owned(),
     }
 }

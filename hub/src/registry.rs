@@ -134,12 +134,19 @@ impl Registry {
         self.live(now).find(|i| i.reg.nonce.as_deref() == Some(nonce)).map(|i| i.reg.id.clone())
     }
 
-    /// A live headless serve instance of `workspace`, if one runs (the newest).
-    pub fn serve_instance_in(&self, workspace: &str, now: Instant) -> Option<String> {
+    /// A live headless serve instance of `workspace` running `agent` (or not saying which),
+    /// if one runs (the newest).
+    pub fn serve_instance_in(&self, workspace: &str, agent: &str, now: Instant) -> Option<String> {
         self.live(now)
             .filter(|i| i.reg.origin == "serve" && i.reg.workspace == workspace)
+            .filter(|i| i.reg.agent.as_deref().is_none_or(|a| a == agent))
             .max_by_key(|i| i.reg.started_at)
             .map(|i| i.reg.id.clone())
+    }
+
+    /// The agent live instance `id` said it runs.
+    pub fn agent_of(&self, id: &str, now: Instant) -> Option<String> {
+        self.live(now).find(|i| i.reg.id == id).and_then(|i| i.reg.agent.clone())
     }
 
     /// How many live instances are serve bridges (remote creates' windows and headless ones).
@@ -232,7 +239,7 @@ impl Registry {
             if let Some(v) = &reg.version {
                 row["version"] = v.as_str().into();
             }
-            // And its agent's command line (`zcode-acp status`).
+            // And the agent it runs (its config name, else its command line; `zcode-acp status`).
             if let Some(a) = &reg.agent {
                 row["agent"] = a.as_str().into();
             }

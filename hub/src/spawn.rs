@@ -38,6 +38,8 @@ pub struct Launch {
     /// A session to resume, if any: the window's chat boots into it (a headless bridge gets
     /// it from the client's `session/load`).
     pub session: Option<String>,
+    /// The agent by name (`--agent`); `None`: the default.
+    pub agent: Option<String>,
     /// The window's title.
     pub title: String,
     /// Pairs the bridge's registration with this spawn.
@@ -108,10 +110,12 @@ fn headless(cfg: &Config, l: &Launch) -> std::io::Result<tokio::process::Child> 
     let log =
         std::fs::OpenOptions::new().create(true).append(true).open(cfg.paths.log_dir.join("serve.log"))?;
     let mut cmd = tokio::process::Command::new(exe()?);
-    cmd.arg("serve")
-        .arg("--cwd")
-        .arg(&l.workspace)
-        .current_dir(&l.workspace)
+    cmd.arg("serve").arg("--cwd").arg(&l.workspace);
+    if let Some(agent) = &l.agent {
+        // One argument: a name that starts with `-` stays a value.
+        cmd.arg(format!("--agent={agent}"));
+    }
+    cmd.current_dir(&l.workspace)
         .env("ZCODE_ACP_SPAWN_NONCE", &l.nonce)
         .env("ZCODE_ACP_REMOTE_ORIGIN", "serve")
         .stdin(Stdio::null())
@@ -148,6 +152,9 @@ fn launch_script(cfg: &Config, l: &Launch) -> std::io::Result<PathBuf> {
     );
     if let Some(sid) = &l.session {
         s += &format!(" --resume {}", sh_quote(sid));
+    }
+    if let Some(agent) = &l.agent {
+        s += &format!(" {}", sh_quote(&format!("--agent={agent}")));
     }
     s.push('\n');
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o700).open(&path)?;

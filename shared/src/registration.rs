@@ -31,14 +31,11 @@ pub struct Registration {
     pub version: Option<String>,
     /// What started a serve bridge when it was not the hub: `up` (else absent).
     pub launcher: Option<&'static str>,
-    /// The agent it runs (its command line, at most [`AGENT_MAX`] characters).
+    /// The agent it runs: its `config.json` name, else its command line (one clean line).
     pub agent: Option<String>,
     /// Why its agent is down ("claude: command not found: claude-code-acp"), while it is.
     pub agent_error: Option<String>,
 }
-
-/// The longest agent command line a registration carries (longer ones are cut).
-pub const AGENT_MAX: usize = 200;
 
 /// The longest `agentError` a hub keeps, in bytes (a bridge sends at most 20 lines / 4 KiB of
 /// its agent's stderr after the message).
@@ -112,7 +109,7 @@ impl Registration {
             version: text("version"),
             // A label only: a value this hub does not know is dropped, never refused.
             launcher: (text("launcher").as_deref() == Some("up")).then_some("up"),
-            agent: text("agent").map(|a| a.chars().take(AGENT_MAX).collect()),
+            agent: text("agent").map(|a| crate::text::title(&a)).filter(|a| !a.is_empty()),
             agent_error: text("agentError").map(|e| agent_error(&e)).filter(|e| !e.is_empty()),
         })
     }
@@ -142,7 +139,7 @@ impl Registration {
             v["launcher"] = l.into();
         }
         if let Some(a) = &self.agent {
-            v["agent"] = a.clone().into();
+            v["agent"] = a.as_str().into();
         }
         if let Some(e) = &self.agent_error {
             v["agentError"] = e.clone().into();
@@ -262,6 +259,7 @@ mod tests {
             nonce: Some("n0nce".into()),
             version: Some(crate::VERSION.into()),
             agent_error: Some("fast: exited with status 3\nits last lines on stderr:\nboom".into()),
+            agent: Some("claude".into()),
         };
         let body = reg.to_json("the-token");
         assert_eq!(body["token"], "the-token");

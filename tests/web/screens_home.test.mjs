@@ -212,10 +212,10 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
       const inst = await until('the up instance', async () => (await stack.api('/api/instances')).find((i) => i.pid === up.pid));
       assert.equal(inst.origin, 'serve', 'the contract\'s origin is unchanged');
       await page.goto(`${stack.base}/`);
-      const badge = page.locator(`[data-instance="${inst.id}"] .instance-head .badge`);
+      const badge = page.locator(`[data-instance="${inst.id}"] .instance-head .badge.origin`);
       await badge.waitFor();
       assert.equal((await badge.innerText()).trim(), 'up');
-      assert.equal((await page.locator(`[data-instance="${ed.id}"] .instance-head .badge`).innerText()).trim(), 'editor');
+      assert.equal((await page.locator(`[data-instance="${ed.id}"] .instance-head .badge.origin`).innerText()).trim(), 'editor');
     } finally {
       up.kill('SIGTERM');
     }

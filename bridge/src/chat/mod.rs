@@ -31,6 +31,8 @@ pub struct ChatOptions {
     pub resume: Option<String>,
     /// The `zcode-acp` executable, to start the bridge.
     pub exe: PathBuf,
+    /// A named agent from config.json (`bridge --agent NAME`), if given.
+    pub agent_name: Option<String>,
     /// The agent command (after `--`), if given.
     pub agent: Vec<String>,
     /// Where the bridge's log goes.
@@ -68,7 +70,9 @@ struct Chat {
 pub async fn run(opts: ChatOptions) -> std::io::Result<i32> {
     let mut cmd = tokio::process::Command::new(&opts.exe);
     cmd.arg("bridge");
-    if !opts.agent.is_empty() {
+    if let Some(name) = &opts.agent_name {
+        cmd.arg("--agent").arg(name);
+    } else if !opts.agent.is_empty() {
         cmd.arg("--").args(&opts.agent);
     }
     let stderr = match &opts.log {

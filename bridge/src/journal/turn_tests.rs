@@ -110,6 +110,7 @@ fn recent_turns_span_sessions_newest_first_and_retention_drops_old_records() {
             workspace: "/w/a".into(),
             cwd: "/w/a".into(),
             origin: "serve".into(),
+            agent: None,
         },
         true,
     );

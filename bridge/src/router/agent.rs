@@ -150,6 +150,11 @@ impl AgentLink {
         }
     }
 
+    /// What the tasks index calls this agent ([`AgentSpec::name`]).
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
     /// Whether the agent is initialized.
     pub fn ready(&self) -> bool {
         matches!(self.state, LinkState::Ready { .. })
@@ -273,7 +278,7 @@ impl AgentLink {
     /// The agent went down for a reason that is no failure (a restart): worded like one,
     /// without the stderr tail, and not published.
     pub fn note(&self, what: &str) -> Failure {
-        Failure { head: format!("{}: {what}", self.spec.name), tail: String::new() }
+        Failure { head: format!("{}: {what}", self.spec.label), tail: String::new() }
     }
 
     /// The agent answered `initialize`: any earlier failure is over.

@@ -548,6 +548,7 @@ impl Router {
                 workspace,
                 cwd,
                 origin: self.origin.clone(),
+                agent: Some(self.agent.name().to_owned()),
             },
             revive,
         );

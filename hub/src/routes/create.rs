@@ -1,6 +1,8 @@
-//! `POST /api/instances {workspacePath[, sessionId]}`: a NEW bridge for a known project, in a
-//! terminal window (or headless), answered once it registers (see [`crate::launch`] for the
-//! joining of identical creates and the caps).
+//! `POST /api/instances {workspacePath[, sessionId][, agent]}`: a NEW bridge for a known
+//! project, in a terminal window (or headless), answered once it registers (see
+//! [`crate::launch`] for the joining of identical creates and the caps). `agent` names one of
+//! `GET /api/agents`; without it a resume runs the agent the tasks index recorded for the
+//! session (when it is still configured), anything else the default.
 
 use crate::Hub;
 use crate::catalog;
@@ -29,21 +31,38 @@ pub async fn create(req: Request<Incoming>, hub: &Arc<Hub>) -> Resp {
         return say(StatusCode::FORBIDDEN, "unknown project");
     }
     let cfg = hub.config();
-    let (ws, sid) = (ws.to_owned(), session.clone());
+    let agent = match body.get("agent") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(a)) if cfg.agents.knows(a) => Some(a.clone()),
+        Some(other) => {
+            let known = cfg.agents.choices().into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+            let named = other.as_str().map_or_else(|| other.to_string(), |a| format!("{a:?}"));
+            return say(
+                StatusCode::BAD_REQUEST,
+                format!("unknown agent {named}: the agents to choose from are {}", known.join(", ")),
+            );
+        }
+    };
+    let (ws, sid, chosen) = (ws.to_owned(), session.clone(), agent.is_some());
     // The path checks and the store's answers, off the async workers.
     let checked = hub
         .store
         .run(move |st| {
             let path = std::fs::canonicalize(&ws).ok().filter(|p| p.is_dir())?;
             let creatable = catalog::creatable(st, &cfg, &path);
-            let deleted = sid.map(|s| st.read(|st| st.is_deleted(&s)));
-            Some((path, creatable, deleted))
+            let deleted = sid.as_ref().map(|s| st.read(|st| st.is_deleted(s)));
+            // A resume runs the agent that made the session, unless told otherwise.
+            let recorded = match (chosen, &sid) {
+                (false, Some(s)) => st.read(|st| st.session_agent(s)).ok().flatten(),
+                _ => None,
+            };
+            Some((path, creatable, deleted, recorded.filter(|a| cfg.agents.knows(a))))
         })
         .await;
-    let path = match checked {
+    let (path, agent) = match checked {
         Err(e) => return store_unavailable(e),
         Ok(None) => return say(StatusCode::FORBIDDEN, "unknown project"),
-        Ok(Some((path, creatable, deleted))) => {
+        Ok(Some((path, creatable, deleted, recorded))) => {
             match creatable {
                 Ok(true) => {}
                 Ok(false) => return say(StatusCode::FORBIDDEN, "unknown project"),
@@ -54,10 +73,10 @@ pub async fn create(req: Request<Incoming>, hub: &Arc<Hub>) -> Resp {
                 Some(Err(e)) => return store_unavailable(e),
                 _ => {}
             }
-            path
+            (path, agent.or(recorded))
         }
     };
-    match launch(hub, &path, session, false).await {
+    match launch(hub, &path, session, agent, false).await {
         Ok(id) => json(StatusCode::OK, &json!({"id": id, "reused": false})),
         Err((status, msg)) => say(status, msg),
     }

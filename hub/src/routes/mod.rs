@@ -13,6 +13,7 @@
 //! | `GET /api/instances[?probe=1]` | [`instances`] |
 //! | `* /api/instances/{id}/{rest}` | [`instance_relay`] (to the bridge's `/{rest}`) |
 //! | `POST /api/instances` | [`create`] (a new bridge for a project) |
+//! | `GET /api/agents` | [`agents`] (the agents a create may name) |
 //! | `GET /api/projects`, `GET /api/projects/sessions`, `POST /api/projects/delete`, `GET /api/fs/list` | [`projects`] |
 //! | `GET /api/quota`, `GET /api/settings/quota` | [`quota`] |
 //! | `GET /api/push/vapid-public-key`, `POST|DELETE /api/push/subscriptions` | [`push`] |
@@ -25,6 +26,7 @@
 //! | `GET|HEAD` of any other path (no token) | [`crate::web`]: the web client |
 
 pub mod acp;
+pub mod agents;
 pub mod create;
 pub mod instance_relay;
 pub mod instances;
@@ -115,6 +117,7 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
     }
     match (req.method(), path) {
         (&Method::GET, "/api/projects") => return projects::list(hub).await,
+        (&Method::GET, "/api/agents") => return agents::list(hub),
         (&Method::GET, "/api/projects/sessions") => return projects::sessions(&req, hub).await,
         (&Method::POST, "/api/projects/delete") => return projects::delete(req, hub).await,
         (&Method::GET, "/api/fs/list") => return projects::fs_list(&req, hub).await,

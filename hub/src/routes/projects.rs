@@ -160,6 +160,7 @@ pub async fn sessions(req: &Request<Incoming>, hub: &Arc<Hub>) -> Resp {
         Ok(Err(e)) => return say(StatusCode::BAD_GATEWAY, format!("broken list: {e}")),
         Err(e) => return store_unavailable(e),
     };
+    let agent = hub.registry().agent_of(&instance, std::time::Instant::now());
     let more = rows.len() as i64 > limit;
     let rows = &rows[..rows.len().min(limit as usize)];
     let next = if more {
@@ -170,12 +171,12 @@ pub async fn sessions(req: &Request<Incoming>, hub: &Arc<Hub>) -> Resp {
     let sessions: Vec<Value> = rows
         .iter()
         .map(|r| {
-            json!({"sessionId": r.session_id, "title": r.title, "cwd": r.cwd,
+            json!({"sessionId": r.session_id, "title": r.title, "cwd": r.cwd, "agent": r.agent,
                    "updatedAt": zcode_shared::time::iso8601(r.updated_at.max(0) as u64), "live": false, "running": false})
         })
         .collect();
     json(
         StatusCode::OK,
-        &json!({"workspacePath": path_s, "instance": {"id": instance, "origin": "serve"}, "sessions": sessions, "nextCursor": next}),
+        &json!({"workspacePath": path_s, "instance": {"id": instance, "origin": "serve", "agent": agent}, "sessions": sessions, "nextCursor": next}),
     )
 }

@@ -115,6 +115,7 @@ export function homeView(root, app) {
         h('div', { class: 'instance-head' },
           h('strong', { text: baseName(inst.workspace) }),
           h('span', { class: 'badge origin', text: originLabel(inst) }),
+          inst.agent ? h('span', { class: 'badge agent', title: `Agent: ${inst.agent}`, text: String(inst.agent) }) : null,
           h('span', { class: 'muted path', text: String(inst.workspace || '') }),
           h('a', { class: 'button', href: `/n/${encodeURIComponent(inst.id)}?cwd=${encodeURIComponent(inst.workspace || '')}`, 'data-nav': '' }, 'New session')),
         // Its agent cannot start (or crashed): said in the bridge's words, stderr tail included.

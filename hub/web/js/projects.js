@@ -2,6 +2,8 @@
 // resume, create (`POST /api/instances`), project delete (`POST /api/projects/delete`), and
 // the directory browser (`/api/fs/list`) with create in a creatable directory. A hub that
 // does not offer one of these says so in place; nothing else on the page depends on them.
+// With several agents configured (`/api/agents`), a create picks one, and a resume runs the
+// agent that made the session (on a bridge of the project that runs it, else a new one).
 
 import { h, clear, ago, baseName, toast, modal, plural, short } from './dom.js';
 import { getJson, postJson, query } from './api.js';
@@ -15,20 +17,43 @@ function failure(box, e, retry) {
     e.kind === 'missing' ? null : h('button', { type: 'button', onclick: retry }, 'Retry'));
 }
 
-/** Creates a session in `path` (a new instance), waits for it to register, opens it. */
-export async function createIn(app, path, button) {
+let agentsCall = null;
+/** The agents a create may name, `{default, agents: [{name, command}]}`, asked once per page
+ * (a hub without the route offers only its default: no choice). */
+function agents() {
+  if (!agentsCall) {
+    agentsCall = getJson('/api/agents', 'Agents').catch(() => {
+      agentsCall = null;
+      return { default: null, agents: [] };
+    });
+  }
+  return agentsCall;
+}
+
+/**
+ * An agent picker: `{node, value()}`. The `<select>` (default preselected) shows only when
+ * more than one agent is configured; `value()` is `null` (the default) while it is hidden.
+ */
+function agentPicker() {
+  const select = h('select', { 'aria-label': 'Agent' });
+  const node = h('label', { class: 'pick agent-pick', hidden: true }, 'Agent', select);
+  agents().then((a) => {
+    const list = (Array.isArray(a.agents) ? a.agents : []).filter((x) => x && x.name);
+    if (list.length < 2) return;
+    select.replaceChildren(...list.map((x) => h('option', { value: String(x.name), title: String(x.command || '') }, String(x.name))));
+    select.value = String(a.default);
+    node.hidden = false;
+  });
+  return { node, value: () => (node.hidden ? null : select.value) };
+}
+
+/** Creates a session in `path` (a new instance running `agent`, else the default), waits for
+ * it to register, opens it. */
+export async function createIn(app, path, button, agent = null) {
   if (button) button.disabled = true;
   toast(`Starting a session in ${baseName(path)}… (a window may open on the machine)`);
   try {
-    const r = await postJson('/api/instances', { workspacePath: path }, 'Create');
-    const id = String(r.id);
-    const deadline = Date.now() + CREATE_WAIT_MS;
-    for (;;) {
-      const list = await getJson('/api/instances', 'The instance list');
-      if (Array.isArray(list) && list.some((i) => String(i.id) === id)) break;
-      if (Date.now() > deadline) throw new Error('The new instance never registered with the hub.');
-      await new Promise((res) => setTimeout(res, 300));
-    }
+    const id = await startInstance(path, agent ? { agent } : {});
     app.navigate(`/n/${encodeURIComponent(id)}${query({ cwd: path })}`);
   } catch (e) {
     const msg = e.status === 403 ? `${path} is not a known project (nor under a configured project root).` : e.message;
@@ -38,8 +63,41 @@ export async function createIn(app, path, button) {
   }
 }
 
+/** Resumes session `s` of `path` on a bridge that runs `agent`: a live one of the project,
+ * else a new one (`POST /api/instances {sessionId, agent}`). */
+async function resumeWith(app, path, s, agent, button) {
+  if (button) button.disabled = true;
+  const open = (id) => app.navigate(`/s/${encodeURIComponent(id)}/${encodeURIComponent(s.sessionId)}${query({ cwd: s.cwd || path })}`);
+  try {
+    const list = await getJson('/api/instances', 'The instance list');
+    const running = (Array.isArray(list) ? list : []).filter((i) => i.workspace === path && i.agent === agent)
+      .sort((a, b) => (a.origin === 'serve' ? 0 : 1) - (b.origin === 'serve' ? 0 : 1));
+    if (running.length) return open(String(running[0].id));
+    toast(`Starting ${agent || 'the agent'} in ${baseName(path)}… (a window may open on the machine)`);
+    open(await startInstance(path, { sessionId: s.sessionId, ...(agent ? { agent } : {}) }));
+  } catch (e) {
+    toast(`Could not resume the session: ${e.message}`, 'error', 9000);
+  } finally {
+    if (button) button.disabled = false;
+  }
+}
+
+/** `POST /api/instances` for `path` with `extra`; the new instance's id once it is listed. */
+async function startInstance(path, extra) {
+  const r = await postJson('/api/instances', { workspacePath: path, ...extra }, 'Create');
+  const id = String(r.id);
+  const deadline = Date.now() + CREATE_WAIT_MS;
+  for (;;) {
+    const list = await getJson('/api/instances', 'The instance list');
+    if (Array.isArray(list) && list.some((i) => String(i.id) === id)) return id;
+    if (Date.now() > deadline) throw new Error('The new instance never registered with the hub.');
+    await new Promise((res) => setTimeout(res, 300));
+  }
+}
+
 /** The projects card: `{node, stop}`. */
 export function projectsSection(app) {
+  agentsCall = null; // asked again on every visit home: the hub's config.json may have changed
   const body = h('div', {}, h('p', { class: 'muted', text: 'Loading projects…' }));
   const node = h('section', { class: 'card', id: 'projects', 'aria-labelledby': 'projects-h' },
     h('div', { class: 'card-head' }, h('h2', { id: 'projects-h', text: 'Projects' }),
@@ -66,26 +124,27 @@ export function projectsSection(app) {
   function projectRow(p) {
     const path = String(p.workspacePath || '');
     const history = h('div', { class: 'history', hidden: true });
-    const create = h('button', { type: 'button', class: 'primary', onclick: () => createIn(app, path, create) }, 'New session');
+    const picker = agentPicker();
+    const create = h('button', { type: 'button', class: 'primary', onclick: () => createIn(app, path, create, picker.value()) }, 'New session');
     return h('li', { class: 'project', dataset: { path } },
       h('div', { class: 'project-head' },
         h('strong', { text: baseName(path) }), h('span', { class: 'muted path', text: path }),
         h('span', { class: 'muted', text: `${plural(p.sessions, 'session')} · ${ago(p.lastActive)}` })),
       h('div', { class: 'actions' },
-        h('button', { type: 'button', 'aria-expanded': 'false', onclick: (e) => toggleHistory(e.currentTarget, path, history) }, 'History'),
-        create,
+        h('button', { type: 'button', 'aria-expanded': 'false', onclick: (e) => toggleHistory(e.currentTarget, path, history, picker) }, 'History'),
+        create, picker.node,
         h('button', { type: 'button', class: 'danger', onclick: () => deleteProject(path) }, 'Delete')),
       history);
   }
 
-  function toggleHistory(button, path, box) {
+  function toggleHistory(button, path, box, picker) {
     const open = box.hidden;
     box.hidden = !open;
     button.setAttribute('aria-expanded', String(open));
-    if (open && !box.childElementCount) historyPage(path, box, null);
+    if (open && !box.childElementCount) historyPage(path, box, null, picker);
   }
 
-  async function historyPage(path, box, cursor) {
+  async function historyPage(path, box, cursor, picker) {
     const more = box.querySelector('.more');
     if (more) more.remove();
     const loading = h('p', { class: 'muted', text: 'Loading the history (a headless bridge may start)…' });
@@ -95,19 +154,37 @@ export function projectsSection(app) {
       loading.remove();
       const inst = page.instance && page.instance.id;
       const rows = Array.isArray(page.sessions) ? page.sessions : [];
+      const choice = await agents();
+      const names = (Array.isArray(choice.agents) ? choice.agents : []).map((a) => a && a.name);
       if (!rows.length && !cursor) box.append(h('p', { class: 'muted', text: 'No earlier session.' }));
-      box.append(h('ul', { class: 'rows' }, rows.map((s) => h('li', {},
-        h('span', { class: 'title', text: short(s.title) || 'Untitled session' }),
-        h('span', { class: 'muted', text: ago(s.updatedAt) }),
-        inst ? h('a', { class: 'button', 'data-nav': '', href: `/s/${encodeURIComponent(inst)}/${encodeURIComponent(s.sessionId)}${query({ cwd: s.cwd || path })}` }, 'Resume') : null))));
+      box.append(h('ul', { class: 'rows' }, rows.map((s) => {
+        // The agent that made it (as recorded), else the one picked for the project when
+        // Resume is pressed. The history's own bridge serves it when it runs that agent.
+        const recorded = names.includes(s.agent) ? s.agent : null;
+        const chosen = () => recorded || picker.value() || choice.default;
+        const mine = (agent) => inst && (!page.instance.agent || !agent || page.instance.agent === agent);
+        const onClick = (e) => {
+          if (mine(chosen())) return; // the link does it
+          e.preventDefault();
+          resumeWith(app, path, s, chosen(), e.currentTarget);
+        };
+        const resume = inst
+          ? h('a', { class: 'button', 'data-nav': '', onclick: onClick, href: `/s/${encodeURIComponent(inst)}/${encodeURIComponent(s.sessionId)}${query({ cwd: s.cwd || path })}` }, 'Resume')
+          : h('button', { type: 'button', onclick: onClick }, 'Resume');
+        return h('li', {},
+          h('span', { class: 'title', text: short(s.title) || 'Untitled session' }),
+          names.length > 1 && s.agent ? h('span', { class: 'badge agent', text: String(s.agent) }) : null,
+          h('span', { class: 'muted', text: ago(s.updatedAt) }),
+          resume);
+      })));
       if (page.nextCursor) {
-        box.append(h('button', { type: 'button', class: 'more', onclick: () => historyPage(path, box, page.nextCursor) }, 'Older sessions'));
+        box.append(h('button', { type: 'button', class: 'more', onclick: () => historyPage(path, box, page.nextCursor, picker) }, 'Older sessions'));
       }
     } catch (e) {
       loading.remove();
       const msg = e.status === 403 ? 'This project is no longer known to the hub.' : e.message;
       box.append(h('p', { class: 'error', role: 'alert', text: msg }),
-        h('button', { type: 'button', class: 'more', onclick: () => { clear(box); historyPage(path, box, cursor); } }, 'Retry'));
+        h('button', { type: 'button', class: 'more', onclick: () => { clear(box); historyPage(path, box, cursor, picker); } }, 'Retry'));
     }
   }
 
@@ -161,6 +238,8 @@ export function browseSection(app) {
   let current = null;
   let stopped = false;
   let away = false;
+  // One picker for the card: a choice made stays while browsing.
+  const picker = agentPicker();
 
   async function open(path) {
     body.replaceChildren(h('p', { class: 'muted', text: 'Listing…' }));
@@ -178,7 +257,7 @@ export function browseSection(app) {
     const base = String(dir.path || '/').replace(/\/$/, '');
     const create = h('button', {
       type: 'button', class: 'primary', disabled: !dir.creatable, 'aria-describedby': dir.creatable ? null : 'create-why',
-      onclick: () => createIn(app, dir.path, create),
+      onclick: () => createIn(app, dir.path, create, picker.value()),
     }, 'Start a session here');
     // Said in the page, not in a tooltip: a phone cannot hover.
     const why = dir.creatable ? null : h('p', { class: 'muted why', id: 'create-why' },
@@ -187,7 +266,7 @@ export function browseSection(app) {
     clear(body,
       h('div', { class: 'browse-head' },
         h('button', { type: 'button', disabled: !dir.parent, 'aria-label': 'Parent directory', onclick: () => open(dir.parent) }, '↑'),
-        h('code', { class: 'path', text: String(dir.path || '') }), create),
+        h('code', { class: 'path', text: String(dir.path || '') }), create, dir.creatable ? picker.node : null),
       why,
       h('ul', { class: 'rows dirs' }, entries.map((e) => h('li', {},
         h('button', { type: 'button', class: 'link', onclick: () => open(`${base}/${e.name}`) }, `${String(e.name)}/`)))),

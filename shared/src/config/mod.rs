@@ -112,10 +112,44 @@ pub struct Agents {
     pub default: Option<String>,
 }
 
+/// The name the built-in demo agent goes by where agents are listed and chosen (`--agent`,
+/// `POST /api/instances {agent}`): it is the default when `agents.default` is not set. A
+/// configured agent of that name takes its place.
+pub const DEMO_AGENT: &str = "demo-agent";
+
 impl Agents {
     /// The default agent's command, if one is configured.
     pub fn default_agent(&self) -> Option<&AgentCommand> {
         self.named.get(self.default.as_deref()?)
+    }
+
+    /// The name of the agent a bridge runs when none is chosen: `agents.default`, else
+    /// [`DEMO_AGENT`].
+    pub fn default_name(&self) -> &str {
+        self.default.as_deref().unwrap_or(DEMO_AGENT)
+    }
+
+    /// Every agent a client may choose: (name, command line for display; never its env). The
+    /// built-in demo agent comes first when it is the default, then the configured ones by name.
+    pub fn choices(&self) -> Vec<(String, String)> {
+        let builtin = (self.default.is_none() && !self.named.contains_key(DEMO_AGENT))
+            .then(|| (DEMO_AGENT.to_owned(), "zcode-acp demo-agent".to_owned()));
+        builtin.into_iter().chain(self.named.iter().map(|(n, a)| (n.clone(), a.display()))).collect()
+    }
+
+    /// Whether `name` is one of [`Agents::choices`].
+    pub fn knows(&self, name: &str) -> bool {
+        self.named.contains_key(name) || (name == DEMO_AGENT && self.default.is_none())
+    }
+}
+
+impl AgentCommand {
+    /// The command line as people read it (program and arguments; the env stays out).
+    pub fn display(&self) -> String {
+        std::iter::once(self.command.as_str())
+            .chain(self.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 

@@ -120,6 +120,23 @@ fn agents_section_is_parsed() {
     assert_eq!(a.args, vec!["claude-agent-acp"]);
     assert_eq!(a.env.get("A").map(String::as_str), Some("1"));
     assert_eq!(cfg.agents.named.len(), 2);
+    assert_eq!(cfg.agents.default_name(), "claude");
+    assert_eq!(
+        cfg.agents.choices(),
+        vec![("claude".into(), "npx claude-agent-acp".into()), ("gemini".into(), "gemini --acp".into())]
+    );
+    assert!(!cfg.agents.knows(DEMO_AGENT), "the demo agent is a choice only as the default");
+}
+
+#[test]
+fn without_a_default_the_demo_agent_is_the_first_choice() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), r#"{"agents": {"gemini": {"command": "gemini"}}}"#);
+    let cfg = Config::load_from(&env_with_home(dir.path(), &[])).unwrap();
+    assert_eq!(cfg.agents.default_name(), DEMO_AGENT);
+    let names: Vec<String> = cfg.agents.choices().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, [DEMO_AGENT, "gemini"]);
+    assert!(cfg.agents.knows(DEMO_AGENT) && cfg.agents.knows("gemini") && !cfg.agents.knows("claude"));
 }
 
 #[test]

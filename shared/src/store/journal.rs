@@ -15,6 +15,8 @@ pub struct SessionMeta {
     pub cwd: String,
     /// `editor` or `serve`.
     pub origin: String,
+    /// The agent running it (`AgentSpec::name`), when the bridge knows one.
+    pub agent: Option<String>,
 }
 
 /// A session's journal counters.
@@ -73,9 +75,10 @@ impl Writer<'_> {
         Ok(())
     }
 
-    /// Records where a session lives (workspace, cwd, origin). `revive`: this use is real use
-    /// from an editor or CLI, so the session (and a fully deleted project) is no longer
-    /// deleted (a hide, not a ban); any other use leaves a tombstone as it is.
+    /// Records where a session lives (workspace, cwd, origin) and which agent runs it (an
+    /// unknown agent keeps the recorded one). `revive`: this use is real use from an editor or
+    /// CLI, so the session (and a fully deleted project) is no longer deleted (a hide, not a
+    /// ban); any other use leaves a tombstone as it is.
     pub fn set_meta(&self, meta: &SessionMeta, revive: bool, now: u64) -> Result<(), StoreError> {
         self.ensure_session(&meta.session_id, now)?;
         if revive {
@@ -84,9 +87,17 @@ impl Writer<'_> {
         self.tx
             .prepare_cached(
                 "UPDATE sessions SET workspace = ?2, cwd = ?3, origin = ?4, updated_at = max(updated_at, ?5),
-                 deleted = deleted AND NOT ?6 WHERE session_id = ?1",
+                 deleted = deleted AND NOT ?6, agent = coalesce(?7, agent) WHERE session_id = ?1",
             )?
-            .execute(params![meta.session_id, meta.workspace, meta.cwd, meta.origin, now as i64, revive])?;
+            .execute(params![
+                meta.session_id,
+                meta.workspace,
+                meta.cwd,
+                meta.origin,
+                now as i64,
+                revive,
+                meta.agent.as_deref().map(crate::text::title)
+            ])?;
         Ok(())
     }
 

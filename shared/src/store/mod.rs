@@ -110,6 +110,8 @@ const MIGRATIONS: &[&str] = &[
         context_size INTEGER,
         context_at INTEGER
      ) WITHOUT ROWID;",
+    // 4: the agent that made (last ran) each session: its config name, else its command line.
+    "ALTER TABLE sessions ADD COLUMN agent TEXT;",
 ];
 
 /// What went wrong with the store.

@@ -2,7 +2,7 @@
 //! project APIs. Soft deletes are tombstones (`deleted = 1`); archived rows stay hidden.
 
 use super::{Store, StoreError, Writer};
-use rusqlite::params;
+use rusqlite::{OptionalExtension, params};
 
 /// A project: a workspace with visible sessions.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,6 +26,8 @@ pub struct SessionRow {
     pub cwd: String,
     /// Last activity, epoch ms.
     pub updated_at: i64,
+    /// The agent that ran it last, if recorded (config name, else command line).
+    pub agent: Option<String>,
 }
 
 /// What the index says about one session a listing names.
@@ -86,7 +88,7 @@ impl Store {
         Ok(self
             .conn()
             .prepare_cached(
-                "SELECT session_id, title, cwd, updated_at FROM sessions
+                "SELECT session_id, title, cwd, updated_at, agent FROM sessions
                  WHERE workspace = ?1 AND deleted = 0 AND archived = 0
                    AND (updated_at < ?2 OR (updated_at = ?2 AND session_id < ?3))
                    AND session_id NOT IN (SELECT value FROM json_each(?4))
@@ -98,9 +100,20 @@ impl Store {
                     title: r.get(1)?,
                     cwd: r.get(2)?,
                     updated_at: r.get(3)?,
+                    agent: r.get(4)?,
                 })
             })?
             .collect::<Result<_, _>>()?)
+    }
+
+    /// The agent recorded for session `id` (see [`SessionRow::agent`]), if any.
+    pub fn session_agent(&self, id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT agent FROM sessions WHERE session_id = ?1")?
+            .query_row(params![id], |r| r.get(0))
+            .optional()?
+            .flatten())
     }
 
     /// Whether the workspace has ever run a session (deleted or not).
@@ -140,7 +153,13 @@ mod tests {
     use super::*;
 
     fn meta(s: &str, ws: &str) -> SessionMeta {
-        SessionMeta { session_id: s.into(), workspace: ws.into(), cwd: ws.into(), origin: "editor".into() }
+        SessionMeta {
+            session_id: s.into(),
+            workspace: ws.into(),
+            cwd: ws.into(),
+            origin: "editor".into(),
+            agent: None,
+        }
     }
 
     #[test]
@@ -194,5 +213,17 @@ mod tests {
         assert_eq!(s.is_deleted("b").unwrap(), Some(true));
         s.write(|w| w.set_meta(&meta("b", "/p1"), true, 500)).unwrap();
         assert_eq!(s.is_deleted("b").unwrap(), Some(false));
+    }
+
+    #[test]
+    fn the_agent_of_a_session_is_recorded_and_an_unknown_one_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open_in(dir.path()).unwrap();
+        let alt = SessionMeta { agent: Some("alt\x1b[2J".into()), ..meta("a", "/p") };
+        s.write(|w| w.set_meta(&alt, true, 1)).unwrap();
+        assert_eq!(s.session_agent("a").unwrap().as_deref(), Some("alt"), "stored as one clean line");
+        s.write(|w| w.set_meta(&meta("a", "/p"), true, 2)).unwrap();
+        assert_eq!(s.project_sessions("/p", None, 10, &[]).unwrap()[0].agent.as_deref(), Some("alt"));
+        assert_eq!(s.session_agent("nobody").unwrap(), None);
     }
 }
