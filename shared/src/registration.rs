@@ -259,7 +259,6 @@ mod tests {
             nonce: Some("n0nce".into()),
             version: Some(crate::VERSION.into()),
             agent_error: Some("fast: exited with status 3\nits last lines on stderr:\nboom".into()),
-            agent: Some("claude".into()),
         };
         let body = reg.to_json("the-token");
         assert_eq!(body["token"], "the-token");
