@@ -364,7 +364,9 @@ mod tests {
         assert!(matches!(w("offset=5"), Ok(Window::Bytes { offset: 5, length: None })));
         assert!(matches!(w("line=3"), Ok(Window::Lines { line: 3, limit: 200 })));
         assert!(w("offset=1&line=1").is_err());
-        assert!(w("limit=5001").is_err());
+        // The contract caps a line window at 5000 lines: past it, clamped; not a number, refused.
+        assert!(matches!(w("limit=5001"), Ok(Window::Lines { line: 1, limit: 5000 })));
+        assert!(w("limit=many").is_err());
         assert!(w("line=0").is_err());
         assert!(w("offset=abc").is_err());
         assert!(w("length=-5").is_err());
