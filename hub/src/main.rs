@@ -614,6 +614,9 @@ fn up(
     };
     let public_url = tunnel.as_ref().map(|t| t.url.clone()).or(public_url);
     let url = pairing_url(&host, port, &token, public_url);
+    // What `zcode-acp status` shows as the hub's tunnel, for as long as this `up` runs: written
+    // before the banner, so whoever reads the banner finds it.
+    let _advert = tunnel.as_ref().map(|t| tunnel::Advert::write(&cfg.paths, &t.url));
     let dir = std::fs::canonicalize(std::env::current_dir()?)?;
     let mut opts = zcode_bridge::BridgeOptions::serve(&cfg, dir);
     opts.idle_exit = None;
@@ -652,8 +655,6 @@ fn up(
     if let Some(t) = &tunnel {
         println!("  tunnel: {} (pid {}), stopped with this command", t.url, t.pid());
     }
-    // What `zcode-acp status` shows as the hub's tunnel, for as long as this `up` runs.
-    let _advert = tunnel.as_ref().map(|t| tunnel::Advert::write(&cfg.paths, &t.url));
     // A plain `stop` would leave this bridge, which starts a new hub at its next heartbeat.
     println!(
         "Ctrl-C stops this bridge; the hub exits by itself when idle \

@@ -178,10 +178,28 @@ function showFatal(e) {
     ' ', h('a', { class: 'button', href: '/' }, 'Home')));
 }
 
-function boot() {
+/**
+ * A token that just came in a pairing link is tried with ONE request before any screen asks
+ * for more: a wrong one then costs one attempt of the hub's per-address limit, not one per
+ * part of the home screen (which would soon answer 429 to the right token's retry too).
+ */
+async function tryNewToken() {
+  try {
+    await getJson('/api/instances', 'Checking the token');
+  } catch (e) {
+    if (e.kind !== 'auth') return true;
+    setToken('');
+    app.pair('That token was rejected by the hub.');
+    return false;
+  }
+  return true;
+}
+
+async function boot() {
   startApp();
   const paired = takeTokenFromFragment();
   if (paired && !token()) return app.pair('The pairing link had an empty token.');
+  if (paired && !(await tryNewToken())) return;
   window.addEventListener('popstate', route);
   document.addEventListener('click', (e) => {
     const a = e.target.closest && e.target.closest('a[data-nav]');
@@ -191,7 +209,7 @@ function boot() {
   });
   $('#conn').addEventListener('click', () => ($('#conn-detail').hidden ? showConnDetail() : hideConnDetail()));
   window.addEventListener('unhandledrejection', (e) => { console.warn('unhandled', e.reason); e.preventDefault(); });
-  window.addEventListener('hashchange', () => { if (takeTokenFromFragment()) route(); });
+  window.addEventListener('hashchange', async () => { if (takeTokenFromFragment() && (await tryNewToken())) route(); });
   route();
 }
 
