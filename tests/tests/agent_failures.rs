@@ -75,7 +75,8 @@ fn an_agent_that_refuses_initialize_is_quoted() {
         msg.starts_with("python3: refused initialize: Authentication required: run `claude login` first"),
         "{msg}"
     );
-    assert!(msg.ends_with("checking credentials"), "{msg}");
+    // Its stderr tail may follow (when the line was read before the answer: a race between
+    // two pipes, so not asserted here; the exit test checks the tail).
     let msg = refused_initialize(&mut b.remote());
     assert!(msg.contains("Authentication required"), "{msg}");
 }

@@ -33,7 +33,9 @@ fn the_web_client_passes_its_browser_tests() {
         files.push("tests/web/".to_owned());
     }
     let status = Command::new("node")
-        .args(["--test", "--test-reporter=spec"])
+        // Two files at a time: most of a file's time is spent waiting on the hub, bridges and
+        // chromium, and node's default on two cores is one.
+        .args(["--test", "--test-reporter=spec", "--test-concurrency=2"])
         .args(&files)
         .current_dir(&root)
         .env("ZCODE_ACP_BIN", zcode_tests::bin())

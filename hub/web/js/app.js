@@ -189,7 +189,7 @@ async function tryNewToken() {
   } catch (e) {
     if (e.kind !== 'auth') return true;
     setToken('');
-    app.pair('That token was rejected by the hub.');
+    app.pair(e.message);
     return false;
   }
   return true;
