@@ -307,7 +307,8 @@ fn module_graph(krate: &str) -> (Vec<String>, ModuleGraph) {
         }
         let Some(from) = path.first().filter(|m| modules.contains(m)).cloned() else { continue };
         for (at, line) in lines.iter().enumerate() {
-            let text = lines[at..].join("\n");
+            // A group may run over the lines after it.
+            let text = if line.contains("::{") { lines[at..].join("\n") } else { line.clone() };
             for target in named_modules(line, &text, &path) {
                 let target = reexported.get(&target).cloned().unwrap_or(target);
                 if target != from && modules.contains(&target) {
