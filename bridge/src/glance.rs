@@ -2,7 +2,7 @@
 //! board read from each bridge (see `router::glance`). Answered from the router's memory, so
 //! they are cheap; a router that does not answer within 2 s is `503 bridge busy`.
 
-use crate::files::{Resp, full, text};
+use crate::http::{Resp, full, text};
 use crate::router::{Event, Glance};
 use bytes::Bytes;
 use hyper::header::{self, HeaderValue};

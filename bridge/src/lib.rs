@@ -27,6 +27,8 @@ pub mod demo;
 pub mod files;
 pub mod glance;
 pub mod hooks;
+pub mod http;
+pub mod hub;
 pub mod journal;
 pub mod lifecycle;
 pub mod local;

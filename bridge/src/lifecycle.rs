@@ -2,7 +2,7 @@
 //! `/api/instances/{id}/sessions/{sessionId}/{close,rename,delete}`): parse and bound the
 //! request here, let the router decide.
 
-use crate::files::{Resp, full, text};
+use crate::http::{Resp, full, text};
 use crate::router::{Event, Lifecycle};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;

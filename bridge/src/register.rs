@@ -29,13 +29,13 @@
 //!   no hub (a hub is started, throttled; it refuses to run and says why in `logs/hub.log`);
 //!   the refusal is logged once, and the bridge goes on serving its editor and retrying.
 
+use crate::hub::{hub_addr, verify};
 use crate::router::{Event, SessionStatus};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -288,33 +288,6 @@ enum Unsent {
     Unreachable,
     /// The port is not held by a process of this user: nothing was written to it.
     NotOurs,
-}
-
-/// Where the hub listens: the configured host (loopback when it listens everywhere) and
-/// the configured port, or the port file's when that is 0.
-pub(crate) fn hub_addr(cfg: &Config) -> Option<(String, u16)> {
-    let r = &cfg.remote;
-    let host = match r.hub_host.parse::<IpAddr>() {
-        Ok(ip) if !ip.is_unspecified() => ip.to_string(),
-        Ok(_) => "127.0.0.1".to_owned(),
-        Err(_) => r.hub_host.clone(),
-    };
-    Some((host, cfg.hub_port_now()?))
-}
-
-/// Whether the other end of `tcp` (the hub's `port`) belongs to this user.
-pub(crate) async fn verify(
-    tcp: &tokio::net::TcpStream,
-    port: u16,
-) -> Result<(), zcode_shared::peer::PeerError> {
-    let unknown = |reason: String| zcode_shared::peer::PeerError::Unknown { port, reason };
-    let (local, peer) = (tcp.local_addr(), tcp.peer_addr());
-    let (local, peer) =
-        (local.map_err(|e| unknown(e.to_string()))?, peer.map_err(|e| unknown(e.to_string()))?);
-    // Reading the kernel's TCP tables is blocking file I/O.
-    tokio::task::spawn_blocking(move || zcode_shared::peer::verify(local, peer))
-        .await
-        .unwrap_or_else(|e| Err(unknown(e.to_string())))
 }
 
 /// A router session as the registration advertises it.

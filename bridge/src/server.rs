@@ -12,7 +12,8 @@
 //! [`crate::slots`] caps open connections, evicting the oldest untrusted one at the cap. A
 //! remote client's writes are bounded too: see [`crate::stall`].
 
-use crate::files::{self, Resp, full, text};
+use crate::files;
+use crate::http::{Resp, full, text};
 use crate::remote::{Remote, WRITE_BATCH};
 use crate::router::{ClientId, ClientKind, Event, Outbox, REMOTE_QUEUE_LIMIT};
 use crate::slots::{Slot, Slots};

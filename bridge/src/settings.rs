@@ -4,7 +4,7 @@
 //! this bridge adds what only it knows: its agent's report, its `needs-restart` count (hooks,
 //! MCP, subagent writes alike) and, for `all`, its usage recorder's payload.
 
-use crate::files::{Resp, full, text};
+use crate::http::{Resp, full, text};
 use crate::router::Event;
 use crate::router::settings::{SettingsEvent, SettingsHandle};
 use http_body_util::{BodyExt, Limited};

@@ -32,6 +32,7 @@ pub mod daemon;
 pub mod http;
 pub mod launch;
 pub mod overview;
+pub mod pools;
 pub mod push;
 pub mod quota_card;
 pub mod registry;

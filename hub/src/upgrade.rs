@@ -18,7 +18,7 @@
 
 use crate::Hub;
 use crate::http::{Resp, json};
-use crate::version::{Build, fingerprint};
+use crate::version::{Build, FileKey, file_key, fingerprint};
 use hyper::StatusCode;
 use std::cmp::Ordering;
 use std::path::{Path, PathBuf};
@@ -44,15 +44,6 @@ pub struct State {
     /// The last disk fingerprint computed, by the file's identity: checks of an unchanged
     /// file do not hash tens of MiB again.
     hashed: Arc<Mutex<Option<(FileKey, String)>>>,
-}
-
-/// What identifies a file's content without reading it: device, inode, size, mtime.
-pub type FileKey = (u64, u64, u64, Option<SystemTime>);
-
-/// `meta`'s [`FileKey`].
-pub fn file_key(meta: &std::fs::Metadata) -> FileKey {
-    use std::os::unix::fs::MetadataExt;
-    (meta.dev(), meta.ino(), meta.len(), meta.modified().ok())
 }
 
 impl State {

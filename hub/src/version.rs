@@ -1,18 +1,16 @@
 //! What the running hub is: its version, the content fingerprint of its binary, when it
-//! started, and the machine's persistent `hostId` (`GET /api/version`). The upgrade check
-//! ([`crate::upgrade`]) compares the binary on disk against this.
+//! started, and the machine's persistent `hostId` (`GET /api/version`, in
+//! [`crate::routes::version`]). The upgrade check ([`crate::upgrade`]) compares the binary on
+//! disk against this.
 //!
 //! The fingerprint is the SHA-256 of `/proc/self/exe`, which names the running inode even after
 //! the file at the binary's path was replaced; it is computed once, on a thread of its own at
 //! start (a debug binary is tens of MiB), and awaited by whoever needs it first.
 
-use crate::Hub;
-use crate::http::{Resp, json};
-use hyper::StatusCode;
 use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::SystemTime;
 use tokio::sync::watch;
 
@@ -29,7 +27,7 @@ pub struct Build {
     /// The machine's persistent random id (`<data>/host-id`).
     pub host_id: String,
     /// The identity of the running binary's file at start (an unchanged file is not hashed).
-    pub exe_key: Option<crate::upgrade::FileKey>,
+    pub exe_key: Option<FileKey>,
     fingerprint: watch::Receiver<Option<String>>,
 }
 
@@ -49,7 +47,7 @@ impl Build {
         }
         let exe = std::env::current_exe().ok().filter(|p| !p.to_string_lossy().ends_with(" (deleted)"));
         // The file the process runs, not the path: equal keys mean the path still holds it.
-        let exe_key = std::fs::metadata("/proc/self/exe").ok().map(|m| crate::upgrade::file_key(&m));
+        let exe_key = std::fs::metadata("/proc/self/exe").ok().map(|m| file_key(&m));
         Build {
             exe_key,
             version: zcode_shared::version(),
@@ -69,6 +67,15 @@ impl Build {
             Err(_) => "unknown".to_owned(),
         }
     }
+}
+
+/// What identifies a file's content without reading it: device, inode, size, mtime.
+pub type FileKey = (u64, u64, u64, Option<SystemTime>);
+
+/// `meta`'s [`FileKey`].
+pub fn file_key(meta: &std::fs::Metadata) -> FileKey {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino(), meta.len(), meta.modified().ok())
 }
 
 /// `sha256:<hex>` of a file's content.
@@ -114,27 +121,6 @@ fn host_id(data_dir: &Path) -> String {
             FALLBACK.get_or_init(|| id).clone()
         }
     }
-}
-
-/// `GET /api/version[?disk=1]`: `{ok, version, fingerprint, startedAt, hostId}`; with
-/// `disk=1` also what the upgrade check would say, without acting on it: `diskVersion`,
-/// `updateAvailable` (a `POST /api/upgrade` would restart) and its `reason`.
-pub async fn get(req: &hyper::Request<hyper::body::Incoming>, hub: &Arc<Hub>) -> Resp {
-    let b = &hub.build;
-    let mut body = serde_json::json!({
-        "ok": true,
-        "version": b.version,
-        "fingerprint": b.fingerprint().await,
-        "startedAt": b.started_at,
-        "hostId": b.host_id,
-    });
-    if crate::http::query_param(req.uri(), "disk").as_deref() == Some("1") {
-        let v = crate::upgrade::check(b, &hub.upgrade).await;
-        body["diskVersion"] = v.disk_version.into();
-        body["updateAvailable"] = v.restart.into();
-        body["reason"] = v.reason.into();
-    }
-    json(StatusCode::OK, &body)
 }
 
 #[cfg(test)]

@@ -4,11 +4,17 @@
 //! tests and several installs never collide. Otherwise the XDG directories (via `directories`).
 
 use crate::env::Env;
+use nix::fcntl::{Flock, FlockArg};
 use std::io;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// The environment variable that roots every path.
 pub const HOME_VAR: &str = "ZCODE_ACP_HOME";
+
+/// How long a writer waits for another's [`FileLock`] before giving up.
+const LOCK_WAIT: Duration = Duration::from_secs(8);
 
 /// The resolved locations of the machine's zcode-acp files.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,6 +90,69 @@ impl Paths {
     pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+    }
+}
+
+/// `<path><suffix>` beside `path`.
+pub fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!("{name}{suffix}"))
+}
+
+/// An exclusive cross-process lock (`flock`) on `<file>.lock`, held for the life of the value:
+/// what every writer of a settings file or `config.json`, and the store's creation, take.
+pub struct FileLock {
+    _flock: Flock<std::fs::File>,
+}
+
+/// Why a [`FileLock`] was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// The lock file could not be opened (or made).
+    #[error("{}: {source}", path.display())]
+    Open {
+        /// The lock file.
+        path: PathBuf,
+        /// Why it could not be opened.
+        source: io::Error,
+    },
+    /// Another writer held the lock all along the wait (or `flock` failed).
+    #[error("{} is locked by another writer: {errno}", path.display())]
+    Busy {
+        /// The file whose lock it is.
+        path: PathBuf,
+        /// What `flock` said last.
+        errno: nix::errno::Errno,
+    },
+}
+
+impl FileLock {
+    /// Takes the lock of `path` (waiting up to 8 s for another writer).
+    pub fn take(path: &Path) -> Result<FileLock, LockError> {
+        let lock_path = sibling(path, ".lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(|source| LockError::Open { path: lock_path, source })?;
+        let deadline = Instant::now() + LOCK_WAIT;
+        let mut file = file;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(flock) => return Ok(FileLock { _flock: flock }),
+                Err((f, nix::errno::Errno::EWOULDBLOCK | nix::errno::Errno::EINTR))
+                    if Instant::now() < deadline =>
+                {
+                    file = f;
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                Err((_, errno)) => return Err(LockError::Busy { path: path.to_owned(), errno }),
+            }
+        }
     }
 }
 

@@ -10,14 +10,16 @@ fn workspace() -> &'static Path {
 }
 
 /// The non-test lines of every `.rs` file of the product crates: (path, line). An inline
-/// `#[cfg(test)] mod … {` runs to the end of its file, and `tests.rs` files are skipped.
+/// `#[cfg(test)] mod … {` runs to the end of its file, and the files of a `#[cfg(test)] mod x;`
+/// are skipped.
 fn product_lines() -> Vec<(PathBuf, String)> {
     let mut files = vec![];
     for krate in ["shared", "bridge", "hub"] {
         sources(&workspace().join(krate).join("src"), &mut files);
     }
+    let tests = test_files(&files);
     let mut out = vec![];
-    for f in files.into_iter().filter(|f| !f.ends_with("tests.rs")) {
+    for f in files.into_iter().filter(|f| !tests.contains(f)) {
         let text = std::fs::read_to_string(&f).expect("a source file");
         let lines: Vec<&str> = text.lines().collect();
         for (i, line) in lines.iter().enumerate() {
@@ -27,6 +29,29 @@ fn product_lines() -> Vec<(PathBuf, String)> {
             }
             if !line.trim_start().starts_with("//") {
                 out.push((f.clone(), (*line).to_owned()));
+            }
+        }
+    }
+    out
+}
+
+/// The files of the modules that `files` declare with `#[cfg(test)]` and `mod x;`.
+fn test_files(files: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = vec![];
+    for f in files {
+        let text = std::fs::read_to_string(f).expect("a source file");
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        // `a/mod.rs` and `lib.rs` hold their children beside them, `a/b.rs` in `a/b/`.
+        let stem = f.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+        let dir = match stem {
+            "mod" | "lib" | "main" => f.parent().expect("a directory").to_owned(),
+            _ => f.with_extension(""),
+        };
+        for pair in lines.windows(2).filter(|p| p[0] == "#[cfg(test)]") {
+            let decl = pair[1].trim_start_matches("pub(crate) ").trim_start_matches("pub ");
+            if let Some(name) = decl.strip_prefix("mod ").and_then(|d| d.strip_suffix(';')) {
+                out.push(dir.join(format!("{name}.rs")));
+                out.push(dir.join(name).join("mod.rs"));
             }
         }
     }
@@ -241,4 +266,175 @@ fn the_architecture_doc_is_a_map_that_names_every_variable() {
     missing.sort();
     missing.dedup();
     assert!(missing.is_empty(), "variables the product uses that neither doc names: {missing:?}");
+}
+
+/// The top-level modules of a crate (a first-level directory or `.rs` file of its `src/`, the
+/// crate roots aside) and, for each `from → to` between two of them, where `from` first names
+/// `to`: `crate::to…`, `use crate::{…, to…}`, or a `super::…` that climbs out of `from`.
+/// Built from the non-test lines (`product_lines`); names re-exported by `lib.rs` with a
+/// `pub use m::{…}` count as `m`.
+type ModuleGraph = std::collections::BTreeMap<(String, String), String>;
+
+fn module_graph(krate: &str) -> (Vec<String>, ModuleGraph) {
+    let src = workspace().join(krate).join("src");
+    let mut modules: Vec<String> = std::fs::read_dir(&src)
+        .expect("a src directory")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().trim_end_matches(".rs").to_owned())
+        .filter(|m| m != "lib" && m != "main")
+        .collect();
+    modules.sort();
+    let root = std::fs::read_to_string(src.join("lib.rs")).expect("lib.rs");
+    let mut reexported = std::collections::BTreeMap::new();
+    for line in root.lines().filter_map(|l| l.trim().strip_prefix("pub use ")) {
+        if let Some((m, names)) = line.split_once("::") {
+            for name in names.trim_matches(|c| "{};".contains(c)).split(',') {
+                reexported.insert(name.trim().to_owned(), m.to_owned());
+            }
+        }
+    }
+    let mut files: std::collections::BTreeMap<PathBuf, Vec<String>> = Default::default();
+    for (f, line) in product_lines().into_iter().filter(|(f, _)| f.starts_with(&src)) {
+        files.entry(f).or_default().push(line);
+    }
+    let mut edges = ModuleGraph::new();
+    for (file, lines) in files {
+        // The module path of the file: `router/mod.rs` is `[router]`, `router/x.rs` `[router, x]`.
+        let rel = file.strip_prefix(&src).expect("under src").with_extension("");
+        let mut path: Vec<String> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+        if path.last().is_some_and(|l| l == "mod") {
+            path.pop();
+        }
+        let Some(from) = path.first().filter(|m| modules.contains(m)).cloned() else { continue };
+        for (at, line) in lines.iter().enumerate() {
+            // A group may run over the lines after it.
+            let text = if line.contains("::{") { lines[at..].join("\n") } else { line.clone() };
+            for target in named_modules(line, &text, &path) {
+                let target = reexported.get(&target).cloned().unwrap_or(target);
+                if target != from && modules.contains(&target) {
+                    let place = format!("{}: {}", rel.display(), line.trim());
+                    edges.entry((from.clone(), target)).or_insert(place);
+                }
+            }
+        }
+    }
+    (modules, edges)
+}
+
+/// The first segment below the crate root of every path in `line` that starts with `crate::`
+/// or `super::` (a group `{a, b::c}` gives each of its items; `text` is `line` and the lines
+/// after it, for groups that span lines), seen from the module at `path`.
+fn named_modules(line: &str, text: &str, path: &[String]) -> Vec<String> {
+    let ident =
+        |s: &str| -> String { s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect() };
+    let mut out = vec![];
+    let mut from = 0;
+    while let Some(found) =
+        ["crate::", "super::"].iter().filter_map(|p| line[from..].find(p).map(|i| from + i)).min()
+    {
+        let before = line[..found].chars().next_back();
+        from = found + "crate::".len();
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$' || c == ':') {
+            continue;
+        }
+        let mut rest = &text[found..];
+        let mut base: Vec<String> = vec![];
+        if let Some(r) = rest.strip_prefix("crate::") {
+            rest = r;
+        } else {
+            base = path.to_vec();
+            while let Some(r) = rest.strip_prefix("super::") {
+                base.pop();
+                rest = r;
+            }
+            from = found + (text[found..].len() - rest.len());
+        }
+        if let Some(top) = base.first() {
+            out.push(top.clone());
+        } else if let Some(group) = rest.strip_prefix('{') {
+            let (mut depth, mut item, mut items) = (0, String::new(), vec![]);
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => items.push(std::mem::take(&mut item)),
+                    _ => item.push(c),
+                }
+            }
+            items.push(item);
+            out.extend(items.iter().map(|i| ident(i.trim())).filter(|i| !i.is_empty() && i != "self"));
+        } else {
+            out.push(ident(rest));
+        }
+    }
+    out
+}
+
+/// Every elementary cycle of `edges`, each starting at its smallest module.
+fn cycles(modules: &[String], edges: &ModuleGraph) -> Vec<Vec<String>> {
+    fn walk(start: &str, at: &str, trail: &mut Vec<String>, edges: &ModuleGraph, out: &mut Vec<Vec<String>>) {
+        for (_, to) in edges.keys().filter(|(f, t)| f == at && t.as_str() >= start) {
+            if to == start {
+                out.push(trail.clone());
+            } else if !trail.contains(to) {
+                trail.push(to.clone());
+                walk(start, to, trail, edges, out);
+                trail.pop();
+            }
+        }
+    }
+    let mut out = vec![];
+    for m in modules {
+        walk(m, m, &mut vec![m.clone()], edges, &mut out);
+    }
+    out
+}
+
+/// No import circles between the top-level modules of shared, bridge and hub; shared's core
+/// (config, paths, token, store, jsonrpc) names none of the account features (settings, quota),
+/// and the bridge's usage reaches into neither files nor register.
+#[test]
+fn top_level_modules_import_no_circle_and_keep_their_layers() {
+    let mut wrong = vec![];
+    for krate in ["shared", "bridge", "hub"] {
+        let (modules, edges) = module_graph(krate);
+        for cycle in cycles(&modules, &edges) {
+            let mut steps = vec![];
+            for (i, from) in cycle.iter().enumerate() {
+                let to = &cycle[(i + 1) % cycle.len()];
+                steps.push(format!("    {from} → {to}  ({})", edges[&(from.clone(), to.clone())]));
+            }
+            wrong.push(format!("{krate}: circle {} → {}\n{}", cycle.join(" → "), cycle[0], steps.join("\n")));
+        }
+    }
+    let layers = [
+        ("shared", &["config", "paths", "token", "store", "jsonrpc"][..], &["settings", "quota"][..]),
+        ("bridge", &["usage"][..], &["files", "register"][..]),
+    ];
+    for (krate, lower, upper) in layers {
+        let (_, edges) = module_graph(krate);
+        for ((from, to), place) in &edges {
+            if lower.contains(&from.as_str()) && upper.contains(&to.as_str()) {
+                wrong.push(format!("{krate}: {from} names {to} ({place})"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "module imports that go round or up:\n{}", wrong.join("\n"));
+
+    // The reader itself: a group over lines, a re-export, `super::` climbing out, `$crate`.
+    let path = ["router".to_owned(), "turn".to_owned()];
+    let text = "use crate::{\n    quota::{A, B},\n    self,\n    usage,\n};";
+    assert_eq!(named_modules("use crate::{", text, &path), ["quota", "usage"]);
+    assert_eq!(named_modules("super::super::files::x()", "super::super::files::x()", &path), ["files"]);
+    assert_eq!(named_modules("use super::Event;", "use super::Event;", &path), ["router"]);
+    assert!(named_modules("$crate::x!()", "$crate::x!()", &path).is_empty());
+    let square = ModuleGraph::from([
+        (("a".into(), "b".into()), String::new()),
+        (("b".into(), "a".into()), String::new()),
+        (("b".into(), "c".into()), String::new()),
+        (("c".into(), "a".into()), String::new()),
+    ]);
+    let names = ["a".to_owned(), "b".to_owned(), "c".to_owned()];
+    assert_eq!(cycles(&names, &square), [vec!["a", "b"], vec!["a", "b", "c"]]);
 }

@@ -4,8 +4,8 @@
 //! long names: never panics, never opens anything outside the root). 256 cases per property
 //! unless `PROPTEST_CASES` says otherwise (`scripts/fuzz` runs many more).
 
-use super::query::Query;
 use super::resolve::{Refusal, Root};
+use crate::http::query::Query;
 use nix::fcntl::OFlag;
 use proptest::prelude::*;
 use std::collections::HashMap;

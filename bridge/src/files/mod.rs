@@ -9,28 +9,22 @@
 #[cfg(test)]
 pub(crate) mod fuzz;
 mod mime;
-pub(crate) mod query;
 pub(crate) mod resolve;
 
+use crate::http::query::Query;
+use crate::http::{Body, Resp, full, text};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
 use nix::fcntl::OFlag;
-use query::Query;
 use resolve::{Refusal, Root};
 use serde_json::json;
 use std::io::{BufRead, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use tokio::sync::mpsc;
-
-/// The body type of every loopback response.
-pub type Body = BoxBody<Bytes, std::io::Error>;
-
-/// A response of the loopback server.
-pub type Resp = Response<Body>;
 
 /// Entries listed per directory before `truncated`.
 const LIST_CAP: usize = 2000;
@@ -39,19 +33,6 @@ const LINE_LIMIT_DEFAULT: u64 = 200;
 const LINE_LIMIT_MAX: u64 = 5000;
 /// Bytes per streamed chunk.
 const CHUNK: usize = 64 * 1024;
-
-/// A whole body in memory.
-pub fn full(b: impl Into<Bytes>) -> Body {
-    Full::new(b.into()).map_err(|never| match never {}).boxed()
-}
-
-/// A short `text/plain` response.
-pub fn text(status: StatusCode, body: impl Into<String>) -> Resp {
-    let mut r = Response::new(full(body.into()));
-    *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    r
-}
 
 fn refused(r: Refusal) -> Resp {
     match r {

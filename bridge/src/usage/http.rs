@@ -3,8 +3,8 @@
 //! A bad `range` is a 400 `{ok:false, error}`; a store that cannot be opened a 503.
 
 use super::Recorder;
-use crate::files::query::Query;
-use crate::files::{Resp, full};
+use crate::http::query::Query;
+use crate::http::{Resp, full};
 use hyper::StatusCode;
 use hyper::header::{self, HeaderValue};
 use serde_json::{Value, json};

@@ -3,7 +3,7 @@
 //! token, registration may carry its token in a (small) body, and everything else needs the
 //! token before it is even routed. No route reads a byte of body before the token is checked,
 //! except registration's at most 8 KiB. A request that authenticates takes its connection out
-//! of the pre-auth pool ([`crate::server::Slot::authenticate`]); the token-carrying
+//! of the pre-auth pool ([`crate::pools::Slot::authenticate`]); the token-carrying
 //! WebSocket subprotocol is removed from the request right after the check.
 //!
 //! | route | module |
@@ -19,7 +19,7 @@
 //! | `GET /api/push/vapid-public-key`, `POST|DELETE /api/push/subscriptions` | [`push`] |
 //! | `GET /api/settings/usage` | [`usage`] |
 //! | `* /api/settings/{rest}`, `POST /api/backend/restart` (501) | [`settings`] |
-//! | `GET /api/version`, `POST /api/upgrade` | [`crate::version`], [`crate::upgrade`] |
+//! | `GET /api/version`, `POST /api/upgrade` | [`version`], [`crate::upgrade`] |
 //! | `GET /api/attention` | [`crate::attention`] |
 //! | `GET /api/workflow-overview` | [`crate::overview`] |
 //! | `GET /acp?instance={id}` (WebSocket) | [`acp`] |
@@ -36,11 +36,12 @@ pub mod quota;
 pub mod register;
 pub mod settings;
 pub mod usage;
+pub mod version;
 
 use crate::Hub;
 use crate::auth;
 use crate::http::{self, Resp, text};
-use crate::server::Slot;
+use crate::pools::Slot;
 use hyper::body::Incoming;
 use hyper::header::IF_NONE_MATCH;
 use hyper::{Method, Request, StatusCode};
@@ -126,7 +127,7 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         (&Method::GET, "/api/push/vapid-public-key") => return push::vapid_public_key(hub),
         (&Method::POST, "/api/push/subscriptions") => return push::subscribe(req, hub).await,
         (&Method::DELETE, "/api/push/subscriptions") => return push::unsubscribe(req, hub).await,
-        (&Method::GET, "/api/version") => return crate::version::get(&req, hub).await,
+        (&Method::GET, "/api/version") => return version::get(&req, hub).await,
         (&Method::GET, "/api/attention") => return crate::attention::get(hub).await,
         (&Method::GET, "/api/workflow-overview") => return crate::overview::get(hub).await,
         (&Method::POST, "/api/upgrade") => return crate::upgrade::post(hub).await,

@@ -9,8 +9,8 @@
 use crate::Hub;
 use crate::auth;
 use crate::http::{Resp, json, read_json, read_preauth_json, text};
+use crate::pools::Slot;
 use crate::registry::Registration;
-use crate::server::Slot;
 use hyper::Request;
 use hyper::StatusCode;
 use hyper::body::Incoming;

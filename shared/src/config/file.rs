@@ -186,7 +186,7 @@ impl RawConfig {
     }
 
     /// Reads `path`, lets `edit` change it and writes it back, all under the cross-process lock
-    /// every settings write takes (`settings::safe::lock`), so a token rotation racing a
+    /// every settings write takes (`paths::FileLock`), so a token rotation racing a
     /// settings write (another process) loses neither: each reads what the other wrote.
     pub fn update(
         path: &Path,
@@ -195,7 +195,7 @@ impl RawConfig {
         let dir = path.parent().unwrap_or(Path::new("."));
         let err = |source| ConfigError::Write { path: path.to_owned(), source };
         crate::paths::Paths::ensure_private_dir(dir).map_err(err)?;
-        let _lock = crate::settings::safe::lock(path).map_err(|r| err(io::Error::other(r.error)))?;
+        let _lock = crate::paths::FileLock::take(path).map_err(|e| err(io::Error::other(e.to_string())))?;
         let mut raw = RawConfig::read(path)?;
         edit(&mut raw)?;
         raw.write()

@@ -5,6 +5,7 @@
 
 mod file;
 mod live;
+pub mod quota;
 
 pub use crate::env::{Env, ProcessEnv};
 pub use file::{ConfigError, RawConfig, write_private_atomic};
@@ -40,7 +41,7 @@ pub struct Config {
     /// The most messages the journal keeps per session (older whole turns are dropped).
     pub journal_max_messages: u64,
     /// `quota`: the plan-quota providers' credentials and limits.
-    pub quota: crate::quota::QuotaConfig,
+    pub quota: quota::QuotaConfig,
 }
 
 /// Default of [`Config::journal_max_messages`].
@@ -327,7 +328,7 @@ impl Config {
             })?,
             None => raw.u64("journal.maxMessages")?.unwrap_or(DEFAULT_JOURNAL_MAX_MESSAGES),
         };
-        let quota = crate::quota::QuotaConfig::from_parts(raw, env)?;
+        let quota = quota::QuotaConfig::from_parts(raw, env)?;
         Ok(Config { paths, remote, agents: agents(raw)?, timings, debug, journal_max_messages, quota })
     }
 }

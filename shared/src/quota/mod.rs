@@ -6,13 +6,14 @@
 //! ~10 s, failures included. The hub and the bridge (when no hub runs) use this same code.
 
 pub mod command;
-mod config;
 pub mod glm;
 pub mod http;
 pub mod ollama;
 pub mod opencode;
 
-pub use config::{CommandSpec, GlmConfig, OllamaConfig, OpencodeConfig, QuotaConfig, Secret, TestOrigins};
+pub use crate::config::quota::{
+    BUILT_IN, CommandSpec, GlmConfig, OllamaConfig, OpencodeConfig, QuotaConfig, Secret, TestOrigins,
+};
 
 use serde_json::{Map, Value, json};
 use std::future::Future;
@@ -25,8 +26,6 @@ use tokio::sync::watch;
 pub const PAYLOAD_TTL: Duration = Duration::from_secs(30);
 /// How long one provider's section (success or failure) is reused.
 pub const SECTION_TTL: Duration = Duration::from_secs(10);
-/// The three built-in sections, in the contract's order.
-pub const BUILT_IN: [&str; 3] = ["glm", "opencode", "ollama"];
 
 /// What a section says about its provider.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -70,7 +70,7 @@ async fn vendor(route: impl Fn(&str) -> Reply + Send + Sync + 'static) -> Vendor
 fn glm_cfg(origin: &str) -> QuotaConfig {
     QuotaConfig {
         glm: Some(GlmConfig { api_key: Secret::new("glm-key-123"), base_url: None }),
-        test_origins: config::TestOrigins { glm: Some(origin.into()), ..Default::default() },
+        test_origins: TestOrigins { glm: Some(origin.into()), ..Default::default() },
         ..QuotaConfig::default()
     }
 }
@@ -188,7 +188,7 @@ async fn every_vendor_that_does_not_answer_in_time_is_unavailable() {
     let o = Some(v.origin.clone());
     let cfg = QuotaConfig {
         timeout: Duration::from_millis(200),
-        test_origins: config::TestOrigins { glm: o.clone(), opencode: o.clone(), ollama: o },
+        test_origins: TestOrigins { glm: o.clone(), opencode: o.clone(), ollama: o },
         ..opencode_cfg(&v.origin, ID, COOKIE)
     };
     let cfg = QuotaConfig { glm: glm_cfg("").glm, ollama: ollama_cfg("").ollama, ..cfg };
@@ -224,7 +224,7 @@ const COOKIE: &str = "Fe26.2**abc*def";
 fn opencode_cfg(origin: &str, id: &str, cookie: &str) -> QuotaConfig {
     QuotaConfig {
         opencode: Some(OpencodeConfig { workspace_id: id.into(), auth_cookie: Secret::new(cookie) }),
-        test_origins: config::TestOrigins { opencode: Some(origin.into()), ..Default::default() },
+        test_origins: TestOrigins { opencode: Some(origin.into()), ..Default::default() },
         ..QuotaConfig::default()
     }
 }
@@ -295,7 +295,7 @@ async fn opencode_kinds() {
 fn ollama_cfg(origin: &str) -> QuotaConfig {
     QuotaConfig {
         ollama: Some(OllamaConfig { api_key: Secret::new("oll-key") }),
-        test_origins: config::TestOrigins { ollama: Some(origin.into()), ..Default::default() },
+        test_origins: TestOrigins { ollama: Some(origin.into()), ..Default::default() },
         ..QuotaConfig::default()
     }
 }

@@ -4,17 +4,13 @@
 //! none is lost; a reader without the lock sees the old file or the new one, never half of one.
 
 use crate::config::write_private_atomic;
-use nix::fcntl::{Flock, FlockArg};
+use crate::paths::{FileLock, LockError, sibling};
 use std::io;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 /// Backups kept per file.
 pub const BACKUPS_KEPT: usize = 5;
-
-/// How long a writer waits for another's lock before giving up.
-const LOCK_WAIT: Duration = Duration::from_secs(8);
 
 /// Why a change was not written: the HTTP status and the message for the person.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,42 +48,13 @@ pub enum Edit {
     Remove,
 }
 
-/// Holds `<path>.lock` for the life of the value.
-pub struct Lock {
-    _flock: Flock<std::fs::File>,
-}
-
-/// Takes the lock of `path` (waiting up to 8 s for another writer).
-pub fn lock(path: &Path) -> Result<Lock, Refusal> {
-    let lock_path = sibling(path, ".lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .open(&lock_path)
-        .map_err(|e| Refusal::io(&lock_path, &e))?;
-    let deadline = Instant::now() + LOCK_WAIT;
-    let mut file = file;
-    let mut pause = Duration::from_millis(5);
-    loop {
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(flock) => return Ok(Lock { _flock: flock }),
-            Err((f, nix::errno::Errno::EWOULDBLOCK | nix::errno::Errno::EINTR))
-                if Instant::now() < deadline =>
-            {
-                file = f;
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(100));
-            }
-            Err((_, e)) => {
-                return Err(Refusal::new(
-                    503,
-                    format!("{} is locked by another writer: {e}", path.display()),
-                ));
-            }
-        }
-    }
+/// Takes the lock of `path` ([`FileLock::take`]): a busy lock is a 503, a lock file that
+/// cannot be opened a 500.
+pub fn lock(path: &Path) -> Result<FileLock, Refusal> {
+    FileLock::take(path).map_err(|e| {
+        let status = if matches!(e, LockError::Busy { .. }) { 503 } else { 500 };
+        Refusal::new(status, e.to_string())
+    })
 }
 
 /// Changes `path` under its lock: `edit` gets the current text (`None`: no file) and decides.
@@ -123,12 +90,6 @@ pub fn update<T>(
         },
     }
     Ok(out)
-}
-
-/// `<path><suffix>` beside `path`.
-pub fn sibling(path: &Path, suffix: &str) -> PathBuf {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    path.with_file_name(format!("{name}{suffix}"))
 }
 
 /// Writes `<path>.bak-<ISO>` (0600) and keeps the newest [`BACKUPS_KEPT`].

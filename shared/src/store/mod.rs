@@ -183,8 +183,8 @@ impl Store {
         // Creating or migrating the file: one process at a time. A hub and a bridge starting
         // together on a new home both did it at once, and one of them failed ("database is
         // locked" switching to WAL, or the file taken for another program's).
-        let _one = crate::settings::safe::lock(&self.path)
-            .map_err(|r| rusqlite::Error::InvalidParameterName(r.error))?;
+        let _one = crate::paths::FileLock::take(&self.path)
+            .map_err(|e| rusqlite::Error::InvalidParameterName(e.to_string()))?;
         let (app, version) = self.header()?;
         if app == APPLICATION_ID && version == known {
             return Ok(());

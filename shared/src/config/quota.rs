@@ -1,9 +1,12 @@
 //! `quota` in `config.json`, and the environment variables over it. Secrets are kept in
 //! [`Secret`], whose `Debug` prints nothing of them (the config is logged at debug).
 
-use crate::config::{ConfigError, Env, RawConfig};
+use super::{ConfigError, Env, RawConfig};
 use serde_json::Value;
 use std::time::Duration;
+
+/// The three built-in sections, in the contract's order.
+pub const BUILT_IN: [&str; 3] = ["glm", "opencode", "ollama"];
 
 /// Default time one outbound call may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(8);
@@ -192,7 +195,7 @@ fn commands(raw: &RawConfig, timeout: Duration) -> Result<Vec<CommandSpec>, Conf
         let good_name = !name.is_empty()
             && name.len() <= 32
             && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-        if !good_name || super::BUILT_IN.contains(&name.as_str()) {
+        if !good_name || BUILT_IN.contains(&name.as_str()) {
             return Err(raw.invalid(
                 &key,
                 "the name must be 1-32 of a-z, 0-9, - and _, and not glm, opencode or ollama",
