@@ -78,7 +78,7 @@ fn the_agents_reads_and_writes_never_cross_a_directory_swapped_for_an_outside_sy
 
     let swapper = Swapper::start(p.join("d"), o.clone());
     let deadline = Instant::now() + DEADLINE;
-    let (mut sent, mut read, mut written) = (0, 0, 0);
+    let (mut sent, mut read, mut written, mut refused) = (0, 0, 0, 0);
     let mut leak = None;
     while sent < REQUESTS && Instant::now() < deadline {
         let (resp, seen) = remote.call("session/prompt", prompt(&sid, &words));
@@ -87,6 +87,7 @@ fn the_agents_reads_and_writes_never_cross_a_directory_swapped_for_an_outside_sy
         let said = agent_text(&seen);
         read += said.matches("the first is \"inside\"").count();
         written += said.matches("Wrote d/w").count();
+        refused += said.matches("Could not read d/f").count() + said.matches("Could not write d/w").count();
         if said.contains("OUTSIDE") || o.join("w").exists() {
             leak = Some(said.matches("the first is \"OUTSIDE\"").count());
             break;
@@ -102,7 +103,12 @@ fn the_agents_reads_and_writes_never_cross_a_directory_swapped_for_an_outside_sy
     }
     assert_eq!(std::fs::read_to_string(o.join("f")).unwrap(), "OUTSIDE\n");
     assert_eq!(listing(&o), ["f"], "a file was written outside");
-    assert!(swaps > 1000, "only {swaps} swaps: the race was not exercised");
+    // The race was run: some requests met the directory while it was the outside symlink (and
+    // were refused), however fast this machine swaps.
+    assert!(
+        refused > 0,
+        "no request met the swapped directory in {sent} ({swaps} swaps): the race was not run"
+    );
     assert!(read > 0 && written > 0, "nothing got through the race ({read} reads, {written} writes)");
     // Once the swapping stops, the same requests work.
     let (_, seen) = remote.call("session/prompt", prompt(&sid, "read:d/f write:d/w"));
