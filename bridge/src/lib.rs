@@ -179,6 +179,7 @@ pub async fn run(
         health: opts.agent_health.clone(),
     };
     let agent = Some(spec.name.clone());
+    let journal_error = journal.error();
     let (router, events) = router::Router::new(spec, journal, ropts);
     let nudge = router.status_nudge();
     let limits = server::Limits {
@@ -195,6 +196,7 @@ pub async fn run(
         limits,
         usage.clone(),
         Some(mounted),
+        journal_error.clone(),
     );
     tracker.spawn(server::serve(listener, ctx));
     let registration = register::spawn(
@@ -208,6 +210,7 @@ pub async fn run(
             launcher: opts.launcher,
             agent,
             health: Some(router.agent_health()),
+            journal: Some(journal_error),
         },
         nudge,
         shutdown.clone(),
