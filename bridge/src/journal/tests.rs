@@ -146,3 +146,53 @@ proptest! {
         prop_assert_eq!(pages, updates(&full));
     }
 }
+
+fn ended(session: &str) -> Op {
+    Op::TurnEnd(TurnRecord {
+        session_id: session.into(),
+        turn: 0,
+        stop_reason: "end_turn".into(),
+        error: None,
+        started_at: 1,
+        ended_at: 2,
+        prompted_by: "editor".into(),
+    })
+}
+
+#[test]
+fn the_writers_per_session_state_is_dropped_when_a_session_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Worker::new(Store::open_in(dir.path()).unwrap(), Retention { max_messages: 1000 });
+    let up = |s: &str, u: Value| Op::Update { session: s.into(), line: line(s, u), seed: false };
+    for s in ["a", "b", "c"] {
+        w.handle(up(s, user("hi")));
+        w.handle(up(s, agent("Hel")));
+    }
+    w.commit();
+    assert_eq!(w.sessions.len(), 3);
+    // A turn ends (its last chunk still rewrites the message first), a session is deleted, a
+    // load's replay ends; the fourth session's turn ended but a new one began in the same batch.
+    w.handle(up("a", agent("lo")));
+    w.handle(ended("a"));
+    let (tx, _rx) = std_mpsc::channel();
+    w.handle(Op::Delete { session: "b".into(), reply: Box::new(move |r| tx.send(r).unwrap()) });
+    w.handle(up("d", user("one")));
+    w.handle(ended("d"));
+    w.handle(up("d", user("two")));
+    w.handle(Op::EndSeed { session: "c".into() });
+    w.commit();
+    let mut left: Vec<&String> = w.sessions.keys().collect();
+    left.sort();
+    assert_eq!(left, ["d"]);
+    // The ended session's next turn starts a fresh merger: its ids do not collide with the
+    // first turn's, and the rewrite before the end was kept.
+    w.handle(up("a", user("again")));
+    w.handle(up("a", agent("more")));
+    w.commit();
+    let slice = replay::read(&w.store, "a", &ReadMode::Load { limit: None }).unwrap();
+    let u = updates(&slice);
+    let texts: Vec<&str> = u.iter().filter_map(|m| m["content"]["text"].as_str()).collect();
+    assert_eq!(texts, ["hi", "Hello", "again", "more"]);
+    let ids: HashSet<&str> = u.iter().filter_map(|m| m["messageId"].as_str()).collect();
+    assert_eq!(ids.len(), 4, "{u:#?}");
+}
