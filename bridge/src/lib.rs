@@ -196,8 +196,9 @@ pub async fn run(
         limits,
         usage.clone(),
         Some(mounted),
-        journal_error.clone(),
-    );
+    )
+    .with_journal_error(journal_error.clone());
+    let ctx = std::sync::Arc::new(ctx);
     tracker.spawn(server::serve(listener, ctx));
     let registration = register::spawn(
         cfg,

@@ -104,7 +104,7 @@ pub struct Limits {
 }
 
 impl Ctx {
-    /// A context for one bridge.
+    /// A context for one bridge (no journal error until [`Ctx::with_journal_error`]).
     pub fn new(
         events: mpsc::Sender<Event>,
         token: Arc<zcode_shared::token::Live>,
@@ -113,9 +113,8 @@ impl Ctx {
         limits: Limits,
         usage: crate::usage::Recorder,
         settings: Option<crate::settings::Mounted>,
-        journal_error: tokio::sync::watch::Receiver<Option<String>>,
-    ) -> Arc<Ctx> {
-        Arc::new(Ctx {
+    ) -> Ctx {
+        Ctx {
             events,
             token,
             shutdown,
@@ -123,9 +122,14 @@ impl Ctx {
             limits,
             usage,
             settings,
-            journal_error,
+            journal_error: tokio::sync::watch::channel(None).1,
             next_client: AtomicU64::new(1),
-        })
+        }
+    }
+
+    /// Where `/status` reads `journalError` ([`crate::journal::Journal::error`]).
+    pub fn with_journal_error(self, journal_error: tokio::sync::watch::Receiver<Option<String>>) -> Ctx {
+        Ctx { journal_error, ..self }
     }
 }
 

@@ -76,13 +76,17 @@ fn a_turn_written_while_the_store_is_locked_is_kept_and_the_failure_is_reported(
     // Every message of the turn is in the journal: a remote replay shows them all.
     let mut remote = b.remote();
     initialize(&mut remote, json!({}));
-    let (resp, msgs) = remote.call("session/load", json!({"sessionId": sid, "cwd": home.path(), "mcpServers": []}));
+    let (resp, msgs) =
+        remote.call("session/load", json!({"sessionId": sid, "cwd": home.path(), "mcpServers": []}));
     assert_eq!(resp["result"]["replayMeta"]["totalMessages"], 5, "{resp}");
     let kinds: Vec<&str> = msgs
         .iter()
         .filter(|m| m["method"] == "session/update")
         .filter_map(|m| m["params"]["update"]["sessionUpdate"].as_str())
-        .filter(|k| ["user_message_chunk", "agent_thought_chunk", "plan", "tool_call", "agent_message_chunk"].contains(k))
+        .filter(|k| {
+            ["user_message_chunk", "agent_thought_chunk", "plan", "tool_call", "agent_message_chunk"]
+                .contains(k)
+        })
         .collect();
     assert_eq!(kinds.len(), 5, "{msgs:#?}");
     let agent = msgs

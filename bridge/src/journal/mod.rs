@@ -107,9 +107,10 @@ impl Journal {
         // `scripts/bench-bridge`) has no room for SQLite's default 2 MiB page cache: appends touch
         // only the tree's right edge, and a replay reads its slice once.
         store.cap_cache(JOURNAL_CACHE_KIB)?;
-        let knob = zcode_shared::env::test_knob(&zcode_shared::env::ProcessEnv, "ZCODE_ACP_TEST_JOURNAL_BUSY_MS")
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_millis);
+        let knob =
+            zcode_shared::env::test_knob(&zcode_shared::env::ProcessEnv, "ZCODE_ACP_TEST_JOURNAL_BUSY_MS")
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_millis);
         let retry = match knob {
             Some(busy) => {
                 store.set_busy_timeout(busy)?;
@@ -348,7 +349,10 @@ impl Worker {
                 Err(_) => {
                     self.commit();
                     if !self.batch.is_empty() {
-                        tracing::error!("journal: {} writes lost at exit (the store is not writable)", self.batch.len());
+                        tracing::error!(
+                            "journal: {} writes lost at exit (the store is not writable)",
+                            self.batch.len()
+                        );
                     }
                     return;
                 }
