@@ -357,9 +357,14 @@ impl Worker {
                     return;
                 }
             }
-            if self.failing.is_none()
-                && (self.batch.len() >= BATCH_MAX || self.since.is_some_and(|t| t.elapsed() >= COMMIT_AFTER))
-            {
+            let due = match &self.failing {
+                // A stream of updates keeps the channel busy: a retry is not put off by it.
+                Some(f) => Instant::now() >= f.at,
+                None => {
+                    self.batch.len() >= BATCH_MAX || self.since.is_some_and(|t| t.elapsed() >= COMMIT_AFTER)
+                }
+            };
+            if due {
                 // Everything already queued goes in this commit: a journal that fell behind
                 // (a slow commit, a starved thread) catches up in big batches, not in one
                 // commit per write that is already due.
@@ -593,19 +598,18 @@ impl Worker {
             if count == REPORT_AFTER {
                 tracing::error!("journal commit keeps failing ({pending} writes kept, retrying): {e}");
             }
-            self.report(Some(format!("history is not being saved ({pending} writes waiting): {e}")));
+            self.report(Some(format!("history is not being saved (retrying): {e}")));
         }
     }
 
     /// Publishes why the journal cannot commit (`None`: it can).
     fn report(&self, error: Option<String>) {
         if let Some(tx) = &self.error {
+            // Published only when it changes: a registration is sent per change.
             tx.send_if_modified(|cur| {
-                // The count of waiting writes changes on every try: republish only when the
-                // state changes (a registration is sent per change).
-                let changed = cur.is_some() != error.is_some();
+                let changed = *cur != error;
                 if changed {
-                    *cur = error.clone();
+                    *cur = error;
                 }
                 changed
             });
