@@ -181,6 +181,7 @@ pub async fn run(
         health: opts.agent_health.clone(),
     };
     let agent = Some(spec.name.clone());
+    let journal_error = journal.error();
     let (router, events) = router::Router::new(spec, journal, ropts);
     let nudge = router.status_nudge();
     let limits = server::Limits {
@@ -197,7 +198,9 @@ pub async fn run(
         limits,
         usage.clone(),
         Some(mounted),
-    );
+    )
+    .with_journal_error(journal_error.clone());
+    let ctx = std::sync::Arc::new(ctx);
     tracker.spawn(server::serve(listener, ctx));
     let registration = register::spawn(
         cfg,
@@ -210,6 +213,7 @@ pub async fn run(
             launcher: opts.launcher,
             agent,
             health: Some(router.agent_health()),
+            journal: Some(journal_error),
         },
         nudge,
         shutdown.clone(),

@@ -67,12 +67,15 @@ pub struct Registrant {
     pub agent: Option<String>,
     /// The agent's readiness ([`crate::router::Router::agent_health`]): `agentError`.
     pub health: Option<tokio::sync::watch::Receiver<crate::router::AgentHealth>>,
+    /// Why the journal cannot commit ([`crate::journal::Journal::error`]): `journalError`,
+    /// registered as soon as it changes.
+    pub journal: Option<tokio::sync::watch::Receiver<Option<String>>>,
 }
 
 impl Registrant {
     /// An editor's bridge.
     pub fn editor() -> Registrant {
-        Registrant { origin: "editor", nonce: None, launcher: None, agent: None, health: None }
+        Registrant { origin: "editor", nonce: None, launcher: None, agent: None, health: None, journal: None }
     }
 }
 
@@ -137,6 +140,7 @@ enum Outcome {
 async fn run(ctx: Ctx, nudge: Arc<Notify>, stop: CancellationToken) {
     let t = &ctx.cfg.timings;
     let mut schedule = Schedule::new(t.heartbeat, t.hub_spawn_throttle);
+    let mut journal = ctx.who.journal.clone();
     loop {
         let outcome = tokio::select! {
             () = stop.cancelled() => break,
@@ -157,6 +161,7 @@ async fn run(ctx: Ctx, nudge: Arc<Notify>, stop: CancellationToken) {
                 () = stop.cancelled() => break,
                 () = tokio::time::sleep(wait) => {}
                 () = nudge.notified() => {}
+                () = changed(&mut journal) => {}
             }
         } else {
             tokio::select! {
@@ -166,6 +171,17 @@ async fn run(ctx: Ctx, nudge: Arc<Notify>, stop: CancellationToken) {
         }
     }
     ctx.unregister().await;
+}
+
+/// Resolves when the journal's error changes; never without a journal (or once it is gone).
+async fn changed(journal: &mut Option<tokio::sync::watch::Receiver<Option<String>>>) {
+    if let Some(rx) = journal
+        && rx.changed().await.is_ok()
+    {
+        return;
+    }
+    *journal = None;
+    std::future::pending().await
 }
 
 fn log(outcome: Outcome, wait: Duration, schedule: &Schedule) {
@@ -202,6 +218,7 @@ impl Ctx {
                 crate::router::AgentHealth::Failed(e) => Some(e.clone()),
                 _ => None,
             }),
+            journal_error: self.who.journal.as_ref().and_then(|j| j.borrow().clone()),
         };
         let body = reg.to_json(&self.token.token());
         Some(match self.post("/api/register", body.to_string()).await {

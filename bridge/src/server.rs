@@ -87,6 +87,8 @@ pub struct Ctx {
     pub usage: crate::usage::Recorder,
     /// The settings mount (`/settings/*`).
     pub settings: Option<crate::settings::Mounted>,
+    /// Why the journal cannot commit, while it cannot (`journalError` in `/status`).
+    pub journal_error: tokio::sync::watch::Receiver<Option<String>>,
     next_client: AtomicU64,
 }
 
@@ -103,7 +105,7 @@ pub struct Limits {
 }
 
 impl Ctx {
-    /// A context for one bridge.
+    /// A context for one bridge (no journal error until [`Ctx::with_journal_error`]).
     pub fn new(
         events: mpsc::Sender<Event>,
         token: Arc<zcode_shared::token::Live>,
@@ -112,8 +114,8 @@ impl Ctx {
         limits: Limits,
         usage: crate::usage::Recorder,
         settings: Option<crate::settings::Mounted>,
-    ) -> Arc<Ctx> {
-        Arc::new(Ctx {
+    ) -> Ctx {
+        Ctx {
             events,
             token,
             shutdown,
@@ -121,8 +123,14 @@ impl Ctx {
             limits,
             usage,
             settings,
+            journal_error: tokio::sync::watch::channel(None).1,
             next_client: AtomicU64::new(1),
-        })
+        }
+    }
+
+    /// Where `/status` reads `journalError` ([`crate::journal::Journal::error`]).
+    pub fn with_journal_error(self, journal_error: tokio::sync::watch::Receiver<Option<String>>) -> Ctx {
+        Ctx { journal_error, ..self }
     }
 }
 
@@ -223,7 +231,12 @@ async fn status(ctx: &Ctx, head: bool) -> Resp {
     let Ok(Ok(rows)) = tokio::time::timeout(Duration::from_secs(2), rx).await else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "bridge busy");
     };
-    let body = serde_json::json!({"sessions": rows}).to_string();
+    let mut body = serde_json::json!({"sessions": rows});
+    // Only while the bridge's history is not being saved (the contract's object, one more member).
+    if let Some(e) = ctx.journal_error.borrow().clone() {
+        body["journalError"] = e.into();
+    }
+    let body = body.to_string();
     let len = body.len();
     let mut r = Response::new(full(if head { Bytes::new() } else { Bytes::from(body) }));
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -235,6 +235,10 @@ impl Registry {
             if let Some(e) = &reg.agent_error {
                 row["agentError"] = e.as_str().into();
             }
+            // Why its history is not being saved, while it is not.
+            if let Some(e) = &reg.journal_error {
+                row["journalError"] = e.as_str().into();
+            }
             // And the bridge's version (the web client's About sheet).
             if let Some(v) = &reg.version {
                 row["version"] = v.as_str().into();

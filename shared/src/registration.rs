@@ -4,7 +4,8 @@
 //! is the 400 answer's text). Fields per ORIGINAL-NOTES: token, id (the bridge's pid), port,
 //! pid, startedAt, workspace, origin (`editor` | `serve`), sessions, nonce?, version, and
 //! launcher? (`up`: the serve bridge `zcode-acp up` runs, which clients label as such; the
-//! contract's `origin` stays `serve`), and agentError? (why its agent is down: clients show it).
+//! contract's `origin` stays `serve`), and agentError? (why its agent is down: clients show it), journalError? (why the
+//! bridge's history is not being saved, while it is not).
 
 use serde_json::{Map, Value, json};
 
@@ -35,6 +36,8 @@ pub struct Registration {
     pub agent: Option<String>,
     /// Why its agent is down ("claude: command not found: claude-code-acp"), while it is.
     pub agent_error: Option<String>,
+    /// Why the bridge's journal cannot commit (its store locked or unwritable), while it cannot.
+    pub journal_error: Option<String>,
 }
 
 /// The longest `agentError` a hub keeps, in bytes (a bridge sends at most 20 lines / 4 KiB of
@@ -111,6 +114,7 @@ impl Registration {
             launcher: (text("launcher").as_deref() == Some("up")).then_some("up"),
             agent: text("agent").map(|a| crate::text::title(&a)).filter(|a| !a.is_empty()),
             agent_error: text("agentError").map(|e| agent_error(&e)).filter(|e| !e.is_empty()),
+            journal_error: text("journalError").map(|e| agent_error(&e)).filter(|e| !e.is_empty()),
         })
     }
 }
@@ -143,6 +147,9 @@ impl Registration {
         }
         if let Some(e) = &self.agent_error {
             v["agentError"] = e.clone().into();
+        }
+        if let Some(e) = &self.journal_error {
+            v["journalError"] = e.clone().into();
         }
         v
     }
@@ -259,6 +266,7 @@ mod tests {
             nonce: Some("n0nce".into()),
             version: Some(crate::VERSION.into()),
             agent_error: Some("fast: exited with status 3\nits last lines on stderr:\nboom".into()),
+            journal_error: Some("history is not being saved: database is locked".into()),
         };
         let body = reg.to_json("the-token");
         assert_eq!(body["token"], "the-token");

@@ -30,6 +30,7 @@ mod hub_spawn;
 mod hub_upgrade;
 mod journal;
 mod journal_exact;
+mod journal_locked;
 mod lifecycle;
 mod listing;
 mod projects;

@@ -36,6 +36,18 @@ const WINDOW_MS: u64 = 100;
 const COMMIT_AFTER: Duration = Duration::from_millis(WINDOW_MS / 2);
 /// A batch is committed early once it holds this many operations.
 const BATCH_MAX: usize = 1000;
+/// A commit that failed (the store locked past its busy timeout, a full disk) keeps its batch
+/// and is tried again after this, doubled per failure up to [`RETRY_MAX`]; writes sent
+/// meanwhile join the batch. Tests shorten both and the busy timeout with
+/// `ZCODE_ACP_TEST_JOURNAL_BUSY_MS` (the busy timeout, ms; the backoff starts there).
+const RETRY_FIRST: Duration = Duration::from_millis(250);
+const RETRY_MAX: Duration = Duration::from_secs(10);
+/// From this many failed commits in a row the failure is reported (`journalError` in the
+/// registration and the bridge's `/status`): the first retry failed too.
+const REPORT_AFTER: u32 = 2;
+/// A batch kept through failures is dropped past this many writes (memory stays bounded in
+/// a store that never comes back); the loss is logged and stays reported until a commit works.
+const PENDING_MAX: usize = 200_000;
 
 /// Where a read's answer goes.
 pub type Reply = Box<dyn FnOnce(Result<Slice, ReadError>) + Send>;
@@ -76,6 +88,8 @@ pub struct Journal {
     /// its oldest write's send) and the thread itself, unparked for an [`Op::awaited`] op (see
     /// [`Worker::run`]). `None`: disabled.
     to: Option<(mpsc::Sender<(Instant, Op)>, std::thread::Thread)>,
+    /// Why the journal cannot commit, while it cannot ([`REPORT_AFTER`]): `journalError`.
+    error: tokio::sync::watch::Receiver<Option<String>>,
 }
 
 /// Retention: a session keeps at most this many messages (older whole turns are dropped).
@@ -93,17 +107,38 @@ impl Journal {
         // `scripts/bench-bridge`) has no room for SQLite's default 2 MiB page cache: appends touch
         // only the tree's right edge, and a replay reads its slice once.
         store.cap_cache(JOURNAL_CACHE_KIB)?;
+        let knob =
+            zcode_shared::env::test_knob(&zcode_shared::env::ProcessEnv, "ZCODE_ACP_TEST_JOURNAL_BUSY_MS")
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_millis);
+        let retry = match knob {
+            Some(busy) => {
+                store.set_busy_timeout(busy)?;
+                Retry { first: busy, max: busy * 4 }
+            }
+            None => Retry { first: RETRY_FIRST, max: RETRY_MAX },
+        };
         let (tx, rx) = mpsc::channel();
+        let (error_tx, error) = tokio::sync::watch::channel(None);
+        let mut worker = Worker::new(store, retention);
+        worker.retry = retry;
+        worker.error = Some(error_tx);
         let thread = std::thread::Builder::new()
             .name("journal".into())
-            .spawn(move || Worker::new(store, retention).run(&rx))
+            .spawn(move || worker.run(&rx))
             .map_err(|e| StoreError::Open { path: data_dir.to_owned(), reason: e.to_string() })?;
-        Ok(Journal { to: Some((tx, thread.thread().clone())) })
+        Ok(Journal { to: Some((tx, thread.thread().clone())), error })
     }
 
     /// A journal that keeps nothing (the store could not be opened).
     pub fn disabled() -> Journal {
-        Journal { to: None }
+        Journal { to: None, error: tokio::sync::watch::channel(None).1 }
+    }
+
+    /// Why the journal cannot commit, while a commit has failed [`REPORT_AFTER`] times in a
+    /// row (`journalError`); `None` once one succeeds.
+    pub fn error(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.error.clone()
     }
 
     fn send(&self, op: Op) -> Result<(), Op> {
@@ -217,6 +252,25 @@ struct SessionState {
     seqs: HashMap<u64, i64>,
     /// While the agent replays a session being loaded: keep its replay (journal was empty)?
     seeding: Option<bool>,
+    /// The session ended (its turn ended, its load's replay ended, or it was deleted) and
+    /// nothing came since: its state is dropped after the next successful commit (no write of
+    /// the batch then refers to its keys). A later update starts a fresh merger.
+    ended: bool,
+}
+
+/// How a failed commit is retried.
+#[derive(Clone, Copy)]
+struct Retry {
+    first: Duration,
+    max: Duration,
+}
+
+/// The failed commits of the batch being kept.
+struct Failing {
+    /// Failed commits in a row.
+    count: u32,
+    /// When the next try is due.
+    at: Instant,
 }
 
 struct Worker {
@@ -231,6 +285,13 @@ struct Worker {
     /// When the op being handled was sent.
     sent: Instant,
     prefix: String,
+    /// Merger states made so far: each one's generated ids are its own.
+    made: u64,
+    retry: Retry,
+    /// Set while commits fail: the batch is kept and tried again at `at`.
+    failing: Option<Failing>,
+    /// Where a reported failure goes ([`Journal::error`]).
+    error: Option<tokio::sync::watch::Sender<Option<String>>>,
 }
 
 impl Worker {
@@ -245,6 +306,18 @@ impl Worker {
             since: None,
             sent: Instant::now(),
             prefix,
+            made: 0,
+            retry: Retry { first: RETRY_FIRST, max: RETRY_MAX },
+            failing: None,
+            error: None,
+        }
+    }
+
+    /// When the open batch is due: its window, or the next try of a failed commit.
+    fn due(&self) -> Option<Instant> {
+        match &self.failing {
+            Some(f) => Some(f.at),
+            None => self.since.map(|t| t + COMMIT_AFTER),
         }
     }
 
@@ -255,11 +328,11 @@ impl Worker {
     /// then takes what came meanwhile; an op someone waits for ([`Op::awaited`]) unparks it.
     fn run(mut self, rx: &mpsc::Receiver<(Instant, Op)>) {
         loop {
-            let op = match self.since {
+            let op = match self.due() {
                 None => rx.recv().map_err(|_| mpsc::TryRecvError::Disconnected),
-                Some(t) => match rx.try_recv() {
+                Some(due) => match rx.try_recv() {
                     Err(mpsc::TryRecvError::Empty) => {
-                        match COMMIT_AFTER.checked_sub(t.elapsed()).filter(|left| !left.is_zero()) {
+                        match due.checked_duration_since(Instant::now()).filter(|left| !left.is_zero()) {
                             Some(left) => std::thread::park_timeout(left),
                             None => self.commit(),
                         }
@@ -275,10 +348,23 @@ impl Worker {
                 }
                 Err(_) => {
                     self.commit();
+                    if !self.batch.is_empty() {
+                        tracing::error!(
+                            "journal: {} writes lost at exit (the store is not writable)",
+                            self.batch.len()
+                        );
+                    }
                     return;
                 }
             }
-            if self.batch.len() >= BATCH_MAX || self.since.is_some_and(|t| t.elapsed() >= COMMIT_AFTER) {
+            let due = match &self.failing {
+                // A stream of updates keeps the channel busy: a retry is not put off by it.
+                Some(f) => Instant::now() >= f.at,
+                None => {
+                    self.batch.len() >= BATCH_MAX || self.since.is_some_and(|t| t.elapsed() >= COMMIT_AFTER)
+                }
+            };
+            if due {
                 // Everything already queued goes in this commit: a journal that fell behind
                 // (a slow commit, a starved thread) catches up in big batches, not in one
                 // commit per write that is already due.
@@ -304,23 +390,32 @@ impl Worker {
                 self.queue(Write::Title { session, title, overridden })
             }
             Op::Update { session, line, seed } => self.update(session, &line, seed),
-            Op::TurnEnd(rec) => self.queue(Write::Turn(rec)),
+            Op::TurnEnd(rec) => {
+                if let Some(s) = self.sessions.get_mut(&rec.session_id) {
+                    s.ended = true;
+                }
+                self.queue(Write::Turn(rec))
+            }
             Op::EndSeed { session } => {
                 if let Some(s) = self.sessions.get_mut(&session) {
                     s.seeding = None;
+                    s.ended = true;
                 }
             }
             Op::Read { session, mode, reply } => {
-                self.commit();
+                self.commit_if_due();
                 reply(replay::read(&self.store, &session, &mode));
             }
             Op::Delete { session, reply } => {
-                self.commit();
+                self.commit_if_due();
+                if let Some(s) = self.sessions.get_mut(&session) {
+                    s.ended = true;
+                }
                 let now = zcode_shared::time::now_ms();
                 reply(self.store.write(|w| w.set_deleted(&session, true, now)).map_err(|e| e.to_string()));
             }
             Op::Query(q) => {
-                self.commit();
+                self.commit_if_due();
                 q(Some(&self.store));
             }
             Op::Flush(done) => {
@@ -331,12 +426,18 @@ impl Worker {
     }
 
     fn state(&mut self, session: &str) -> &mut SessionState {
-        let prefix = &self.prefix;
-        self.sessions.entry(session.to_owned()).or_insert_with(|| SessionState {
-            merger: Merger::new(format!("{prefix}{:x}", session.len())),
-            seqs: HashMap::new(),
-            seeding: None,
-        })
+        let (prefix, made) = (&self.prefix, &mut self.made);
+        let s = self.sessions.entry(session.to_owned()).or_insert_with(|| {
+            *made += 1;
+            SessionState {
+                merger: Merger::new(format!("{prefix}-{made:x}")),
+                seqs: HashMap::new(),
+                seeding: None,
+                ended: false,
+            }
+        });
+        s.ended = false;
+        s
     }
 
     fn update(&mut self, session: String, line: &Bytes, seed: bool) {
@@ -368,22 +469,34 @@ impl Worker {
         if let Some(keep) = self.sessions.get(session).and_then(|s| s.seeding) {
             return keep;
         }
-        self.commit();
+        self.commit_if_due();
         let has = self.store.counters(session).ok().flatten().is_some_and(|c| c.next_seq > c.first_seq);
         self.state(session).seeding = Some(!has);
         !has
     }
 
+    /// Commits the batch, unless commits are failing and the next try is not due yet (a read
+    /// then sees the store without the kept batch rather than wait on a locked store).
+    fn commit_if_due(&mut self) {
+        if self.failing.as_ref().is_none_or(|f| Instant::now() >= f.at) {
+            self.commit();
+        }
+    }
+
+    /// Commits the batch. A failed commit keeps it (and the merged bodies it refers to) for
+    /// the next try ([`Retry`]): nothing of it was written, and the seqs it assigned are not
+    /// kept, so the writer's state stays what the database holds.
     fn commit(&mut self) {
-        self.since = None;
         if self.batch.is_empty() {
+            self.since = None;
             return;
         }
         let batch = std::mem::take(&mut self.batch);
         let bodies = std::mem::take(&mut self.bodies);
         let now = zcode_shared::time::now_ms();
-        let sessions = &mut self.sessions;
+        let sessions = &self.sessions;
         let mut touched: HashSet<String> = HashSet::new();
+        let mut seqs: Vec<(String, u64, i64)> = vec![];
         let result = self.store.write(|w| {
             let mut appended: HashSet<(String, u64)> = HashSet::new();
             let mut rewritten: HashSet<(String, u64)> = HashSet::new();
@@ -413,9 +526,7 @@ impl Worker {
                         }
                         i -= 1;
                         let first = w.append_all(session, &msgs, now)?;
-                        if let Some(s) = sessions.get_mut(session) {
-                            s.seqs.extend(keys.iter().zip(first..).map(|(k, seq)| (*k, seq)));
-                        }
+                        seqs.extend(keys.iter().zip(first..).map(|(k, seq)| (session.clone(), *k, seq)));
                         appended.extend(keys.into_iter().map(|k| (session.clone(), k)));
                         touched.insert(session.clone());
                     }
@@ -434,14 +545,74 @@ impl Worker {
             Ok(())
         });
         if let Err(e) = result {
-            tracing::error!("journal commit failed, {} writes lost: {e}", batch.len());
+            self.failed(batch, bodies, &e);
+            return;
         }
+        self.since = None;
+        if let Some(f) = self.failing.take() {
+            tracing::info!("journal commit succeeded after {} failed tries", f.count);
+        }
+        self.report(None);
+        for (session, key, seq) in seqs {
+            if let Some(s) = self.sessions.get_mut(&session) {
+                s.seqs.insert(key, seq);
+            }
+        }
+        // Sessions that ended drop their state: nothing left in a batch refers to their keys.
+        self.sessions.retain(|_, s| !s.ended);
         for s in self.sessions.values_mut() {
             let open: HashSet<u64> = s.merger.open_keys().into_iter().collect();
             s.seqs.retain(|k, _| open.contains(k));
         }
         for session in touched {
             self.enforce_retention(&session);
+        }
+    }
+
+    /// A commit failed: its batch goes back in front of what came meanwhile, to be tried
+    /// again after a backoff; from [`REPORT_AFTER`] failures on, the failure is reported.
+    fn failed(&mut self, mut batch: Vec<Write>, bodies: HashMap<(String, u64), String>, e: &StoreError) {
+        let count = self.failing.as_ref().map_or(0, |f| f.count) + 1;
+        let wait = self.retry.first.saturating_mul(1 << (count - 1).min(16)).min(self.retry.max);
+        self.failing = Some(Failing { count, at: Instant::now() + wait });
+        // Bodies merged since are newer than the kept ones.
+        let newer = std::mem::replace(&mut self.bodies, bodies);
+        self.bodies.extend(newer);
+        batch.append(&mut self.batch);
+        self.batch = batch;
+        if self.batch.len() > PENDING_MAX {
+            tracing::error!("journal commit failed {count} times, {} writes dropped: {e}", self.batch.len());
+            self.report(Some(format!("{} journal writes lost: {e}", self.batch.len())));
+            self.batch.clear();
+            self.bodies.clear();
+            self.since = None;
+            self.failing = None;
+            // The writer's state refers to keys that were never written: start it over.
+            self.sessions.clear();
+            return;
+        }
+        let pending = self.batch.len();
+        if count < REPORT_AFTER {
+            tracing::warn!("journal commit failed ({pending} writes kept, retrying in {wait:?}): {e}");
+        } else {
+            if count == REPORT_AFTER {
+                tracing::error!("journal commit keeps failing ({pending} writes kept, retrying): {e}");
+            }
+            self.report(Some(format!("history is not being saved (retrying): {e}")));
+        }
+    }
+
+    /// Publishes why the journal cannot commit (`None`: it can).
+    fn report(&self, error: Option<String>) {
+        if let Some(tx) = &self.error {
+            // Published only when it changes: a registration is sent per change.
+            tx.send_if_modified(|cur| {
+                let changed = *cur != error;
+                if changed {
+                    *cur = error;
+                }
+                changed
+            });
         }
     }
 

@@ -146,3 +146,120 @@ proptest! {
         prop_assert_eq!(pages, updates(&full));
     }
 }
+
+fn ended(session: &str) -> Op {
+    Op::TurnEnd(TurnRecord {
+        session_id: session.into(),
+        turn: 0,
+        stop_reason: "end_turn".into(),
+        error: None,
+        started_at: 1,
+        ended_at: 2,
+        prompted_by: "editor".into(),
+    })
+}
+
+#[test]
+fn the_writers_per_session_state_is_dropped_when_a_session_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Worker::new(Store::open_in(dir.path()).unwrap(), Retention { max_messages: 1000 });
+    let up = |s: &str, u: Value| Op::Update { session: s.into(), line: line(s, u), seed: false };
+    for s in ["a", "b", "c"] {
+        w.handle(up(s, user("hi")));
+        w.handle(up(s, agent("Hel")));
+    }
+    w.commit();
+    assert_eq!(w.sessions.len(), 3);
+    // A turn ends (its last chunk still rewrites the message first), a session is deleted, a
+    // load's replay ends; the fourth session's turn ended but a new one began in the same batch.
+    w.handle(up("a", agent("lo")));
+    w.handle(ended("a"));
+    let (tx, _rx) = std_mpsc::channel();
+    w.handle(Op::Delete { session: "b".into(), reply: Box::new(move |r| tx.send(r).unwrap()) });
+    w.handle(up("d", user("one")));
+    w.handle(ended("d"));
+    w.handle(up("d", user("two")));
+    w.handle(Op::EndSeed { session: "c".into() });
+    w.commit();
+    let mut left: Vec<&String> = w.sessions.keys().collect();
+    left.sort();
+    assert_eq!(left, ["d"]);
+    // The ended session's next turn starts a fresh merger: its ids do not collide with the
+    // first turn's, and the rewrite before the end was kept.
+    w.handle(up("a", user("again")));
+    w.handle(up("a", agent("more")));
+    w.commit();
+    let slice = replay::read(&w.store, "a", &ReadMode::Load { limit: None }).unwrap();
+    let u = updates(&slice);
+    let texts: Vec<&str> = u.iter().filter_map(|m| m["content"]["text"].as_str()).collect();
+    assert_eq!(texts, ["hi", "Hello", "again", "more"]);
+    let ids: HashSet<&str> = u.iter().filter_map(|m| m["messageId"].as_str()).collect();
+    assert_eq!(ids.len(), 4, "{u:#?}");
+}
+
+#[test]
+fn a_failed_commit_keeps_its_batch_and_is_retried_while_updates_keep_coming() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_in(dir.path()).unwrap();
+    store.set_busy_timeout(Duration::from_millis(10)).unwrap();
+    let mut w = Worker::new(store, Retention { max_messages: 100_000 });
+    w.retry = Retry { first: Duration::from_millis(10), max: Duration::from_millis(40) };
+    let (error_tx, error) = tokio::sync::watch::channel(None);
+    w.error = Some(error_tx);
+    let (tx, rx) = std_mpsc::channel();
+    let worker = std::thread::spawn(move || w.run(&rx));
+    let send = |op: Op| tx.send((Instant::now(), op)).unwrap();
+    let up = |u: Value| Op::Update { session: "s".into(), line: line("s", u), seed: false };
+
+    // Another connection holds the write lock until told to let go.
+    let (locked_tx, locked) = std_mpsc::channel();
+    let (release, release_rx) = std_mpsc::channel::<()>();
+    let path = dir.path().to_owned();
+    let locker = std::thread::spawn(move || {
+        let mut other = Store::open_in(&path).unwrap();
+        other
+            .write(|_| {
+                locked_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+                Ok(())
+            })
+            .unwrap();
+    });
+    locked.recv().unwrap();
+    send(up(user("hi")));
+    let mut text = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut chunk = |n: &mut usize| {
+        let t = format!("{n} ");
+        text.push_str(&t);
+        send(up(agent(&t)));
+        *n += 1;
+        assert!(Instant::now() < deadline, "the error did not change while streaming: {:?}", error.borrow());
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let mut n = 0;
+    // Updates keep coming while the store is locked: the failure is reported...
+    while error.borrow().is_none() {
+        chunk(&mut n);
+    }
+    assert!(error.borrow().as_deref().unwrap_or_default().contains("locked"), "{:?}", error.borrow());
+    // ...and once the lock is gone a retry goes through though the channel never empties.
+    release.send(()).unwrap();
+    locker.join().unwrap();
+    while error.borrow().is_some() {
+        chunk(&mut n);
+    }
+    let (reply, answer) = std_mpsc::channel();
+    send(Op::Read {
+        session: "s".into(),
+        mode: ReadMode::Load { limit: None },
+        reply: Box::new(move |r| reply.send(r).unwrap()),
+    });
+    let slice = answer.recv().unwrap().unwrap();
+    let u = updates(&slice);
+    assert_eq!(u.len(), 2, "{u:#?}");
+    assert_eq!(u[0]["content"]["text"], "hi");
+    assert_eq!(u[1]["content"]["text"], text.as_str(), "every chunk kept, in order");
+    drop(tx);
+    worker.join().unwrap();
+}

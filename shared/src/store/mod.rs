@@ -163,6 +163,12 @@ impl Store {
         self.conn.pragma_update(None, "cache_size", -i64::from(kib)).map_err(StoreError::from)
     }
 
+    /// How long a statement waits for another connection's lock before `SQLITE_BUSY` (5 s
+    /// from [`Store::open`]).
+    pub fn set_busy_timeout(&self, wait: Duration) -> Result<(), StoreError> {
+        self.conn.busy_timeout(wait).map_err(StoreError::from)
+    }
+
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path
