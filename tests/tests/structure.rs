@@ -438,3 +438,41 @@ fn top_level_modules_import_no_circle_and_keep_their_layers() {
     let names = ["a".to_owned(), "b".to_owned(), "c".to_owned()];
     assert_eq!(cycles(&names, &square), [vec!["a", "b"], vec!["a", "b", "c"]]);
 }
+
+/// The README's `scripts/test …` examples name what exists: a FILE of the suite
+/// (`tests/tests/FILE.rs`), after `web` a browser test file (`tests/web/FILE.test.mjs`), and
+/// `scripts/test` itself knows the `web` and `--` forms the README shows.
+#[test]
+fn the_readmes_scripts_test_examples_name_what_exists() {
+    let root = workspace();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let script = std::fs::read_to_string(root.join("scripts/test")).expect("scripts/test");
+    let mut wrong = vec![];
+    let mut seen = 0;
+    for line in readme.lines().filter(|l| l.starts_with("scripts/test ")) {
+        seen += 1;
+        let words: Vec<&str> =
+            line.split('#').next().unwrap_or_default().split_whitespace().skip(1).collect();
+        match words.first().copied() {
+            Some("web") => {
+                for f in &words[1..] {
+                    if !root.join(format!("tests/web/{f}.test.mjs")).exists() {
+                        wrong.push(format!("{line}: no tests/web/{f}.test.mjs"));
+                    }
+                }
+            }
+            Some("--") => {}
+            Some(_) if line.contains("one file") || line.contains("files") => {
+                for f in &words {
+                    if !root.join(format!("tests/tests/{f}.rs")).exists() {
+                        wrong.push(format!("{line}: no tests/tests/{f}.rs"));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(seen >= 5, "the README shows {seen} scripts/test examples");
+    assert!(script.contains("  web)") && script.contains("  --)"), "scripts/test lost its web or -- form");
+    assert!(wrong.is_empty(), "README examples naming nothing:\n{}", wrong.join("\n"));
+}

@@ -2,8 +2,8 @@
 //! chromium through the pinned playwright-core) run as part of `cargo test`: this test builds
 //! the binary, runs `node --test tests/web/` against it and fails when any of them fails. Their
 //! output goes straight to the terminal; screenshots land in `target/web-screenshots/`.
-//! `ZCODE_WEB_TESTS="session files"` runs only `tests/web/session.test.mjs` and
-//! `files.test.mjs` (what `scripts/test web session files` sets).
+//! `ZCODE_WEB_TESTS="session delete"` runs only `tests/web/session.test.mjs` and
+//! `delete.test.mjs` (what `scripts/test web session delete` sets).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
