@@ -29,6 +29,7 @@ pub mod attention;
 pub mod auth;
 pub mod catalog;
 pub mod daemon;
+pub mod hold;
 pub mod http;
 pub mod launch;
 pub mod overview;
