@@ -41,13 +41,9 @@ pub const SUBPROTOCOL_TOKEN_PREFIX: &str = "zcode-acp.token.";
 /// The token the request presents: the Bearer header's, else the subprotocol's, else the
 /// `token` query parameter's.
 pub fn presented<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> Option<Cow<'a, str>> {
-    if let Some(v) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
-        let v = v.trim();
-        if let (Some(scheme), Some(token)) = (v.get(..7), v.get(7..)) {
-            if scheme.eq_ignore_ascii_case("bearer ") {
-                return Some(Cow::Borrowed(token.trim()));
-            }
-        }
+    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    if let Some(token) = authorization.and_then(zcode_shared::token::bearer) {
+        return Some(Cow::Borrowed(token));
     }
     if let Some(encoded) = subprotocols(headers).find_map(|p| p.strip_prefix(SUBPROTOCOL_TOKEN_PREFIX)) {
         // Undecodable still counts as a presented (wrong) token: it is charged like one.

@@ -33,7 +33,6 @@ pub mod hold;
 pub mod http;
 pub mod launch;
 pub mod overview;
-pub mod pools;
 pub mod push;
 pub mod quota_card;
 pub mod registry;

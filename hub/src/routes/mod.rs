@@ -3,7 +3,7 @@
 //! token, registration may carry its token in a (small) body, and everything else needs the
 //! token before it is even routed. No route reads a byte of body before the token is checked,
 //! except registration's at most 8 KiB. A request that authenticates takes its connection out
-//! of the pre-auth pool ([`crate::pools::Slot::authenticate`]); the token-carrying
+//! of the pre-auth pool ([`zcode_shared::slots::Slot::authenticate`]); the token-carrying
 //! WebSocket subprotocol is removed from the request right after the check.
 //!
 //! | route | module |
@@ -41,13 +41,13 @@ pub mod version;
 use crate::Hub;
 use crate::auth;
 use crate::http::{self, Resp, text};
-use crate::pools::Slot;
 use hyper::body::Incoming;
 use hyper::header::IF_NONE_MATCH;
 use hyper::{Method, Request, StatusCode};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use zcode_shared::slots::Slot;
 
 /// Answers one request (the hyper service function).
 pub async fn handle(

@@ -9,7 +9,6 @@
 use crate::Hub;
 use crate::auth;
 use crate::http::{Resp, json, read_json, read_preauth_json, text};
-use crate::pools::Slot;
 use crate::registry::Registration;
 use hyper::Request;
 use hyper::StatusCode;
@@ -18,6 +17,7 @@ use serde_json::Value;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
+use zcode_shared::slots::Slot;
 
 /// The body of an authorized request, or the answer refusing it: the head's token is checked
 /// first; without one, the body's token after a bounded read.
