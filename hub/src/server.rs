@@ -44,7 +44,7 @@ pub async fn serve(listener: TcpListener, hub: Arc<Hub>) {
     let mut next_conn: u64 = 0;
     loop {
         let (stream, peer) = tokio::select! {
-            () = hub.shutdown.cancelled() => return,
+            () = hub.life.shutdown.cancelled() => return,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
@@ -59,7 +59,7 @@ pub async fn serve(listener: TcpListener, hub: Arc<Hub>) {
         let _ = stream.set_nodelay(true);
         next_conn += 1;
         let slot = Slots::admit(&slots, next_conn, crate::auth::addr_key(peer.ip()));
-        hub.tracker.spawn(connection(stream, peer, hub.clone(), slot));
+        hub.life.tracker.spawn(connection(stream, peer, hub.clone(), slot));
         // Let the new connection look at its first bytes before more are accepted: under a
         // flood, a legitimate request is then read long before its address's newer
         // connections could push it out of the pre-auth pool.
@@ -96,7 +96,7 @@ async fn connection(stream: TcpStream, peer: SocketAddr, hub: Arc<Hub>, slot: Ar
             return;
         }
         () = tokio::time::sleep(HEADER_TIMEOUT) => return,
-        () = hub.shutdown.cancelled() => return,
+        () = hub.life.shutdown.cancelled() => return,
     }
     let svc_hub = hub.clone();
     let svc_slot = slot.clone();
@@ -113,7 +113,7 @@ async fn connection(stream: TcpStream, peer: SocketAddr, hub: Arc<Hub>, slot: Ar
             tracing::debug!(conn, %peer, "unauthenticated connection evicted");
             return;
         }
-        () = hub.shutdown.cancelled() => {
+        () = hub.life.shutdown.cancelled() => {
             served.as_mut().graceful_shutdown();
             match tokio::time::timeout(Duration::from_secs(1), served.as_mut()).await {
                 Ok(r) => r,

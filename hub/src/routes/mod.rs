@@ -100,7 +100,7 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
     {
         let token = auth::presented(req.headers(), req.uri());
         let addr = auth::client_addr(req.headers(), peer, hub.cfg.remote.client_address_header.as_deref());
-        if let Err(refused) = auth::check(hub, token.as_deref(), addr) {
+        if let Err(refused) = hub.auth.check(token.as_deref(), addr) {
             return refused.response();
         }
     }

@@ -151,7 +151,7 @@ pub async fn sessions(req: &Request<Incoming>, hub: &Arc<Hub>) -> Resp {
         Ok(id) => id,
         Err(r) => return r,
     };
-    let live: Vec<String> = hub.registry().sessions_in(&path_s, std::time::Instant::now());
+    let live: Vec<String> = hub.bridges.registry().sessions_in(&path_s, std::time::Instant::now());
     let ws = path_s.clone();
     let rows = hub
         .store
@@ -166,7 +166,7 @@ pub async fn sessions(req: &Request<Incoming>, hub: &Arc<Hub>) -> Resp {
         Ok(Err(e)) => return say(StatusCode::BAD_GATEWAY, format!("broken list: {e}")),
         Err(e) => return store_unavailable(e),
     };
-    let agent = hub.registry().agent_of(&instance, std::time::Instant::now());
+    let agent = hub.bridges.registry().agent_of(&instance, std::time::Instant::now());
     let more = rows.len() as i64 > limit;
     let rows = &rows[..rows.len().min(limit as usize)];
     let next = if more {
