@@ -16,7 +16,6 @@ use crate::files;
 use crate::http::{Resp, full, text};
 use crate::remote::{Remote, WRITE_BATCH};
 use crate::router::{ClientId, ClientKind, Event, Outbox, REMOTE_QUEUE_LIMIT};
-use crate::slots::{Slot, Slots};
 use crate::stall::{Stall, Watched};
 use bytes::Bytes;
 use hyper::body::Incoming;
@@ -35,6 +34,7 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use zcode_shared::slots::{Slot, Slots};
 
 /// The largest message a remote client may send (and we accept): 32 MiB.
 pub const MAX_MESSAGE: usize = 32 * 1024 * 1024;
@@ -136,24 +136,25 @@ impl Ctx {
 
 /// Accepts connections until shutdown.
 pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
-    let slots = Slots::new(ctx.limits.connections);
+    let slots = Slots::new(crate::slots::limits(ctx.limits.connections));
+    let mut next_conn: u64 = 0;
     loop {
         let (stream, peer) = tokio::select! {
             () = ctx.shutdown.cancelled() => return,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
+                    // Out of file descriptors, usually: free one, and give it time to close.
                     tracing::warn!("accept failed: {e}");
+                    slots.evict_one();
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
         };
-        // Accepted first: at the cap, a new connection is what makes room (see `slots`).
-        let slot = tokio::select! {
-            () = ctx.shutdown.cancelled() => return,
-            s = slots.take() => match s { Some(s) => Arc::new(s), None => return },
-        };
+        // Admitted at once: at the cap, the oldest connection without the token makes room.
+        next_conn += 1;
+        let slot = Slots::admit(&slots, next_conn, peer.ip());
         let _ = stream.set_nodelay(true);
         let _ = nix::sys::socket::setsockopt(&stream, nix::sys::socket::sockopt::SndBuf, &SEND_BUFFER);
         let conn_ctx = ctx.clone();
@@ -168,7 +169,7 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
             let conn = builder.serve_connection(TokioIo::new(stream), svc).with_upgrades();
             let ended = tokio::select! {
                 r = conn => r.err().map(|e| e.to_string()),
-                () = evicted.cancelled() => Some("evicted at the connection cap".to_owned()),
+                () = evicted.cancelled() => Some("evicted from the pre-auth pool".to_owned()),
             };
             if let Some(e) = ended {
                 tracing::debug!(%peer, "http connection ended: {e}");
@@ -179,10 +180,8 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
 }
 
 fn authorized(req: &Request<Incoming>, ctx: &Ctx) -> bool {
-    let Some(value) = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
-        return false;
-    };
-    value.strip_prefix("Bearer ").is_some_and(|t| ctx.token.verify_fresh(t.trim()))
+    let value = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    value.and_then(zcode_shared::token::bearer).is_some_and(|t| ctx.token.verify_fresh(t))
 }
 
 async fn handle(
@@ -195,7 +194,9 @@ async fn handle(
         tracing::debug!(%peer, path = req.uri().path(), "refused: no valid token");
         return Ok(text(StatusCode::UNAUTHORIZED, "unauthorized"));
     }
-    slot.trust();
+    if !slot.authenticate() {
+        return Ok(text(StatusCode::SERVICE_UNAVAILABLE, "too many connections"));
+    }
     if req.uri().path().starts_with("/sessions/") {
         if let Some(resp) = crate::lifecycle::route(req, &ctx.events).await {
             return Ok(resp);

@@ -35,7 +35,7 @@ pub async fn fetch(
 ) -> Result<Value, String> {
     let ask = async {
         let mut req = Request::get(path).body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
-        upstream::authorize(req.headers_mut(), port, &hub.token.token());
+        upstream::authorize(req.headers_mut(), port, &hub.auth.token.token());
         let resp = upstream::request(port, req).await.map_err(|e| e.to_string())?;
         let status = resp.status();
         if status == StatusCode::NOT_FOUND {
@@ -57,7 +57,7 @@ pub async fn fetch(
 /// Asks every live bridge for `path` at once, within [`BUDGET`]: each registration with its
 /// answer.
 pub async fn ask_all(hub: &Arc<Hub>, path: &'static str) -> Vec<(Registration, Result<Value, String>)> {
-    let regs = hub.registry().registrations(Instant::now());
+    let regs = hub.bridges.registry().registrations(Instant::now());
     let deadline = tokio::time::Instant::now() + BUDGET;
     let asks = regs.into_iter().map(|reg| async move {
         let answer = fetch(hub, reg.port, path, deadline).await;

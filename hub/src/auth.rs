@@ -13,7 +13,6 @@
 //! would otherwise buy a fresh bucket per guess. IPv6 addresses count per /64 (one host
 //! usually holds a whole /64).
 
-use crate::Hub;
 use crate::http::{Resp, text};
 use base64::Engine;
 use hyper::header::{self, HeaderMap, HeaderValue};
@@ -21,6 +20,7 @@ use hyper::{StatusCode, Uri};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Failed attempts an address may make at once.
@@ -41,13 +41,9 @@ pub const SUBPROTOCOL_TOKEN_PREFIX: &str = "zcode-acp.token.";
 /// The token the request presents: the Bearer header's, else the subprotocol's, else the
 /// `token` query parameter's.
 pub fn presented<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> Option<Cow<'a, str>> {
-    if let Some(v) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
-        let v = v.trim();
-        if let (Some(scheme), Some(token)) = (v.get(..7), v.get(7..)) {
-            if scheme.eq_ignore_ascii_case("bearer ") {
-                return Some(Cow::Borrowed(token.trim()));
-            }
-        }
+    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    if let Some(token) = authorization.and_then(zcode_shared::token::bearer) {
+        return Some(Cow::Borrowed(token));
     }
     if let Some(encoded) = subprotocols(headers).find_map(|p| p.strip_prefix(SUBPROTOCOL_TOKEN_PREFIX)) {
         // Undecodable still counts as a presented (wrong) token: it is charged like one.
@@ -89,9 +85,40 @@ pub fn strip_subprotocol_token(headers: &mut HeaderMap) {
     }
 }
 
-/// Whether `candidate` is the machine's token.
-pub fn valid(hub: &Hub, candidate: Option<&str>) -> bool {
-    candidate.is_some_and(|t| hub.token.verify_fresh(t))
+/// The hub's auth state: the machine's token (what callers' tokens are compared against, by
+/// digest, and what the hub presents to bridges; re-read when rotated; never logged) and the
+/// failed-authentication buckets per client address.
+pub struct Auth {
+    /// The machine's token.
+    pub token: zcode_shared::token::Live,
+    limiter: Mutex<Limiter>,
+}
+
+impl Auth {
+    /// Auth over `token`, no failures counted yet.
+    pub fn new(token: zcode_shared::token::Live) -> Auth {
+        Auth { token, limiter: Mutex::new(Limiter::default()) }
+    }
+
+    /// Whether `candidate` is the machine's token.
+    pub fn valid(&self, candidate: Option<&str>) -> bool {
+        candidate.is_some_and(|t| self.token.verify_fresh(t))
+    }
+
+    /// Checks `candidate`: `Ok` for the right token; otherwise the failure is charged to `addr`
+    /// (see [`client_addr`]): [`Refusal::Unauthorized`], or [`Refusal::Limited`] once the
+    /// address is over its limit.
+    pub fn check(&self, candidate: Option<&str>, addr: IpAddr) -> Result<(), Refusal> {
+        if self.valid(candidate) {
+            return Ok(());
+        }
+        let verdict = self.limiter.lock().unwrap_or_else(|p| p.into_inner()).fail(addr, Instant::now());
+        verdict.map_err(|wait| {
+            tracing::debug!(%addr, "too many failed authentications");
+            Refusal::Limited((wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1))
+        })?;
+        Err(Refusal::Unauthorized)
+    }
 }
 
 /// The address a failure is charged to: the last entry of the configured client-address
@@ -158,21 +185,6 @@ impl Refusal {
             }
         }
     }
-}
-
-/// Checks `candidate`: `Ok` for the right token; otherwise the failure is charged to `addr`
-/// (see [`client_addr`]): [`Refusal::Unauthorized`], or [`Refusal::Limited`] once the address
-/// is over its limit.
-pub fn check(hub: &Hub, candidate: Option<&str>, addr: IpAddr) -> Result<(), Refusal> {
-    if valid(hub, candidate) {
-        return Ok(());
-    }
-    let verdict = hub.limiter().fail(addr, Instant::now());
-    verdict.map_err(|wait| {
-        tracing::debug!(%addr, "too many failed authentications");
-        Refusal::Limited((wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1))
-    })?;
-    Err(Refusal::Unauthorized)
 }
 
 /// Failed-authentication buckets per client address.

@@ -236,25 +236,25 @@ pub async fn housekeeping(hub: Arc<Hub>, port_file: Option<PortFile>) {
     let mut idle_since = Some(Instant::now());
     loop {
         tokio::select! {
-            () = hub.shutdown.cancelled() => return,
+            () = hub.life.shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if hub.token.refresh() {
-            tracing::info!(source = %hub.token.source(), "the token was rotated: the old one no longer works");
+        if hub.auth.token.refresh() {
+            tracing::info!(source = %hub.auth.token.source(), "the token was rotated: the old one no longer works");
         }
         let now = Instant::now();
         let (expired, live) = {
-            let mut r = hub.registry();
+            let mut r = hub.bridges.registry();
             (r.prune(now), r.live_count(now))
         };
         for id in expired {
             tracing::info!(instance = %id, "instance expired: no heartbeat");
         }
-        if live == 0 && hub.relay_count() == 0 {
+        if live == 0 && hub.bridges.relay_count() == 0 {
             let since = *idle_since.get_or_insert(now);
             if now.saturating_duration_since(since) >= t.hub_idle {
                 tracing::info!(idle = ?t.hub_idle, "no instances and no relays: exiting");
-                hub.shutdown.cancel();
+                hub.life.shutdown.cancel();
                 return;
             }
         } else {
@@ -262,7 +262,7 @@ pub async fn housekeeping(hub: Arc<Hub>, port_file: Option<PortFile>) {
         }
         if port_file.as_ref().is_some_and(|f| !f.still_ours()) {
             tracing::warn!("the hub's port file was removed or replaced: exiting");
-            hub.shutdown.cancel();
+            hub.life.shutdown.cancel();
             return;
         }
     }

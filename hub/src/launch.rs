@@ -55,7 +55,7 @@ impl Drop for Slot {
 /// Takes a slot for one more spawn, or says (429) which cap stands in the way.
 fn slot(hub: &Hub, cfg: &zcode_shared::config::Config) -> Result<Slot, (StatusCode, String)> {
     let max = cfg.remote.max_creates_in_flight;
-    let starting = &hub.creates.starting;
+    let starting = &hub.bridges.creates.starting;
     let before = starting
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
         .map_err(|_| {
@@ -69,7 +69,7 @@ fn slot(hub: &Hub, cfg: &zcode_shared::config::Config) -> Result<Slot, (StatusCo
         })?;
     let slot = Slot(starting.clone());
     let max = cfg.remote.max_serve_bridges;
-    let alive = hub.registry().serve_count(Instant::now());
+    let alive = hub.bridges.registry().serve_count(Instant::now());
     if alive + before >= max {
         return Err((
             StatusCode::TOO_MANY_REQUESTS,
@@ -88,7 +88,7 @@ fn slot(hub: &Hub, cfg: &zcode_shared::config::Config) -> Result<Slot, (StatusCo
 pub async fn headless_for(hub: &Arc<Hub>, path: &Path) -> Result<String, Resp> {
     let ws = path.display().to_string();
     let default = hub.config().agents.default_name().to_owned();
-    if let Some(id) = hub.registry().serve_instance_in(&ws, &default, Instant::now()) {
+    if let Some(id) = hub.bridges.registry().serve_instance_in(&ws, &default, Instant::now()) {
         return Ok(id);
     }
     launch(hub, path, None, None, true).await.map_err(|(s, m)| say(s, m))
@@ -105,7 +105,7 @@ pub async fn launch(
 ) -> Outcome {
     let key = (path.display().to_string(), session.clone(), agent.clone(), headless_only);
     let (cell, joined) = {
-        let mut map = hub.creates.inflight();
+        let mut map = hub.bridges.creates.inflight();
         let joined = map.contains_key(&key);
         (map.entry(key.clone()).or_default().clone(), joined)
     };
@@ -117,7 +117,7 @@ pub async fn launch(
         .await
         .clone();
     // The next create is a new spawn: only concurrent ones share this one.
-    let mut map = hub.creates.inflight();
+    let mut map = hub.bridges.creates.inflight();
     if map.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
         map.remove(&key);
     }
@@ -151,7 +151,7 @@ async fn spawn_and_wait(
     };
     let deadline = Instant::now() + budget;
     loop {
-        if let Some(id) = hub.registry().id_by_nonce(&nonce, Instant::now()) {
+        if let Some(id) = hub.bridges.registry().id_by_nonce(&nonce, Instant::now()) {
             if let Some(c) = child.take() {
                 // Reap it when it ends, so no zombie is left behind.
                 tokio::spawn(async move {

@@ -29,10 +29,10 @@ pub mod attention;
 pub mod auth;
 pub mod catalog;
 pub mod daemon;
+pub mod hold;
 pub mod http;
 pub mod launch;
 pub mod overview;
-pub mod pools;
 pub mod push;
 pub mod quota_card;
 pub mod registry;
@@ -67,7 +67,10 @@ pub enum HubError {
     Io(#[from] std::io::Error),
 }
 
-/// What every connection and task of one hub shares.
+/// What every connection and task of one hub shares, in parts, so that a route reaches only the
+/// part it needs ([`auth::Auth`]: token and failure buckets; [`Bridges`]: the registry, the
+/// relays and remote creates; [`Account`]: plan quota and Web Push; [`Life`]: what this process
+/// is and how it ends). One task owns the hub ([`run`]); the parts are shared through its `Arc`.
 pub struct Hub {
     /// The configuration as resolved at start (listen address, timings, paths).
     pub cfg: Config,
@@ -76,23 +79,117 @@ pub struct Hub {
     live: zcode_shared::config::Live,
     /// The store, opened once at start on its own thread.
     pub store: catalog::Catalog,
-    /// The remote creates under way.
-    pub creates: launch::Creates,
-    /// The machine's token: what callers' tokens are compared against (by digest), and what
-    /// the hub presents to bridges. Re-read when rotated. Never logged.
-    token: zcode_shared::token::Live,
-    /// Registered bridges.
+    /// Who may use the hub: the machine's token and the failed-attempt buckets.
+    pub auth: auth::Auth,
+    /// The bridges: registered ones, relays to them, creates under way.
+    pub bridges: Bridges,
+    /// The user's account: plan quota, Web Push.
+    pub account: Account,
+    /// This process: what it is, its port, how it stops.
+    pub life: Life,
+}
+
+impl Hub {
+    /// A hub over `cfg` with the machine's `token`, stopped by `shutdown`; starts its relay
+    /// and store threads.
+    pub fn new(
+        cfg: Config,
+        token: zcode_shared::token::Live,
+        shutdown: CancellationToken,
+    ) -> std::io::Result<Arc<Hub>> {
+        let t = &cfg.timings;
+        let bridges = Bridges {
+            registry: Mutex::new(registry::Registry::new(t.instance_ttl, t.probe_grace)),
+            relays: Arc::new(AtomicUsize::new(0)),
+            relay: relay::Relays::start(t.ping)?,
+            creates: launch::Creates::default(),
+        };
+        let store = catalog::Catalog::start(cfg.paths.data_dir.clone())?;
+        let live = zcode_shared::config::Live::watch(cfg.clone(), Box::new(zcode_shared::env::ProcessEnv));
+        let account = Account {
+            push: push::Push::new(cfg.paths.data_dir.join("push"), cfg.remote.push_subject.clone()),
+            quota: Mutex::new(zcode_shared::quota::Quota::new(&cfg.quota)),
+        };
+        let life = Life {
+            build: version::Build::current(&cfg.paths.data_dir),
+            upgrade: upgrade::State::default(),
+            port: AtomicU16::new(0),
+            shutdown,
+            tracker: TaskTracker::new(),
+        };
+        Ok(Arc::new(Hub { cfg, live, store, auth: auth::Auth::new(token), bridges, account, life }))
+    }
+
+    /// The configuration as it is now (re-read when `config.json` changes).
+    pub fn config(&self) -> Arc<Config> {
+        self.live.get()
+    }
+}
+
+/// The bridges a hub knows and what it keeps open to them.
+pub struct Bridges {
+    /// Registered bridges ([`Bridges::registry`]).
     registry: Mutex<registry::Registry>,
-    /// Failed authentications per client address.
-    limiter: Mutex<auth::Limiter>,
     /// WebSocket relays currently open.
-    relays: AtomicUsize,
+    relays: Arc<AtomicUsize>,
     /// The relay thread.
     pub relay: relay::Relays,
+    /// The remote creates under way.
+    pub creates: launch::Creates,
+}
+
+impl Bridges {
+    /// The registry. A `std` mutex is right here: it is never held across an `.await`.
+    pub fn registry(&self) -> MutexGuard<'_, registry::Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The number of WebSocket relays open now.
+    pub fn relay_count(&self) -> usize {
+        self.relays.load(Ordering::Relaxed)
+    }
+
+    /// Counts one relay for as long as the returned guard lives, unless `max` are open:
+    /// checked and counted in one step, so a burst of opens cannot all pass the check before
+    /// any of them is counted.
+    pub fn relay_guard(&self, max: usize) -> Option<RelayGuard> {
+        let counted =
+            self.relays.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
+        counted.ok().map(|_| RelayGuard(self.relays.clone()))
+    }
+}
+
+/// Counts an open relay (see [`Bridges::relay_guard`]); dropping it uncounts it.
+pub struct RelayGuard(Arc<AtomicUsize>);
+
+impl Drop for RelayGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The user's account: plan quota and Web Push.
+pub struct Account {
+    /// The plan quota providers and their caches ([`Account::quota`]).
+    quota: Mutex<Arc<zcode_shared::quota::Quota>>,
     /// Web Push: keys, subscriptions, the sender task.
     pub push: push::Push,
-    /// The plan quota providers and their caches ([`Hub::quota`]).
-    quota: Mutex<Arc<zcode_shared::quota::Quota>>,
+}
+
+impl Account {
+    /// The quota providers of `cfg` (the configuration as it is now): the same ones (and
+    /// caches) while its `quota` is unchanged, new ones when it changed.
+    pub fn quota(&self, cfg: &Config) -> Arc<zcode_shared::quota::Quota> {
+        let mut q = self.quota.lock().unwrap_or_else(|p| p.into_inner());
+        if q.config() != &cfg.quota {
+            *q = zcode_shared::quota::Quota::new(&cfg.quota);
+        }
+        q.clone()
+    }
+}
+
+/// This hub process: what it is, where it listens, how it stops.
+pub struct Life {
     /// What this hub is: version, fingerprint, start, host id.
     pub build: version::Build,
     /// Self-upgrade state (a restart under way).
@@ -105,93 +202,15 @@ pub struct Hub {
     pub tracker: TaskTracker,
 }
 
-impl Hub {
-    /// A hub over `cfg` with the machine's `token`, stopped by `shutdown`; starts its relay
-    /// thread.
-    pub fn new(
-        cfg: Config,
-        token: zcode_shared::token::Live,
-        shutdown: CancellationToken,
-    ) -> std::io::Result<Arc<Hub>> {
-        let t = &cfg.timings;
-        let registry = registry::Registry::new(t.instance_ttl, t.probe_grace);
-        let relay = relay::Relays::start(t.ping)?;
-        let store = catalog::Catalog::start(cfg.paths.data_dir.clone())?;
-        let live = zcode_shared::config::Live::watch(cfg.clone(), Box::new(zcode_shared::env::ProcessEnv));
-        let push = push::Push::new(cfg.paths.data_dir.join("push"), cfg.remote.push_subject.clone());
-        let quota = Mutex::new(zcode_shared::quota::Quota::new(&cfg.quota));
-        let build = version::Build::current(&cfg.paths.data_dir);
-        Ok(Arc::new(Hub {
-            cfg,
-            live,
-            store,
-            creates: launch::Creates::default(),
-            token,
-            registry: Mutex::new(registry),
-            limiter: Mutex::new(auth::Limiter::default()),
-            relays: AtomicUsize::new(0),
-            relay,
-            push,
-            quota,
-            build,
-            upgrade: upgrade::State::default(),
-            port: AtomicU16::new(0),
-            shutdown,
-            tracker: TaskTracker::new(),
-        }))
-    }
-
-    /// The registry. A `std` mutex is right here: it is never held across an `.await`.
-    pub fn registry(&self) -> MutexGuard<'_, registry::Registry> {
-        self.registry.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The configuration as it is now (re-read when `config.json` changes).
-    pub fn config(&self) -> Arc<Config> {
-        self.live.get()
-    }
-
-    /// The quota providers of the configuration as it is now: the same ones (and caches) while
-    /// `quota` in `config.json` is unchanged, new ones when it changed.
-    pub fn quota(&self) -> Arc<zcode_shared::quota::Quota> {
-        let cfg = self.config();
-        let mut q = self.quota.lock().unwrap_or_else(|p| p.into_inner());
-        if q.config() != &cfg.quota {
-            *q = zcode_shared::quota::Quota::new(&cfg.quota);
-        }
-        q.clone()
-    }
-
-    fn limiter(&self) -> MutexGuard<'_, auth::Limiter> {
-        self.limiter.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
+impl Life {
     /// The port it listens on.
     pub fn port(&self) -> u16 {
         self.port.load(Ordering::Relaxed)
     }
 
-    /// The number of WebSocket relays open now.
-    pub fn relay_count(&self) -> usize {
-        self.relays.load(Ordering::Relaxed)
-    }
-
-    /// Counts one relay for as long as the returned guard lives, unless `max` are open:
-    /// checked and counted in one step, so a burst of opens cannot all pass the check before
-    /// any of them is counted.
-    pub fn relay_guard(self: &Arc<Hub>, max: usize) -> Option<RelayGuard> {
-        let counted =
-            self.relays.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
-        counted.ok().map(|_| RelayGuard(self.clone()))
-    }
-}
-
-/// Counts an open relay (see [`Hub::relay_guard`]); dropping it uncounts it.
-pub struct RelayGuard(Arc<Hub>);
-
-impl Drop for RelayGuard {
-    fn drop(&mut self) {
-        self.0.relays.fetch_sub(1, Ordering::AcqRel);
+    /// Records the port once bound.
+    pub(crate) fn set_port(&self, port: u16) {
+        self.port.store(port, Ordering::Relaxed);
     }
 }
 
@@ -208,18 +227,18 @@ pub async fn run(listener: TcpListener, cfg: Config, shutdown: CancellationToken
     };
     let stop = shutdown.child_token();
     let hub = Hub::new(cfg, token, stop)?;
-    hub.port.store(addr.port(), Ordering::Relaxed);
-    tracing::info!(%addr, version = hub.build.version, "hub listening");
-    hub.tracker.spawn(daemon::housekeeping(hub.clone(), port_file.clone()));
+    hub.life.set_port(addr.port());
+    tracing::info!(%addr, version = hub.life.build.version, "hub listening");
+    hub.life.tracker.spawn(daemon::housekeeping(hub.clone(), port_file.clone()));
     server::serve(listener, hub.clone()).await;
-    let restarting = hub.upgrade.restarting();
+    let restarting = hub.life.upgrade.restarting();
     match restarting {
-        true => hub.relay.restart(),
-        false => hub.relay.shutdown(),
+        true => hub.bridges.relay.restart(),
+        false => hub.bridges.relay.shutdown(),
     }
 
-    hub.tracker.close();
-    if tokio::time::timeout(SHUTDOWN_GRACE, hub.tracker.wait()).await.is_err() {
+    hub.life.tracker.close();
+    if tokio::time::timeout(SHUTDOWN_GRACE, hub.life.tracker.wait()).await.is_err() {
         tracing::warn!("some connections did not close in time");
     }
     // A restart keeps the port file: its successor takes the same port.

@@ -107,7 +107,7 @@ fn run(reg: &zcode_shared::registration::Registration, row: Value) -> Value {
 /// The last [`RECENT`] finished turns from the journal, newest first.
 async fn recent_runs(hub: &Arc<Hub>) -> Result<Vec<Value>, String> {
     let rows = hub.store.run(|st| st.read(|s| s.recent_turns(RECENT))).await?.map_err(|e| e.to_string())?;
-    let owners = hub.registry().registrations(Instant::now());
+    let owners = hub.bridges.registry().registrations(Instant::now());
     Ok(rows
         .into_iter()
         .map(|t| {

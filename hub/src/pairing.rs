@@ -1,6 +1,8 @@
-//! The pairing URL `up` and `token` print: the running hub's port (or a tunnel's address), the
-//! token in the fragment, a QR code of it, and a note when only this machine can open it.
+//! `zcode-acp token`, and the pairing URL it and `up` print: the running hub's port (or a
+//! tunnel's address), the token in the fragment, a QR code of it, and a note when only this
+//! machine can open it.
 
+use std::process::ExitCode;
 use zcode_shared::config::Config;
 
 /// The port of this home's running hub: the port file's (a hub on an OS-picked port), else the
@@ -87,6 +89,42 @@ pub fn qr(text: &str, colour: bool) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `zcode-acp token`: prints the token (or rotates it), and how to pair a phone.
+pub(crate) fn token(rotate: bool, public_url: Option<String>) -> anyhow::Result<ExitCode> {
+    let cfg = Config::load()?;
+    zcode_shared::logging::init(cfg.debug);
+    let (token, source) =
+        if rotate { zcode_shared::token::rotate(&cfg)? } else { zcode_shared::token::resolve(&cfg)? };
+    println!("{token}");
+    if rotate {
+        eprintln!(
+            "new token written to {source}; the running hub and bridges take it within seconds \
+             (the old one stops working): give it to every remote client"
+        );
+    } else {
+        eprintln!("token from {source}");
+    }
+    // Pairing goes to stderr: stdout stays the bare token, for scripts.
+    let port = match (&public_url, running_hub_port(&cfg)) {
+        (Some(_), _) => 0,
+        (None, Some(p)) => p,
+        (None, None) if cfg.remote.hub_port != 0 => cfg.remote.hub_port,
+        (None, None) => {
+            eprintln!(
+                "no hub is running (its port is picked when it starts): `zcode-acp up` prints the pairing URL"
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let url = pairing_url(&cfg.remote.hub_host, port, &token, public_url);
+    eprintln!("pair a phone: {url}");
+    if let Some(note) = loopback_note(&url) {
+        eprintln!("{note}");
+    }
+    eprint!("{}", qr(&url, colour_for(&std::io::stderr())));
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

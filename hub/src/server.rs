@@ -4,7 +4,7 @@
 //! with a close frame.
 //!
 //! Connection slots are split so that nobody without the token can crowd out anyone with it
-//! ([`crate::pools`]): the accept loop never waits, a connection is accepted at once into the
+//! ([`zcode_shared::slots`], sized by [`LIMITS`]): the accept loop never waits, a connection is accepted at once into the
 //! pre-auth pool, evicting its address's (or the fullest address's) OLDEST pending connection
 //! when full. A fresh connection is the newest, so silent sockets cannot starve it: it only
 //! needs its request head to arrive before that many newer ones from its own address do.
@@ -18,18 +18,21 @@
 //!   legitimate client waits, and a full one drops its SYN.
 
 use crate::Hub;
-use crate::pools::{Slot, Slots};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
+use zcode_shared::slots::{Limits, Slot, Slots};
 
 /// A connection's first byte must arrive within this long, its request head within as long
 /// again (also the idle keep-alive limit).
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest request head (request line and headers) accepted.
 const MAX_HEAD: usize = 16 * 1024;
+/// The pools' sizes: 1024 pending connections, 256 of them per client address (an IPv6 /64),
+/// and 4096 authenticated ones (relays are counted separately, once upgraded).
+pub const LIMITS: Limits = Limits { pending: 1024, per_addr: 256, authenticated: 4096 };
 /// What an evicted connection that never sent a byte is told.
 const EVICTED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n\
 Content-Type: text/plain; charset=utf-8\r\nContent-Length: 20\r\n\r\ntoo many connections";
@@ -37,11 +40,11 @@ Content-Type: text/plain; charset=utf-8\r\nContent-Length: 20\r\n\r\ntoo many co
 /// Accepts connections until the hub's shutdown token fires.
 pub async fn serve(listener: TcpListener, hub: Arc<Hub>) {
     widen_backlog(&listener);
-    let slots = Arc::new(Slots::default());
+    let slots = Slots::new(LIMITS);
     let mut next_conn: u64 = 0;
     loop {
         let (stream, peer) = tokio::select! {
-            () = hub.shutdown.cancelled() => return,
+            () = hub.life.shutdown.cancelled() => return,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
@@ -55,8 +58,8 @@ pub async fn serve(listener: TcpListener, hub: Arc<Hub>) {
         };
         let _ = stream.set_nodelay(true);
         next_conn += 1;
-        let slot = Slots::admit(&slots, next_conn, peer.ip());
-        hub.tracker.spawn(connection(stream, peer, hub.clone(), slot));
+        let slot = Slots::admit(&slots, next_conn, crate::auth::addr_key(peer.ip()));
+        hub.life.tracker.spawn(connection(stream, peer, hub.clone(), slot));
         // Let the new connection look at its first bytes before more are accepted: under a
         // flood, a legitimate request is then read long before its address's newer
         // connections could push it out of the pre-auth pool.
@@ -93,7 +96,7 @@ async fn connection(stream: TcpStream, peer: SocketAddr, hub: Arc<Hub>, slot: Ar
             return;
         }
         () = tokio::time::sleep(HEADER_TIMEOUT) => return,
-        () = hub.shutdown.cancelled() => return,
+        () = hub.life.shutdown.cancelled() => return,
     }
     let svc_hub = hub.clone();
     let svc_slot = slot.clone();
@@ -110,7 +113,7 @@ async fn connection(stream: TcpStream, peer: SocketAddr, hub: Arc<Hub>, slot: Ar
             tracing::debug!(conn, %peer, "unauthenticated connection evicted");
             return;
         }
-        () = hub.shutdown.cancelled() => {
+        () = hub.life.shutdown.cancelled() => {
             served.as_mut().graceful_shutdown();
             match tokio::time::timeout(Duration::from_secs(1), served.as_mut()).await {
                 Ok(r) => r,

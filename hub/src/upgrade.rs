@@ -174,17 +174,17 @@ pub async fn check(build: &Build, state: &State) -> Verdict {
 /// Starts the restart unless one is under way: in [`EXIT_DELAY`], the successor is spawned
 /// and the hub shut down (relays closed with 1012). Returns `false` when one already was.
 fn begin_restart(hub: &Arc<Hub>, reason: &'static str) -> bool {
-    if hub.upgrade.restarting.swap(true, AtomicOrdering::SeqCst) {
+    if hub.life.upgrade.restarting.swap(true, AtomicOrdering::SeqCst) {
         return false;
     }
     tracing::info!(reason, "a newer hub binary is on disk: restarting onto it");
     let hub = hub.clone();
     tokio::spawn(async move {
         tokio::time::sleep(EXIT_DELAY).await;
-        if let Some(exe) = hub.build.exe.clone() {
+        if let Some(exe) = hub.life.build.exe.clone() {
             spawn_successor(&hub, &exe);
         }
-        hub.shutdown.cancel();
+        hub.life.shutdown.cancel();
     });
     true
 }
@@ -200,7 +200,7 @@ fn spawn_successor(hub: &Hub, exe: &PathBuf) {
         Ok((a, b)) => (std::process::Stdio::from(a), std::process::Stdio::from(b)),
         Err(_) => (std::process::Stdio::null(), std::process::Stdio::null()),
     };
-    let port = hub.port().to_string();
+    let port = hub.life.port().to_string();
     // Not waited for: this process exits in a moment and the successor is reparented.
     #[allow(clippy::zombie_processes)]
     let started = std::process::Command::new(exe)
@@ -218,10 +218,10 @@ fn spawn_successor(hub: &Hub, exe: &PathBuf) {
 
 /// `POST /api/upgrade`: `{ok, restarting, reason, runningVersion, diskVersion}`.
 pub async fn post(hub: &Arc<Hub>) -> Resp {
-    let v = if hub.upgrade.restarting() {
+    let v = if hub.life.upgrade.restarting() {
         Verdict { restart: true, reason: "restarting", disk_version: None }
     } else {
-        let v = check(&hub.build, &hub.upgrade).await;
+        let v = check(&hub.life.build, &hub.life.upgrade).await;
         if v.restart {
             begin_restart(hub, v.reason);
         }
@@ -234,7 +234,7 @@ pub async fn post(hub: &Arc<Hub>) -> Resp {
             "ok": true,
             "restarting": v.restart,
             "reason": v.reason,
-            "runningVersion": hub.build.version,
+            "runningVersion": hub.life.build.version,
             "diskVersion": v.disk_version,
         }),
     )
@@ -264,12 +264,12 @@ fn registration_checks(
 /// check ran in the last 60 s), the hub checks its disk binary and restarts onto it when that
 /// is newer. Whether the hub is restarting (what the registration answers as `restarting`).
 pub async fn on_registration(hub: &Arc<Hub>, version: Option<&str>) -> bool {
-    if hub.upgrade.restarting() {
+    if hub.life.upgrade.restarting() {
         return true;
     }
     {
-        let mut last = hub.upgrade.last_registration_check.lock().unwrap_or_else(|p| p.into_inner());
-        if !registration_checks(hub.build.version, version, &mut last, Instant::now()) {
+        let mut last = hub.life.upgrade.last_registration_check.lock().unwrap_or_else(|p| p.into_inner());
+        if !registration_checks(hub.life.build.version, version, &mut last, Instant::now()) {
             return false;
         }
     }
@@ -277,13 +277,13 @@ pub async fn on_registration(hub: &Arc<Hub>, version: Option<&str>) -> bool {
     // not cancel it. The answer says `restarting` when the check is done in time.
     let (hub2, bridge) = (hub.clone(), version.unwrap_or_default().to_owned());
     let task = tokio::spawn(async move {
-        let v = check(&hub2.build, &hub2.upgrade).await;
-        tracing::info!(%bridge, hub = hub2.build.version, reason = v.reason, "a newer bridge registered");
-        v.restart && (begin_restart(&hub2, v.reason) || hub2.upgrade.restarting())
+        let v = check(&hub2.life.build, &hub2.life.upgrade).await;
+        tracing::info!(%bridge, hub = hub2.life.build.version, reason = v.reason, "a newer bridge registered");
+        v.restart && (begin_restart(&hub2, v.reason) || hub2.life.upgrade.restarting())
     });
     match tokio::time::timeout(ANSWER_WITHIN, task).await {
         Ok(Ok(restarting)) => restarting,
-        _ => hub.upgrade.restarting(),
+        _ => hub.life.upgrade.restarting(),
     }
 }
 

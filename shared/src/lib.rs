@@ -14,6 +14,7 @@
 //! - [`text`]: request text made inert for terminals (control sequences out, clean titles).
 //! - [`store`]: the SQLite store (journal and tasks index): the only SQL in the workspace.
 //! - [`settings`]: the settings API's sections and their safe, locked writes.
+//! - [`slots`]: the pre-auth and authenticated connection pools of both servers.
 
 pub mod config;
 pub mod env;
@@ -25,6 +26,7 @@ pub mod quota;
 pub mod registration;
 pub mod rlimit;
 pub mod settings;
+pub mod slots;
 pub mod store;
 pub mod text;
 pub mod time;

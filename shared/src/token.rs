@@ -148,6 +148,15 @@ pub fn verify(expected: &[u8; 32], candidate: &str) -> bool {
     expected.iter().zip(got.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
+/// The token an `Authorization` header value presents: `Bearer <token>` with the scheme in any
+/// case (RFC 9110 §11.1), whitespace around either trimmed; `None` for another scheme. The one
+/// parse both servers use (then [`Live::verify_fresh`], a constant-time compare).
+pub fn bearer(authorization: &str) -> Option<&str> {
+    let v = authorization.trim();
+    let (scheme, token) = (v.get(..7)?, v.get(7..)?);
+    scheme.eq_ignore_ascii_case("bearer ").then(|| token.trim())
+}
+
 /// The token in force for a long-running process (the hub, a bridge): re-read from where it
 /// is kept when that file changes, so `zcode-acp token --rotate` takes effect in running
 /// processes: the old token stops working and the new one works, without a restart. A token
@@ -256,6 +265,16 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_bearer_scheme_is_matched_in_any_case() {
+        for v in ["Bearer abc", "bearer abc", "BEARER abc", "  bEaReR   abc  "] {
+            assert_eq!(bearer(v), Some("abc"), "{v:?}");
+        }
+        for v in ["Basic abc", "Bearerabc", "Bearer", "", "Token abc"] {
+            assert_eq!(bearer(v), None, "{v:?}");
+        }
+    }
 
     fn cfg(dir: &std::path::Path, extra: &[(&str, &str)]) -> Config {
         let mut env = HashMap::from([("ZCODE_ACP_HOME".to_owned(), dir.display().to_string())]);

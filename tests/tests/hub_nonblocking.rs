@@ -154,3 +154,77 @@ fn project_routes_answer_while_another_process_holds_the_write_lock() {
     );
     assert_eq!((r.status, r.text()), (403, "unknown project".to_owned()), "POST /api/instances");
 }
+
+/// Sends `method path` with the token on a thread of its own: the answer, or `None` when none
+/// came within [`WAIT`].
+fn answer_within_wait(hub: &Hub, method: &'static str, path: String, body: Vec<u8>) -> Option<Reply> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let port = hub.port;
+    std::thread::spawn(move || {
+        let _ = tx.send(http(port, method, &path, &[AUTH], &body));
+    });
+    rx.recv_timeout(WAIT).ok()
+}
+
+/// Waits until the hub holds a blocking job at `point` (`ZCODE_ACP_TEST_HOLD_DIR`).
+fn wait_held(dir: &Path, point: &str) {
+    let held = dir.join(format!("{point}.held"));
+    wait_until(&format!("the hub to hold at {point}"), || held.exists());
+}
+
+/// `/api/fs/list` stats every entry of a directory: that runs on the blocking pool, not on the
+/// store thread, so an SQL-backed route answers while a listing is held.
+#[test]
+fn a_held_directory_listing_does_not_stall_the_store() {
+    let home = Home::new();
+    let hold = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let hold_dir = hold.path().display().to_string();
+    let hub = Hub::start(&home, &[("ZCODE_ACP_TEST_HOLD_DIR", hold_dir.as_str())]);
+    let (port, path) = (hub.port, format!("/api/fs/list?path={}", dir.path().display()));
+    let listing = std::thread::spawn(move || http(port, "GET", &path, &[AUTH], b""));
+    wait_held(hold.path(), "fs-list");
+    let projects = answer_within_wait(&hub, "GET", "/api/projects".into(), vec![]);
+    let projects = projects.expect("GET /api/projects did not answer while a directory listing was held");
+    assert_eq!(projects.status, 200, "{}", projects.text());
+    std::fs::write(hold.path().join("fs-list.release"), b"").unwrap();
+    let listed = listing.join().unwrap();
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    assert_eq!(listed.json()["entries"], json!([{"name": "sub"}]));
+}
+
+/// A Web Push subscription is written (and fsynced) on the blocking pool: while writes are
+/// held, more subscribes than the hub has async workers leave it answering everything else.
+#[test]
+fn held_push_subscription_writes_do_not_stall_the_hub() {
+    use base64::Engine;
+    use p256::elliptic_curve::sec1::ToEncodedPoint;
+    let home = Home::new();
+    let hold = tempfile::tempdir().unwrap();
+    let hold_dir = hold.path().display().to_string();
+    let hub = Hub::start(&home, &[("ZCODE_ACP_TEST_HOLD_DIR", hold_dir.as_str())]);
+    let key = p256::SecretKey::from_slice(&[7u8; 32]).unwrap().public_key();
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let p256dh = b64(key.to_encoded_point(false).as_bytes());
+    // Many more than the hub's async workers (one per core).
+    let subscribes: Vec<_> = (0..64)
+        .map(|i| {
+            let sub = json!({"endpoint": format!("http://127.0.0.1:9/push/{i}"),
+                             "keys": {"p256dh": p256dh, "auth": b64(&[i as u8; 16])}});
+            let port = hub.port;
+            std::thread::spawn(move || {
+                http(port, "POST", "/api/push/subscriptions", &[AUTH], sub.to_string().as_bytes())
+            })
+        })
+        .collect();
+    wait_held(hold.path(), "push-save");
+    let health = answer_within_wait(&hub, "GET", "/api/health".into(), vec![]);
+    let health = health.expect("GET /api/health did not answer while subscription writes were held");
+    assert_eq!(health.status, 200, "{}", health.text());
+    std::fs::write(hold.path().join("push-save.release"), b"").unwrap();
+    for s in subscribes {
+        let r = s.join().unwrap();
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+}

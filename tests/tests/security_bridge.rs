@@ -348,3 +348,21 @@ fn stale_port_files_of_dead_bridges_are_removed_at_start_and_live_ones_kept() {
         assert!(run.join(n).exists(), "{n} was removed");
     }
 }
+
+/// One token check for both servers: the `Bearer` scheme is matched in any case (RFC 9110
+/// §11.1), by the bridge's loopback routes as by the hub's.
+#[test]
+fn the_bridge_takes_a_lowercase_bearer_scheme_like_the_hub() {
+    let home = Home::new();
+    let b = Bridge::start(&home, &demo_agent(0));
+    let hub = wait_for_hub(&home, None);
+    let lower = format!("bearer {TEST_TOKEN}");
+    for (who, port, path) in [("hub", hub, "/api/instances"), ("bridge", b.port, "/status")] {
+        for scheme in [lower.as_str(), &format!("BEARER {TEST_TOKEN}")] {
+            let r = zcode_tests::hub::http(port, "GET", path, &[("authorization", scheme)], b"");
+            assert_eq!(r.status, 200, "the {who}'s {path} with `authorization: {scheme}`: {}", r.text());
+        }
+        let wrong = zcode_tests::hub::http(port, "GET", path, &[("authorization", "bearer wrong")], b"");
+        assert_eq!(wrong.status, 401, "the {who} with a wrong token");
+    }
+}

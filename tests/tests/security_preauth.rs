@@ -14,7 +14,7 @@ use zcode_tests::net::connect_from;
 use zcode_tests::{Bridge, Home, TEST_TOKEN, WAIT, demo_agent};
 
 /// The hub's cap on unauthenticated connections per client address
-/// (`zcode_hub::pools::MAX_PENDING_PER_ADDR`).
+/// (`zcode_hub::server::LIMITS.per_addr`).
 const PER_ADDR: usize = 256;
 
 /// Everything the hub sends on `s` until it closes it (or [`WAIT`] passes: then what came).

@@ -476,3 +476,64 @@ fn the_readmes_scripts_test_examples_name_what_exists() {
     assert!(script.contains("  web)") && script.contains("  --)"), "scripts/test lost its web or -- form");
     assert!(wrong.is_empty(), "README examples naming nothing:\n{}", wrong.join("\n"));
 }
+
+/// Issue 30, point 7: the binary's `main.rs` parses arguments and dispatches, nothing more (the
+/// hub's start-up and every subcommand live in modules of their own), and the hub's shared
+/// state is a few parts (auth, bridges, account, life) rather than one bag of fields that every
+/// route file reaches into.
+#[test]
+fn the_hub_binary_only_dispatches_and_the_hub_state_comes_in_parts() {
+    let main = std::fs::read_to_string(workspace().join("hub/src/main.rs")).expect("main.rs");
+    let fns: Vec<&str> = main
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start().trim_start_matches("pub(crate) ").trim_start_matches("pub ");
+            l.strip_prefix("async fn ").or_else(|| l.strip_prefix("fn "))
+        })
+        .map(|rest| rest.split(['(', '<']).next().unwrap_or_default())
+        .collect();
+    assert_eq!(fns, ["main", "run"], "hub/src/main.rs holds only `main` and its dispatch `run`");
+    let lines = main.lines().count();
+    assert!(lines <= 220, "hub/src/main.rs is {lines} lines (at most 220: the arguments and a match)");
+
+    let mut files = vec![];
+    sources(&workspace().join("hub/src"), &mut files);
+    let mut hubs = vec![];
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("a source file");
+        let Some(at) = text.find("pub struct Hub {") else { continue };
+        let body = &text[at..text[at..].find("\n}").map_or(text.len(), |e| at + e)];
+        let fields = body
+            .lines()
+            .skip(1)
+            .map(str::trim)
+            .filter(|l| !l.starts_with("//") && l.contains(':') && l.ends_with(','))
+            .count();
+        hubs.push((f, fields));
+    }
+    assert_eq!(hubs.len(), 1, "one `pub struct Hub`: {hubs:?}");
+    assert!(
+        hubs[0].1 <= 8,
+        "`Hub` has {} fields (at most 8: group them): {}",
+        hubs[0].1,
+        hubs[0].0.display()
+    );
+}
+
+/// Issue 30, point 8: one pre-auth connection pool for both servers (`shared::slots`), and one
+/// parse of the `Authorization` header's Bearer scheme (`shared::token::bearer`).
+#[test]
+fn both_servers_share_one_connection_pool_and_one_bearer_parse() {
+    let mut wrong = vec![];
+    for (f, line) in product_lines() {
+        let own = f.ends_with("shared/src/slots.rs") || f.ends_with("shared/src/token.rs");
+        let l = line.trim();
+        if !own && (l.contains("struct Slots") || l.contains("struct Slot ") || l.contains("struct Pool ")) {
+            wrong.push(format!("{}: a connection pool of its own: {l}", f.display()));
+        }
+        if !own && (l.contains("\"Bearer \"") || l.contains("\"bearer \"")) && !l.contains("format!") {
+            wrong.push(format!("{}: a Bearer parse of its own: {l}", f.display()));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -12,7 +12,8 @@
 //! (or `waiting`) to `idle`. Nothing here ever holds up a request or a turn: the queue is
 //! bounded (a full one drops the event with a warning), one task expands events into pushes,
 //! at most [`PARALLEL_SENDS`] run at once and each gives up after [`SEND_TIMEOUT`]. Keys and
-//! subscriptions are read from disk on first use, by that task or a `/api/push` route.
+//! subscriptions are read from disk on first use, by that task or a `/api/push` route, and every
+//! file read or write runs on the blocking pool ([`Shared::blocking`]), never on an async worker.
 
 pub mod ece;
 pub mod send;
@@ -190,10 +191,23 @@ impl Shared {
         Ok(k)
     }
 
+    /// Runs `f` on the subscriptions (read from disk on first use). Blocking (a read, an
+    /// fsync), and under the state's `std` mutex: called only on the blocking pool, through
+    /// [`Shared::blocking`].
     fn with_subs<R>(&self, f: impl FnOnce(&mut subs::Store) -> R) -> R {
         let mut st = self.state();
         let store = st.subs.get_or_insert_with(|| subs::Store::load(&self.dir.join("subscriptions.json")));
         f(store)
+    }
+
+    /// Runs `f` on the blocking pool, so no async worker waits for the disk or for the state's
+    /// mutex while another thread writes. `Err` only when `f` panicked.
+    async fn blocking<R: Send + 'static>(
+        self: &Arc<Shared>,
+        f: impl FnOnce(&Shared) -> R + Send + 'static,
+    ) -> std::io::Result<R> {
+        let shared = self.clone();
+        tokio::task::spawn_blocking(move || f(&shared)).await.map_err(std::io::Error::other)
     }
 }
 
@@ -205,19 +219,24 @@ impl Push {
         Push { shared: Arc::new(Shared { dir, subject, state }), queue: OnceLock::new() }
     }
 
-    /// The VAPID public key (base64url, uncompressed point), made on first use.
-    pub fn public_key(&self) -> Result<String, KeyError> {
-        Ok(self.shared.keys()?.public().to_owned())
+    /// The VAPID public key (base64url, uncompressed point), made (and written) on first use.
+    pub async fn public_key(&self) -> Result<String, String> {
+        match self.shared.blocking(|sh| sh.keys().map(|k| k.public().to_owned())).await {
+            Ok(k) => k.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
-    /// Stores a device's subscription; `true` when it is new.
-    pub fn subscribe(&self, sub: subs::Subscription) -> std::io::Result<bool> {
-        self.shared.with_subs(|s| s.put(sub))
+    /// Stores a device's subscription (written through, off the async workers); `true` when it
+    /// is new.
+    pub async fn subscribe(&self, sub: subs::Subscription) -> std::io::Result<bool> {
+        self.shared.blocking(|sh| sh.with_subs(|s| s.put(sub))).await?
     }
 
-    /// Forgets a device's subscription; whether there was one.
-    pub fn unsubscribe(&self, endpoint: &str) -> std::io::Result<bool> {
-        self.shared.with_subs(|s| s.remove(endpoint))
+    /// Forgets a device's subscription (off the async workers); whether there was one.
+    pub async fn unsubscribe(&self, endpoint: &str) -> std::io::Result<bool> {
+        let endpoint = endpoint.to_owned();
+        self.shared.blocking(move |sh| sh.with_subs(|s| s.remove(&endpoint))).await?
     }
 
     /// Queues the notifications a heartbeat implies (see [`transitions`]); never waits.
@@ -244,14 +263,22 @@ impl Push {
 async fn sender(shared: Arc<Shared>, mut rx: mpsc::Receiver<Event>) {
     let slots = Arc::new(Semaphore::new(PARALLEL_SENDS));
     while let Some(event) = rx.recv().await {
-        let targets: Vec<subs::Subscription> = shared.with_subs(|s| {
-            s.all().iter().filter(|s| event.kind == Kind::Waiting || s.notify_turn_end).cloned().collect()
+        let kind = event.kind;
+        let targets = shared.blocking(move |sh| {
+            sh.with_subs(|s| {
+                s.all().iter().filter(|s| kind == Kind::Waiting || s.notify_turn_end).cloned().collect()
+            })
         });
+        let targets: Vec<subs::Subscription> = targets.await.unwrap_or_default();
         if targets.is_empty() {
             continue;
         }
-        let keys = match shared.keys() {
-            Ok(k) => k,
+        let keys = match shared.blocking(Shared::keys).await {
+            Ok(Ok(k)) => k,
+            Ok(Err(e)) => {
+                tracing::error!("cannot send a push notification: {e}");
+                continue;
+            }
             Err(e) => {
                 tracing::error!("cannot send a push notification: {e}");
                 continue;
@@ -274,7 +301,7 @@ async fn sender(shared: Arc<Shared>, mut rx: mpsc::Receiver<Event>) {
 
 /// Sends one push and acts on the answer: a 404 or 410 forgets the subscription.
 async fn deliver(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     keys: &vapid::Keys,
     sub: &subs::Subscription,
     kind: Kind,
@@ -310,7 +337,8 @@ async fn deliver(
             tracing::debug!(endpoint = %origin, status = a.status.as_u16(), "push delivered")
         }
         Ok(Ok(a)) if a.status == hyper::StatusCode::NOT_FOUND || a.status == hyper::StatusCode::GONE => {
-            match shared.with_subs(|s| s.remove(&sub.endpoint)) {
+            let endpoint = sub.endpoint.clone();
+            match shared.blocking(move |sh| sh.with_subs(|s| s.remove(&endpoint))).await.and_then(|r| r) {
                 Ok(_) => {
                     tracing::info!(endpoint = %origin, status = a.status.as_u16(), "push subscription expired: forgotten")
                 }

@@ -181,6 +181,7 @@ impl Store {
     }
 
     fn save(&self) -> std::io::Result<()> {
+        crate::hold::point("push-save");
         if let Some(dir) = self.file.parent() {
             zcode_shared::paths::Paths::ensure_private_dir(dir)?;
         }

@@ -39,6 +39,15 @@ pub struct Options {
     pub json: bool,
 }
 
+/// `zcode-acp quota`: loads the configuration (logging only when it says `debug`) and runs.
+pub fn command(opts: Options) -> anyhow::Result<ExitCode> {
+    let cfg = Config::load()?;
+    if cfg.debug {
+        zcode_shared::logging::init(true);
+    }
+    run(&cfg, opts)
+}
+
 /// Runs the command.
 pub fn run(cfg: &Config, opts: Options) -> anyhow::Result<ExitCode> {
     let quota = Quota::new(&cfg.quota);

@@ -39,14 +39,14 @@ pub async fn upgrade(mut req: Request<Incoming>, hub: &Arc<Hub>) -> Resp {
         return text(StatusCode::BAD_REQUEST, "a WebSocket upgrade (version 13) is required");
     };
     let id = query_param(req.uri(), "instance").map(|c| c.into_owned()).unwrap_or_default();
-    let Some(port) = hub.registry().port_of(&id, Instant::now()) else {
+    let Some(port) = hub.bridges.registry().port_of(&id, Instant::now()) else {
         return text(StatusCode::NOT_FOUND, "unknown instance");
     };
     // Counted before the dial is awaited: a relay being dialed holds its place under the cap.
-    let Some(guard) = hub.relay_guard(max_relays()) else {
+    let Some(guard) = hub.bridges.relay_guard(max_relays()) else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "too many connections");
     };
-    let bridge = match upstream::dial_ws(port, &hub.token.token()).await {
+    let bridge = match upstream::dial_ws(port, &hub.auth.token.token()).await {
         Ok(ws) => ws,
         Err(e) => {
             tracing::debug!(instance = %id, port, "cannot dial the bridge: {e}");
@@ -57,7 +57,7 @@ pub async fn upgrade(mut req: Request<Incoming>, hub: &Arc<Hub>) -> Resp {
     // subprotocols got no answer.
     let offered = auth::subprotocols(req.headers()).any(|p| p == auth::SUBPROTOCOL);
     let on_upgrade = hyper::upgrade::on(&mut req);
-    hub.tracker.spawn(relay_task(hub.clone(), on_upgrade, bridge, id, guard));
+    hub.life.tracker.spawn(relay_task(hub.clone(), on_upgrade, bridge, id, guard));
     let mut r = empty(StatusCode::SWITCHING_PROTOCOLS);
     let h = r.headers_mut();
     h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
@@ -122,8 +122,8 @@ async fn relay_task(
         }
     };
     tracing::debug!(instance = %id, "relay open");
-    let token = hub.tracker.token();
-    hub.relay.open(relay::Open {
+    let token = hub.life.tracker.token();
+    hub.bridges.relay.open(relay::Open {
         client,
         client_early,
         bridge: bridge_io,

@@ -38,10 +38,12 @@ pub async fn relay(req: Request<Incoming>, hub: &Arc<Hub>, id: &str, rest: &str)
         .flatten()
         .filter(|sid| !sid.contains('/'))
         .map(str::to_owned);
-    let port = hub.registry().port_of(id, Instant::now());
+    let port = hub.bridges.registry().port_of(id, Instant::now());
     let Some(port) = port else {
         return match deleting {
-            Some(sid) if hub.registry().departed(id, Instant::now()) => delete_here(hub, id, sid).await,
+            Some(sid) if hub.bridges.registry().departed(id, Instant::now()) => {
+                delete_here(hub, id, sid).await
+            }
             _ => text(StatusCode::NOT_FOUND, "unknown instance"),
         };
     };
@@ -58,7 +60,7 @@ pub async fn relay(req: Request<Incoming>, hub: &Arc<Hub>, id: &str, rest: &str)
     *out.uri_mut() = uri;
     copy_end_to_end(&parts.headers, out.headers_mut());
     out.headers_mut().remove(header::AUTHORIZATION);
-    upstream::authorize(out.headers_mut(), port, &hub.token.token());
+    upstream::authorize(out.headers_mut(), port, &hub.auth.token.token());
     match tokio::time::timeout(RESPONSE_TIMEOUT, upstream::request(port, out)).await {
         Ok(Ok(resp)) => {
             let (mut parts, body) = resp.into_parts();
@@ -84,7 +86,7 @@ async fn delete_here(hub: &Arc<Hub>, id: &str, sid: String) -> Resp {
     if !zcode_bridge::files::valid_session_id(&sid) {
         return text(StatusCode::BAD_REQUEST, "invalid sessionId — session id expected");
     }
-    if hub.registry().advertised(&sid, Instant::now()) {
+    if hub.bridges.registry().advertised(&sid, Instant::now()) {
         return text(StatusCode::CONFLICT, "the session is live on a bridge — close it first");
     }
     tracing::info!(instance = %id, session = %sid, "the bridge has gone: the hub deletes the session");

@@ -15,19 +15,19 @@ pub async fn list(req: &Request<Incoming>, hub: &Arc<Hub>) -> Resp {
     if matches!(query_param(req.uri(), "probe").as_deref(), Some("1" | "true")) {
         probe_all(hub).await;
     }
-    let listing = hub.registry().listing(Instant::now());
+    let listing = hub.bridges.registry().listing(Instant::now());
     json(StatusCode::OK, &listing)
 }
 
 async fn probe_all(hub: &Hub) {
-    let targets = hub.registry().probe_targets(Instant::now());
+    let targets = hub.bridges.registry().probe_targets(Instant::now());
     let probes = targets.into_iter().map(|(id, port)| async move {
         let reachable = upstream::probe(port).await;
         (id, port, reachable)
     });
     let results = futures_util::future::join_all(probes).await;
     let now = Instant::now();
-    let mut registry = hub.registry();
+    let mut registry = hub.bridges.registry();
     for (id, port, reachable) in results {
         if !reachable {
             tracing::debug!(instance = %id, port, "probe failed");

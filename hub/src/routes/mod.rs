@@ -3,7 +3,7 @@
 //! token, registration may carry its token in a (small) body, and everything else needs the
 //! token before it is even routed. No route reads a byte of body before the token is checked,
 //! except registration's at most 8 KiB. A request that authenticates takes its connection out
-//! of the pre-auth pool ([`crate::pools::Slot::authenticate`]); the token-carrying
+//! of the pre-auth pool ([`zcode_shared::slots::Slot::authenticate`]); the token-carrying
 //! WebSocket subprotocol is removed from the request right after the check.
 //!
 //! | route | module |
@@ -41,13 +41,13 @@ pub mod version;
 use crate::Hub;
 use crate::auth;
 use crate::http::{self, Resp, text};
-use crate::pools::Slot;
 use hyper::body::Incoming;
 use hyper::header::IF_NONE_MATCH;
 use hyper::{Method, Request, StatusCode};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use zcode_shared::slots::Slot;
 
 /// Answers one request (the hyper service function).
 pub async fn handle(
@@ -100,7 +100,7 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
     {
         let token = auth::presented(req.headers(), req.uri());
         let addr = auth::client_addr(req.headers(), peer, hub.cfg.remote.client_address_header.as_deref());
-        if let Err(refused) = auth::check(hub, token.as_deref(), addr) {
+        if let Err(refused) = hub.auth.check(token.as_deref(), addr) {
             return refused.response();
         }
     }
@@ -124,7 +124,7 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         (&Method::GET, "/api/fs/list") => return projects::fs_list(&req, hub).await,
         (&Method::GET, "/api/settings/usage") => return usage::usage(&req, hub).await,
         (&Method::GET, "/api/quota" | "/api/settings/quota") => return quota::quota(hub).await,
-        (&Method::GET, "/api/push/vapid-public-key") => return push::vapid_public_key(hub),
+        (&Method::GET, "/api/push/vapid-public-key") => return push::vapid_public_key(hub).await,
         (&Method::POST, "/api/push/subscriptions") => return push::subscribe(req, hub).await,
         (&Method::DELETE, "/api/push/subscriptions") => return push::unsubscribe(req, hub).await,
         (&Method::GET, "/api/version") => return version::get(&req, hub).await,

@@ -64,8 +64,10 @@ pub async fn fs_list(req: &Request<Incoming>, hub: &Hub) -> Resp {
     if !requested.starts_with('/') || requested.contains('\0') {
         return say(StatusCode::BAD_REQUEST, "absolute path required");
     }
-    // Listing a directory (a stat per entry) and the store's answer, off the async workers.
-    let listed = hub.store.run(move |st| {
+    // Listing a directory (a stat per entry, thousands of them) on the blocking pool: never on
+    // an async worker, and never on the store thread, where it would stall every query.
+    let listed = tokio::task::spawn_blocking(move || {
+        crate::hold::point("fs-list");
         let path = std::fs::canonicalize(&requested).ok()?;
         let entries = std::fs::read_dir(&path).ok()?;
         let mut names: Vec<Vec<u8>> = entries
@@ -74,14 +76,18 @@ pub async fn fs_list(req: &Request<Incoming>, hub: &Hub) -> Resp {
             .map(|e| std::os::unix::ffi::OsStrExt::as_bytes(e.file_name().as_os_str()).to_vec())
             .collect();
         names.sort();
-        let creatable = catalog::creatable(st, &cfg, &path);
-        Some((path, names, creatable))
+        Some((path, names))
     });
-    let (path, mut names, creatable) = match listed.await {
-        Err(e) => return store_unavailable(e),
+    let (path, mut names) = match listed.await {
+        Err(e) => return say(StatusCode::INTERNAL_SERVER_ERROR, format!("listing failed: {e}")),
         Ok(None) => return say(StatusCode::NOT_FOUND, "directory not found"),
-        Ok(Some((path, names, Ok(c)))) => (path, names, c),
-        Ok(Some((_, _, Err(e)))) => return store_unavailable(e),
+        Ok(Some(l)) => l,
+    };
+    let at = path.clone();
+    let creatable = match hub.store.run(move |st| catalog::creatable(st, &cfg, &at)).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return store_unavailable(e),
+        Err(e) => return store_unavailable(e),
     };
     let truncated = names.len() > 2000;
     names.truncate(2000);
@@ -145,7 +151,7 @@ pub async fn sessions(req: &Request<Incoming>, hub: &Arc<Hub>) -> Resp {
         Ok(id) => id,
         Err(r) => return r,
     };
-    let live: Vec<String> = hub.registry().sessions_in(&path_s, std::time::Instant::now());
+    let live: Vec<String> = hub.bridges.registry().sessions_in(&path_s, std::time::Instant::now());
     let ws = path_s.clone();
     let rows = hub
         .store
@@ -160,7 +166,7 @@ pub async fn sessions(req: &Request<Incoming>, hub: &Arc<Hub>) -> Resp {
         Ok(Err(e)) => return say(StatusCode::BAD_GATEWAY, format!("broken list: {e}")),
         Err(e) => return store_unavailable(e),
     };
-    let agent = hub.registry().agent_of(&instance, std::time::Instant::now());
+    let agent = hub.bridges.registry().agent_of(&instance, std::time::Instant::now());
     let more = rows.len() as i64 > limit;
     let rows = &rows[..rows.len().min(limit as usize)];
     let next = if more {

@@ -18,8 +18,8 @@ use hyper::{Request, StatusCode};
 use serde_json::{Value, json};
 
 /// `GET /api/push/vapid-public-key`.
-pub fn vapid_public_key(hub: &Hub) -> Resp {
-    match hub.push.public_key() {
+pub async fn vapid_public_key(hub: &Hub) -> Resp {
+    match hub.account.push.public_key().await {
         Ok(k) => json(StatusCode::OK, &json!({"publicKey": k})),
         Err(e) => {
             tracing::error!("Web Push keys unavailable: {e}");
@@ -39,7 +39,7 @@ pub async fn subscribe(req: Request<Incoming>, hub: &Hub) -> Resp {
         Err(why) => return text(StatusCode::BAD_REQUEST, why),
     };
     let (origin, turn_end) = (crate::push::subs::origin_of(&sub.endpoint), sub.notify_turn_end);
-    match hub.push.subscribe(sub) {
+    match hub.account.push.subscribe(sub).await {
         Ok(new) => {
             tracing::info!(endpoint = %origin, notify_turn_end = turn_end, new, "push subscription stored");
             let status = if new { StatusCode::CREATED } else { StatusCode::OK };
@@ -61,7 +61,7 @@ pub async fn unsubscribe(req: Request<Incoming>, hub: &Hub) -> Resp {
     let Some(endpoint) = body.get("endpoint").and_then(Value::as_str).filter(|e| !e.is_empty()) else {
         return text(StatusCode::BAD_REQUEST, "endpoint (the subscription's URL) required");
     };
-    match hub.push.unsubscribe(endpoint) {
+    match hub.account.push.unsubscribe(endpoint).await {
         Ok(removed) => json(StatusCode::OK, &json!({"ok": true, "removed": removed})),
         Err(e) => {
             tracing::error!("cannot remove a push subscription: {e}");

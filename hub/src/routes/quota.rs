@@ -11,7 +11,7 @@ use hyper::header::{CACHE_CONTROL, HeaderValue};
 
 /// `GET /api/quota`.
 pub async fn quota(hub: &Hub) -> Resp {
-    let mut resp = match hub.quota().payload().await {
+    let mut resp = match hub.account.quota(&hub.config()).payload().await {
         Ok(payload) => json(StatusCode::OK, &payload),
         Err(e) => {
             tracing::warn!("GET /api/quota: {e}");

@@ -9,7 +9,6 @@
 use crate::Hub;
 use crate::auth;
 use crate::http::{Resp, json, read_json, read_preauth_json, text};
-use crate::pools::Slot;
 use crate::registry::Registration;
 use hyper::Request;
 use hyper::StatusCode;
@@ -18,6 +17,7 @@ use serde_json::Value;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
+use zcode_shared::slots::Slot;
 
 /// The body of an authorized request, or the answer refusing it: the head's token is checked
 /// first; without one, the body's token after a bounded read.
@@ -30,12 +30,12 @@ async fn authorized_body(
     let addr = auth::client_addr(req.headers(), peer, hub.cfg.remote.client_address_header.as_deref());
     let head_token = auth::presented(req.headers(), req.uri()).map(|t| t.into_owned());
     if let Some(t) = head_token {
-        auth::check(hub, Some(&t), addr).map_err(|r| Box::new(r.response()))?;
+        hub.auth.check(Some(&t), addr).map_err(|r| Box::new(r.response()))?;
         super::admit(slot)?;
         return read_json(req).await.map_err(|e| Box::new(e.response()));
     }
     let body = read_preauth_json(req).await.map_err(|e| Box::new(e.response()))?;
-    auth::check(hub, body.get("token").and_then(Value::as_str), addr).map_err(|r| Box::new(r.response()))?;
+    hub.auth.check(body.get("token").and_then(Value::as_str), addr).map_err(|r| Box::new(r.response()))?;
     super::admit(slot)?;
     Ok(body)
 }
@@ -55,11 +55,11 @@ pub async fn register(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
     // Diffed under the same lock as the update, so two heartbeats racing cannot both see the
     // old status; the pushes are only queued.
     let (new, events) = {
-        let mut registry = hub.registry();
+        let mut registry = hub.bridges.registry();
         let events = crate::push::transitions(&id, &reg.workspace, &registry.statuses(&id), &reg.sessions);
         (registry.register(reg, Instant::now()), events)
     };
-    hub.push.on_heartbeat(events);
+    hub.account.push.on_heartbeat(events);
     if new {
         tracing::info!(instance = %id, port, origin, sessions, version = version.as_deref().unwrap_or("?"), "instance registered");
     } else {
@@ -85,7 +85,7 @@ pub async fn unregister(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr
         Some(Value::Number(n)) => n.to_string(),
         _ => return text(StatusCode::BAD_REQUEST, "id required"),
     };
-    if hub.registry().unregister(&id, std::time::Instant::now()) {
+    if hub.bridges.registry().unregister(&id, std::time::Instant::now()) {
         tracing::info!(instance = %id, "instance unregistered");
     }
     json(StatusCode::OK, &serde_json::json!({"ok": true}))

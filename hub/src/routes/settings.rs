@@ -54,7 +54,7 @@ pub async fn route(req: Request<Incoming>, hub: &Arc<Hub>, rest: &str) -> Resp {
 /// `reported`, one per agent key, oldest bridge first. A bridge's answer already carries
 /// `config.json`'s names; the hub applies the same file again, so nothing changes twice.
 async fn reported_by_bridges(hub: &Arc<Hub>) -> Vec<ReportedAgent> {
-    let regs = hub.registry().registrations(Instant::now());
+    let regs = hub.bridges.registry().registrations(Instant::now());
     let deadline = tokio::time::Instant::now() + REPORT_BUDGET;
     let asks = regs.iter().map(|reg| crate::attention::fetch(hub, reg.port, "/settings/models", deadline));
     let answers = futures_util::future::join_all(asks).await;

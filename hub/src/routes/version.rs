@@ -10,7 +10,7 @@ use std::sync::Arc;
 /// `disk=1` also what the upgrade check would say, without acting on it: `diskVersion`,
 /// `updateAvailable` (a `POST /api/upgrade` would restart) and its `reason`.
 pub async fn get(req: &hyper::Request<hyper::body::Incoming>, hub: &Arc<Hub>) -> Resp {
-    let b = &hub.build;
+    let b = &hub.life.build;
     let mut body = serde_json::json!({
         "ok": true,
         "version": b.version,
@@ -19,7 +19,7 @@ pub async fn get(req: &hyper::Request<hyper::body::Incoming>, hub: &Arc<Hub>) ->
         "hostId": b.host_id,
     });
     if crate::http::query_param(req.uri(), "disk").as_deref() == Some("1") {
-        let v = crate::upgrade::check(b, &hub.upgrade).await;
+        let v = crate::upgrade::check(b, &hub.life.upgrade).await;
         body["diskVersion"] = v.disk_version.into();
         body["updateAvailable"] = v.restart.into();
         body["reason"] = v.reason.into();

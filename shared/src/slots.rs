@@ -1,37 +1,47 @@
-//! The connection pools of the hub's server ([`crate::server`]), so that nobody without the
-//! token can crowd out anyone with it: a connection is admitted at once into the **pre-auth
-//! pool** ([`MAX_PENDING`], of which one client address, an IPv6 /64, holds at most
-//! [`MAX_PENDING_PER_ADDR`]; at the cap, the oldest pending connection of that address, or of
-//! the fullest one, is evicted), and leaves it when a request on it authenticates
-//! ([`Slot::authenticate`], called by the routes) for a pool of its own ([`MAX_CONNECTIONS`]).
+//! The connection pools of both servers (the hub's public one, `zcode_hub::server`, and the
+//! bridge's loopback one, `zcode_bridge::server`), so that nobody without the token can crowd
+//! out anyone with it: a connection is admitted at once into the **pre-auth pool**
+//! ([`Limits::pending`], of which one client address holds at most [`Limits::per_addr`]; at the
+//! cap, the oldest pending connection of that address, or of the fullest one, is evicted), and
+//! leaves it when a request on it authenticates ([`Slot::authenticate`]) for a pool of its own
+//! ([`Limits::authenticated`]; full, the request is refused rather than waiting). Admission
+//! never waits: a flood of silent sockets cannot keep the token out, since the newest
+//! connection is the last to be evicted.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
 
-/// Authenticated connections open at once, at most (relays are counted separately, once
-/// upgraded).
-pub const MAX_CONNECTIONS: usize = 4096;
-/// Connections not (yet) authenticated, at most.
-pub const MAX_PENDING: usize = 1024;
-/// Of those, at most this many from one client address.
-pub const MAX_PENDING_PER_ADDR: usize = 256;
+/// The pools' sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections not (yet) authenticated, at most.
+    pub pending: usize,
+    /// Of those, at most this many from one client address (the key the caller passes).
+    pub per_addr: usize,
+    /// Authenticated connections open at once, at most.
+    pub authenticated: usize,
+}
 
 /// The connection pools, shared by the accept loop and every connection's [`Slot`].
-#[derive(Default)]
 pub struct Slots {
     pool: Mutex<Pool>,
 }
 
 impl Slots {
+    /// Empty pools of these sizes.
+    pub fn new(limits: Limits) -> Arc<Slots> {
+        Arc::new(Slots { pool: Mutex::new(Pool::with_limits(limits)) })
+    }
+
     fn pool(&self) -> MutexGuard<'_, Pool> {
         self.pool.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Puts a new connection from `ip` into the pre-auth pool, evicting as needed.
-    pub(crate) fn admit(slots: &Arc<Slots>, id: u64, ip: IpAddr) -> Arc<Slot> {
-        let addr = crate::auth::addr_key(ip);
+    /// Puts new connection `id` from client address `addr` (the caller's key: the hub counts an
+    /// IPv6 /64 as one) into the pre-auth pool, evicting as needed; never waits.
+    pub fn admit(slots: &Arc<Slots>, id: u64, addr: IpAddr) -> Arc<Slot> {
         let evicted = CancellationToken::new();
         slots.pool().admit(id, addr, evicted.clone());
         Arc::new(Slot { id, addr, evicted, slots: slots.clone(), authenticated: Mutex::new(false) })
@@ -39,7 +49,7 @@ impl Slots {
 
     /// Evicts the oldest pending connection of the fullest address (an accept failed: out of
     /// file descriptors, usually).
-    pub(crate) fn evict_one(&self) {
+    pub fn evict_one(&self) {
         self.pool().evict_one();
     }
 }
@@ -47,10 +57,10 @@ impl Slots {
 /// One connection's place in the pools; it gives it back when dropped (with the connection).
 pub struct Slot {
     /// The connection's number, for logs.
-    pub(crate) id: u64,
+    pub id: u64,
     addr: IpAddr,
     /// Cancelled when the connection is evicted from the pre-auth pool.
-    pub(crate) evicted: CancellationToken,
+    pub evicted: CancellationToken,
     slots: Arc<Slots>,
     /// Whether it moved to the authenticated pool (changed only with the pools locked).
     authenticated: Mutex<bool>,
@@ -97,21 +107,15 @@ struct Pool {
     max_authenticated: usize,
 }
 
-impl Default for Pool {
-    fn default() -> Pool {
-        Pool::with_limits(MAX_PENDING, MAX_PENDING_PER_ADDR, MAX_CONNECTIONS)
-    }
-}
-
 impl Pool {
-    fn with_limits(max_pending: usize, max_per_addr: usize, max_authenticated: usize) -> Pool {
+    fn with_limits(l: Limits) -> Pool {
         Pool {
             pending: HashMap::new(),
             pending_total: 0,
             authenticated: 0,
-            max_pending,
-            max_per_addr,
-            max_authenticated,
+            max_pending: l.pending,
+            max_per_addr: l.per_addr,
+            max_authenticated: l.authenticated,
         }
     }
 
@@ -167,6 +171,10 @@ mod tests {
         s.parse().unwrap()
     }
 
+    fn limits(pending: usize, per_addr: usize, authenticated: usize) -> Limits {
+        Limits { pending, per_addr, authenticated }
+    }
+
     /// Admits `id` from `addr`; its eviction token.
     fn add(pool: &mut Pool, id: u64, addr: &str) -> CancellationToken {
         let t = CancellationToken::new();
@@ -176,7 +184,7 @@ mod tests {
 
     #[test]
     fn an_address_at_its_cap_loses_its_oldest_connection_and_nobody_else_does() {
-        let mut pool = Pool::with_limits(10, 3, 10);
+        let mut pool = Pool::with_limits(limits(10, 3, 10));
         let other = add(&mut pool, 1, "10.0.0.9");
         let a: Vec<_> = (2..5).map(|id| add(&mut pool, id, "10.0.0.1")).collect();
         assert!(a.iter().all(|t| !t.is_cancelled()));
@@ -189,14 +197,14 @@ mod tests {
 
     #[test]
     fn a_full_pool_evicts_from_the_fullest_address() {
-        let mut pool = Pool::with_limits(6, 4, 10);
+        let mut pool = Pool::with_limits(limits(6, 4, 10));
         let a: Vec<_> = (1..5).map(|id| add(&mut pool, id, "10.0.0.1")).collect();
         let b: Vec<_> = (5..7).map(|id| add(&mut pool, id, "10.0.0.2")).collect();
         let c = add(&mut pool, 7, "10.0.0.3");
         assert!(a[0].is_cancelled(), "the fullest address's oldest went");
         assert!(!a[1].is_cancelled() && b.iter().all(|t| !t.is_cancelled()) && !c.is_cancelled());
         // A tie: the address whose oldest connection is older pays.
-        let mut pool = Pool::with_limits(4, 4, 10);
+        let mut pool = Pool::with_limits(limits(4, 4, 10));
         let x = add(&mut pool, 1, "10.0.0.1");
         let y = add(&mut pool, 2, "10.0.0.2");
         add(&mut pool, 3, "10.0.0.2");
@@ -207,7 +215,7 @@ mod tests {
 
     #[test]
     fn authenticated_connections_leave_the_pool_and_slots_come_back() {
-        let slots = Arc::new(Slots { pool: Mutex::new(Pool::with_limits(2, 2, 1)) });
+        let slots = Slots::new(limits(2, 2, 1));
         let s1 = Slots::admit(&slots, 1, ip("10.0.0.1"));
         let s2 = Slots::admit(&slots, 2, ip("10.0.0.1"));
         assert!(s1.authenticate());
@@ -219,6 +227,25 @@ mod tests {
         drop(s1);
         assert!(s2.authenticate(), "s1's authenticated slot came back");
         drop((s2, s3));
+        let pool = slots.pool();
+        assert_eq!((pool.pending_total, pool.authenticated, pool.pending.len()), (0, 0, 0));
+    }
+
+    /// The bridge's case (every connection from loopback, one address): at the cap the oldest
+    /// connection that has not shown the token makes room; one that has is never evicted.
+    #[test]
+    fn at_the_cap_the_oldest_untrusted_connection_makes_room() {
+        let slots = Slots::new(limits(2, 2, 2));
+        let lo = ip("127.0.0.1");
+        let oldest = Slots::admit(&slots, 1, lo);
+        let trusted = Slots::admit(&slots, 2, lo);
+        assert!(trusted.authenticate());
+        let younger = Slots::admit(&slots, 3, lo);
+        let newest = Slots::admit(&slots, 4, lo);
+        assert!(oldest.evicted.is_cancelled());
+        assert!(!trusted.evicted.is_cancelled() && !younger.evicted.is_cancelled());
+        assert!(!newest.evicted.is_cancelled());
+        drop((oldest, trusted, younger, newest));
         let pool = slots.pool();
         assert_eq!((pool.pending_total, pool.authenticated, pool.pending.len()), (0, 0, 0));
     }

@@ -1,0 +1,115 @@
+//! `zcode-acp up`: the hub (started unless one answers), a serve bridge in the current
+//! directory, optionally a tunnel, and the pairing banner.
+
+use crate::agent::{AgentChoice, agent_spec, run_bridge_until};
+use crate::pairing::{self, loopback_note, pairing_url, qr, running_hub_port};
+use crate::signals::signals_now;
+use crate::tunnel;
+use std::process::ExitCode;
+use std::time::Duration;
+use zcode_shared::config::Config;
+
+/// `up`: the hub (started in the background unless one answers), then a serve bridge over the
+/// chosen agent in the current directory, in the foreground until Ctrl-C; with `--tunnel`, the
+/// tunnel too, for as long as `up` runs. Prints the pairing URL, a QR code of it and the token.
+pub(crate) fn up(
+    public_url: Option<String>,
+    tunnel: Option<tunnel::Kind>,
+    agent_name: Option<String>,
+    agent: Vec<String>,
+) -> anyhow::Result<ExitCode> {
+    let cfg = Config::load()?;
+    if let Some(Err(e)) = tunnel.map(tunnel::Kind::check_installed) {
+        // One line, no backtrace: this is advice, not a crash.
+        eprintln!("zcode-acp up: {e}");
+        return Ok(ExitCode::FAILURE);
+    }
+    // An unknown agent name fails here, before anything is started or printed.
+    let spec = agent_spec(&cfg, AgentChoice::new(agent_name, agent))?;
+    let (token, _) = zcode_shared::token::resolve(&cfg)?;
+    let host = cfg.remote.hub_host.clone();
+    let stop = signals_now()?;
+    let port = match running_hub_port(&cfg) {
+        Some(p) => p,
+        None => {
+            crate::start::start_hub(&cfg)?;
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Some(p) = running_hub_port(&cfg) {
+                    break p;
+                }
+                if stop.is_cancelled() {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                anyhow::ensure!(
+                    std::time::Instant::now() < deadline,
+                    "the hub did not start: see {}",
+                    cfg.paths.log_dir.join("hub.log").display()
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
+    // Dropped when `up` returns (Ctrl-C included): the tunnel lives exactly as long as `up`.
+    let tunnel = match tunnel {
+        Some(kind) => {
+            eprintln!("zcode-acp: starting `{}`…", kind.command_line(port));
+            match tunnel::Tunnel::start(kind, port, &stop)? {
+                Some(t) => Some(t),
+                None => return Ok(ExitCode::SUCCESS),
+            }
+        }
+        None => None,
+    };
+    let public_url = tunnel.as_ref().map(|t| t.url.clone()).or(public_url);
+    let url = pairing_url(&host, port, &token, public_url);
+    // What `zcode-acp status` shows as the hub's tunnel, for as long as this `up` runs: written
+    // before the banner, so whoever reads the banner finds it.
+    let _advert = tunnel.as_ref().map(|t| tunnel::Advert::write(&cfg.paths, &t.url));
+    let dir = std::fs::canonicalize(std::env::current_dir()?)?;
+    let mut opts = zcode_bridge::BridgeOptions::serve(&cfg, dir);
+    opts.idle_exit = None;
+    opts.launcher = Some("up");
+    let (health, mut agent_up) = tokio::sync::watch::channel(zcode_bridge::AgentHealth::Unknown);
+    opts.agent_health = Some(health);
+    let bridge_stop = stop.clone();
+    let bridge =
+        std::thread::spawn(move || run_bridge_until(AgentChoice::Resolved(spec), opts, Some(bridge_stop)));
+    // The banner says the agent is up only once it answered `initialize`.
+    let started = tokio::runtime::Builder::new_current_thread()
+        .build()?
+        .block_on(agent_up.wait_for(|h| *h != zcode_bridge::AgentHealth::Unknown))
+        .map(|h| h.clone());
+    let failure = match started {
+        Ok(zcode_bridge::AgentHealth::Failed(e)) => Some(e),
+        Ok(_) => None,
+        // The bridge ended first (Ctrl-C, or it could not start: its error says why).
+        Err(_) => return bridge.join().unwrap_or_else(|_| anyhow::bail!("the bridge panicked")),
+    };
+    if let Some(e) = failure {
+        eprintln!("zcode-acp up: the agent did not start: {e}");
+        stop.cancel();
+        let _ = bridge.join();
+        return Ok(ExitCode::FAILURE);
+    }
+    println!("zcode-acp is up.");
+    println!("  open:   {url}");
+    // The note first: read before the code is scanned, not found under it afterwards.
+    if let Some(note) = loopback_note(&url) {
+        println!("{note}");
+    }
+    print!("{}", qr(&url, pairing::colour_for(&std::io::stdout())));
+    println!("  token:  {token}");
+    println!("  hub:    http://{host}:{port}");
+    if let Some(t) = &tunnel {
+        println!("  tunnel: {} (pid {}), stopped with this command", t.url, t.pid());
+    }
+    // A plain `stop` would leave this bridge, which starts a new hub at its next heartbeat.
+    println!(
+        "Ctrl-C stops this bridge; the hub exits by itself when idle \
+         (`zcode-acp stop --all` stops the hub, this bridge and every other)."
+    );
+    let result = bridge.join().unwrap_or_else(|_| anyhow::bail!("the bridge panicked"));
+    drop(tunnel);
+    result
+}
