@@ -150,17 +150,20 @@ fn then(step: Step, client: ClientId, limit: Duration) -> Then {
             Message::Binary(_) | Message::Ping(_) | Message::Pong(_) | Message::Frame(_),
         ))) => Then::Next,
         Step::Read(Some(Err(WsError::Capacity(CapacityError::MessageTooLong { size, .. })))) => {
-            tracing::warn!(client, size, "remote client sent a message over 32 MiB: closing it (1009)");
+            let _in = crate::router::trace::client(client).entered();
+            tracing::warn!(size, "remote client sent a message over 32 MiB: closing it (1009)");
             Then::End(Some(CloseCode::Size))
         }
         Step::Read(Some(Err(WsError::Utf8(_)))) => {
-            tracing::warn!(client, "remote client sent a text frame that is not UTF-8: closing it (1007)");
+            let _in = crate::router::trace::client(client).entered();
+            tracing::warn!("remote client sent a text frame that is not UTF-8: closing it (1007)");
             Then::End(Some(CloseCode::Invalid))
         }
         Step::Read(Some(Ok(Message::Close(_)))) => Then::End(Some(CloseCode::Normal)),
         Step::Read(Some(Err(_)) | None) | Step::Away => Then::End(Some(CloseCode::Away)),
         Step::Stalled => {
-            tracing::warn!(client, "remote client took nothing for {limit:?}: dropping it");
+            let _in = crate::router::trace::client(client).entered();
+            tracing::warn!("remote client took nothing for {limit:?}: dropping it");
             Then::End(Some(CloseCode::Policy))
         }
         Step::Broken => Then::End(None),

@@ -24,7 +24,7 @@ use hyper::upgrade::Upgraded;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -34,6 +34,7 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 use zcode_shared::slots::{Slot, Slots};
 
 /// The largest message a remote client may send (and we accept): 32 MiB.
@@ -159,11 +160,11 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
         let _ = nix::sys::socket::setsockopt(&stream, nix::sys::socket::sockopt::SndBuf, &SEND_BUFFER);
         let conn_ctx = ctx.clone();
         let header_timeout = ctx.limits.header_timeout.max(Duration::from_millis(1));
-        ctx.tracker.spawn(async move {
+        let span = tracing::info_span!("conn", %peer);
+        let served = async move {
             let evicted = slot.evicted.clone();
             let svc_slot = slot.clone();
-            let svc =
-                hyper::service::service_fn(move |req| handle(req, conn_ctx.clone(), peer, svc_slot.clone()));
+            let svc = hyper::service::service_fn(move |req| handle(req, conn_ctx.clone(), svc_slot.clone()));
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder.timer(TokioTimer::new()).header_read_timeout(header_timeout).max_buf_size(MAX_HEAD);
             let conn = builder.serve_connection(TokioIo::new(stream), svc).with_upgrades();
@@ -172,10 +173,13 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
                 () = evicted.cancelled() => Some("evicted from the pre-auth pool".to_owned()),
             };
             if let Some(e) = ended {
-                tracing::debug!(%peer, "http connection ended: {e}");
+                tracing::debug!("http connection ended: {e}");
             }
             drop(slot);
-        });
+        };
+        // Short-lived (an upgraded client's task is spawned apart, without it): the span of
+        // an idle remote client would cost the subscriber a few hundred bytes for its life.
+        ctx.tracker.spawn(served.instrument(span));
     }
 }
 
@@ -184,14 +188,9 @@ fn authorized(req: &Request<Incoming>, ctx: &Ctx) -> bool {
     value.and_then(zcode_shared::token::bearer).is_some_and(|t| ctx.token.verify_fresh(t))
 }
 
-async fn handle(
-    req: Request<Incoming>,
-    ctx: Arc<Ctx>,
-    peer: SocketAddr,
-    slot: Arc<Slot>,
-) -> Result<Resp, Infallible> {
+async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>, slot: Arc<Slot>) -> Result<Resp, Infallible> {
     if !authorized(&req, &ctx) {
-        tracing::debug!(%peer, path = req.uri().path(), "refused: no valid token");
+        tracing::debug!(path = req.uri().path(), "refused: no valid token");
         return Ok(text(StatusCode::UNAUTHORIZED, "unauthorized"));
     }
     if !slot.authenticate() {
@@ -285,7 +284,7 @@ fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>) -> Resp {
         let Some(remote) = Box::pin(join(upgraded, &ctx)).await else { return };
         let client = remote.client;
         crate::remote::run(remote, &ctx.events).await;
-        tracing::debug!(client, "remote client closed");
+        crate::router::trace::client(client).in_scope(|| tracing::debug!("remote client closed"));
     });
     let mut r = Response::new(full(Bytes::new()));
     *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -315,7 +314,7 @@ async fn join(upgraded: Upgraded, ctx: &Ctx) -> Option<Box<Remote<Watched<TokioI
     let (outbox, reader) = Outbox::new(Some(REMOTE_QUEUE_LIMIT));
     let connected = Event::Connected { client, kind: ClientKind::Remote, outbox };
     ctx.events.send(connected).await.ok()?;
-    tracing::debug!(client, "remote client connected");
+    crate::router::trace::client(client).in_scope(|| tracing::debug!("remote client connected"));
     // Boxed: moved from here into `run`, a value this size was kept twice in the task.
     Some(Remote::new(ws, stall, client, reader, ctx.limits.write_stall))
 }

@@ -4,6 +4,7 @@ use crate::router::{EDITOR, Event, Outbox, OutboxReader};
 use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 use zcode_shared::jsonrpc::RawMessage;
 
 /// Connects the editor: registers it with the router, then reads stdin (EOF closes the
@@ -13,11 +14,12 @@ pub async fn connect_editor(events: mpsc::Sender<Event>, tracker: &TaskTracker) 
     let _ = events
         .send(Event::Connected { client: EDITOR, kind: crate::router::ClientKind::Editor, outbox })
         .await;
+    let span = crate::router::trace::client(EDITOR);
     match stdout_pipe() {
-        Some(pipe) => tracker.spawn(write_stdout(pipe, reader)),
-        None => tracker.spawn(write_stdout(tokio::io::stdout(), reader)),
+        Some(pipe) => tracker.spawn(write_stdout(pipe, reader).instrument(span.clone())),
+        None => tracker.spawn(write_stdout(tokio::io::stdout(), reader).instrument(span.clone())),
     };
-    tracker.spawn(async move {
+    let reading = async move {
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
         loop {
             match lines.next_line().await {
@@ -37,7 +39,8 @@ pub async fn connect_editor(events: mpsc::Sender<Event>, tracker: &TaskTracker) 
         }
         tracing::info!("the editor closed stdin: shutting down");
         let _ = events.send(Event::Closed { client: EDITOR }).await;
-    });
+    };
+    tracker.spawn(reading.instrument(span));
 }
 
 /// The most bytes gathered into one write to stdout.

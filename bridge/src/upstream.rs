@@ -133,7 +133,10 @@ impl AgentProcess {
             return Err(std::io::Error::other("agent stdio was not captured"));
         };
         let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
-        tokio::spawn(async move {
+        // Its tasks' lines (its stderr's among them) name it; not inside whatever span the
+        // router was handling when it started the agent.
+        let span = tracing::info_span!(parent: None, "agent", generation, pid);
+        spawn_in(&span, async move {
             while let Some(line) = rx.recv().await {
                 if stdin.write_all(&line).await.is_err() || stdin.write_all(b"\n").await.is_err() {
                     break;
@@ -144,7 +147,7 @@ impl AgentProcess {
             }
         });
         let reader_events = events.clone();
-        let reader = tokio::spawn(async move {
+        let reader = spawn_in(&span, async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 if line.trim().is_empty() {
@@ -158,16 +161,16 @@ impl AgentProcess {
         });
         let tail = Arc::new(Mutex::new(StderrTail::default()));
         let kept = tail.clone();
-        let stderr_reader = tokio::spawn(async move {
+        let stderr_reader = spawn_in(&span, async move {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(target: "agent", pid, "{line}");
+                tracing::info!(target: "agent", "{line}");
                 kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(&line);
             }
         });
         let ending = Arc::new(AtomicBool::new(false));
         let expected = ending.clone();
-        tokio::spawn(async move {
+        spawn_in(&span, async move {
             let reason = match child.wait().await {
                 Ok(status) => describe(status),
                 Err(e) => format!("could not be waited for: {e}"),
@@ -180,9 +183,9 @@ impl AgentProcess {
             })
             .await;
             if expected.load(Ordering::Relaxed) {
-                tracing::info!(pid, generation, "agent stopped ({reason})");
+                tracing::info!("agent stopped ({reason})");
             } else {
-                tracing::warn!(pid, generation, "agent {reason}");
+                tracing::warn!("agent {reason}");
             }
             let _ = events.send(UpstreamEvent::Exited { generation, reason }.into()).await;
         });
@@ -254,6 +257,15 @@ fn describe(status: std::process::ExitStatus) -> String {
         }
         _ => "exited".to_owned(),
     }
+}
+
+/// Spawns `task` inside `span` (an agent process's: its tasks' lines name it).
+fn spawn_in<F>(span: &tracing::Span, task: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    tokio::spawn(tracing::Instrument::instrument(task, span.clone()))
 }
 
 #[cfg(test)]

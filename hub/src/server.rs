@@ -23,6 +23,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
+use tracing::Instrument;
 use zcode_shared::slots::{Limits, Slot, Slots};
 
 /// A connection's first byte must arrive within this long, its request head within as long
@@ -98,6 +99,13 @@ async fn connection(stream: TcpStream, peer: SocketAddr, hub: Arc<Hub>, slot: Ar
         () = tokio::time::sleep(HEADER_TIMEOUT) => return,
         () = hub.life.shutdown.cancelled() => return,
     }
+    // Made once the first byte is in: a silent socket of a flood costs no span.
+    let span = tracing::info_span!("conn", id = conn, %peer);
+    serve_connection(stream, peer, hub, slot).instrument(span).await;
+}
+
+/// Serves a connection whose first byte has arrived, until it ends, is evicted, or shutdown.
+async fn serve_connection(stream: TcpStream, peer: SocketAddr, hub: Arc<Hub>, slot: Arc<Slot>) {
     let svc_hub = hub.clone();
     let svc_slot = slot.clone();
     let svc = hyper::service::service_fn(move |req| {
@@ -110,7 +118,7 @@ async fn connection(stream: TcpStream, peer: SocketAddr, hub: Arc<Hub>, slot: Ar
     let result = tokio::select! {
         r = served.as_mut() => r,
         () = slot.evicted.cancelled() => {
-            tracing::debug!(conn, %peer, "unauthenticated connection evicted");
+            tracing::debug!("unauthenticated connection evicted");
             return;
         }
         () = hub.life.shutdown.cancelled() => {
@@ -122,6 +130,6 @@ async fn connection(stream: TcpStream, peer: SocketAddr, hub: Arc<Hub>, slot: Ar
         }
     };
     if let Err(e) = result {
-        tracing::debug!(conn, %peer, "connection ended: {e}");
+        tracing::debug!("connection ended: {e}");
     }
 }

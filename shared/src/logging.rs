@@ -1,4 +1,6 @@
 //! Tracing setup. Logs go to stderr only: the stdout of `bridge` and `demo-agent` carries ACP.
+//! fmt's default format puts a line's spans first (`conn{id=7 peer=…}:relay{instance="…"}: …`):
+//! that is how a line names the connection, client, session or agent it is about.
 
 use tracing_subscriber::EnvFilter;
 

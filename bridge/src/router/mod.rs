@@ -19,6 +19,7 @@ mod listing;
 mod replay;
 mod session;
 pub mod settings;
+pub mod trace;
 mod turns;
 mod usage_hook;
 
@@ -337,6 +338,7 @@ impl Router {
             self.start_agent();
         }
         let mut health = self.health.subscribe();
+        let mut spans = trace::Spans::default();
         loop {
             let deadline = match (self.idle_deadline(), self.stop_deadline()) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -353,6 +355,10 @@ impl Router {
                 None => self.events.recv().await,
             };
             let Some(event) = event else { break };
+            // Handled inside its client's, session's or agent's span; synchronously: the guard
+            // is never held across an await.
+            let span = spans.of(&event);
+            let _in = span.enter();
             match event {
                 Event::Shutdown => break,
                 Event::Connected { client, kind, outbox } => {
@@ -503,7 +509,10 @@ impl Router {
     fn reply(&mut self, client: ClientId, id: &Id, result: Result<Value, RpcError>) {
         let msg = match result {
             Ok(v) => jsonrpc::response(id, v),
-            Err(e) => jsonrpc::error_response(Some(id), &e),
+            Err(e) => {
+                tracing::debug!(%id, code = e.code, "request refused: {}", e.message.escape_debug());
+                jsonrpc::error_response(Some(id), &e)
+            }
         };
         self.send_msg(client, &msg);
     }

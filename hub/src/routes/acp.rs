@@ -16,10 +16,12 @@ use hyper::header::{self, HeaderValue};
 use hyper::upgrade::OnUpgrade;
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tracing::{Instrument, Span};
 
 /// Relays open at once, at most (each holds two sockets).
 pub const MAX_RELAYS: usize = 16_384;
@@ -33,8 +35,25 @@ fn max_relays() -> usize {
     })
 }
 
-/// Dials the bridge, then accepts the client's upgrade and starts the relay.
-pub async fn upgrade(mut req: Request<Incoming>, hub: &Arc<Hub>) -> Resp {
+/// Whose a relay is, for its log lines: `conn{id=7 peer=…}:relay{instance=…}`. Kept as
+/// fields, the span made when a line is logged: a span held for an idle relay's life would cost
+/// the subscriber a few hundred bytes (an idle relay is ~1.3 KiB in all).
+struct Whose {
+    conn: u64,
+    peer: SocketAddr,
+    instance: String,
+}
+
+impl Whose {
+    fn span(&self) -> Span {
+        let conn = tracing::info_span!(parent: None, "conn", id = self.conn, peer = %self.peer);
+        tracing::info_span!(parent: &conn, "relay", instance = self.instance.as_str())
+    }
+}
+
+/// Dials the bridge, then accepts the client's upgrade and starts the relay (`conn`, `peer`:
+/// the client's connection, for the relay's log lines).
+pub async fn upgrade(mut req: Request<Incoming>, hub: &Arc<Hub>, conn: u64, peer: SocketAddr) -> Resp {
     let Some(accept) = accept_key(&req) else {
         return text(StatusCode::BAD_REQUEST, "a WebSocket upgrade (version 13) is required");
     };
@@ -57,7 +76,10 @@ pub async fn upgrade(mut req: Request<Incoming>, hub: &Arc<Hub>) -> Resp {
     // subprotocols got no answer.
     let offered = auth::subprotocols(req.headers()).any(|p| p == auth::SUBPROTOCOL);
     let on_upgrade = hyper::upgrade::on(&mut req);
-    hub.life.tracker.spawn(relay_task(hub.clone(), on_upgrade, bridge, id, guard));
+    // Inside the connection's span (current here); `Whose` makes it again for the relay's end.
+    let span = tracing::info_span!("relay", instance = id.as_str());
+    let whose = Whose { conn, peer, instance: id };
+    hub.life.tracker.spawn(relay_task(hub.clone(), on_upgrade, bridge, whose, guard).instrument(span));
     let mut r = empty(StatusCode::SWITCHING_PROTOCOLS);
     let h = r.headers_mut();
     h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
@@ -94,13 +116,13 @@ async fn relay_task(
     hub: Arc<Hub>,
     on_upgrade: OnUpgrade,
     bridge: (TcpStream, Vec<u8>),
-    id: String,
+    whose: Whose,
     guard: RelayGuard,
 ) {
     let upgraded = match on_upgrade.await {
         Ok(u) => u,
         Err(e) => {
-            tracing::debug!(instance = %id, "client upgrade failed: {e}");
+            tracing::debug!("client upgrade failed: {e}");
             return;
         }
     };
@@ -108,7 +130,7 @@ async fn relay_task(
     // early bytes are copied out and hyper's buffer dropped HERE: a `Bytes` kept alive for the
     // relay's lifetime would pin hyper's whole 8 KiB read buffer.
     let Ok(hyper::upgrade::Parts { io, read_buf, .. }) = upgraded.downcast::<TokioIo<TcpStream>>() else {
-        tracing::warn!(instance = %id, "unexpected connection type after upgrade");
+        tracing::warn!("unexpected connection type after upgrade");
         return;
     };
     let client_early = read_buf.to_vec();
@@ -117,11 +139,11 @@ async fn relay_task(
     let (client, bridge_io) = match (io.into_inner().into_std(), bridge.0.into_std()) {
         (Ok(c), Ok(b)) => (c, b),
         (Err(e), _) | (_, Err(e)) => {
-            tracing::warn!(instance = %id, "cannot hand the relay's sockets over: {e}");
+            tracing::warn!("cannot hand the relay's sockets over: {e}");
             return;
         }
     };
-    tracing::debug!(instance = %id, "relay open");
+    tracing::debug!("relay open");
     let token = hub.life.tracker.token();
     hub.bridges.relay.open(relay::Open {
         client,
@@ -129,8 +151,23 @@ async fn relay_task(
         bridge: bridge_io,
         bridge_early: bridge.1,
         on_end: Box::new(move |end| {
-            tracing::debug!(instance = %id, ?end, "relay closed");
+            whose.span().in_scope(|| log_end(end));
             drop((guard, token));
         }),
     });
+}
+
+/// How a relay ended: a leg that broke the rules at info (the other leg was told why), the
+/// rest at debug.
+fn log_end(end: relay::End) {
+    use relay::{End, Side};
+    let who = |side| match side {
+        Side::Client => "the client",
+        Side::Bridge => "the bridge",
+    };
+    match end {
+        End::TooBig(side) => tracing::info!("relay closed: {} sent a message over 32 MiB", who(side)),
+        End::Protocol(side) => tracing::info!("relay closed: {} broke the WebSocket framing", who(side)),
+        end => tracing::debug!(?end, "relay closed"),
+    }
 }

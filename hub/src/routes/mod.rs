@@ -68,7 +68,7 @@ pub async fn handle(
         http::cors(resp.headers_mut());
     }
     if let Some(uri) = uri {
-        tracing::debug!(%peer, %method, %uri, status = resp.status().as_u16(), "request");
+        tracing::debug!(%method, %uri, status = resp.status().as_u16(), "request");
     }
     Ok(resp)
 }
@@ -150,7 +150,7 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         };
     }
     if path == "/acp" && req.method() == Method::GET {
-        return acp::upgrade(req, hub).await;
+        return acp::upgrade(req, hub, slot.id, peer).await;
     }
     text(StatusCode::NOT_FOUND, "not found")
 }
