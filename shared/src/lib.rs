@@ -14,6 +14,7 @@
 //! - [`text`]: request text made inert for terminals (control sequences out, clean titles).
 //! - [`store`]: the SQLite store (journal and tasks index): the only SQL in the workspace.
 //! - [`settings`]: the settings API's sections and their safe, locked writes.
+//! - [`procgroup`]: children in process groups of their own, signalled safely, reaped.
 
 pub mod config;
 pub mod env;
@@ -21,6 +22,7 @@ pub mod jsonrpc;
 pub mod logging;
 pub mod paths;
 pub mod peer;
+pub mod procgroup;
 pub mod quota;
 pub mod registration;
 pub mod rlimit;
