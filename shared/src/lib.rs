@@ -14,10 +14,12 @@
 //! - [`text`]: request text made inert for terminals (control sequences out, clean titles).
 //! - [`store`]: the SQLite store (journal and tasks index): the only SQL in the workspace.
 //! - [`settings`]: the settings API's sections and their safe, locked writes.
+//! - [`http_client`]: the one outgoing HTTP(S) client (push, vendors, the local hops).
 //! - [`procgroup`]: children in process groups of their own, signalled safely, reaped.
 
 pub mod config;
 pub mod env;
+pub mod http_client;
 pub mod jsonrpc;
 pub mod logging;
 pub mod paths;
