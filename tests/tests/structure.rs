@@ -476,3 +476,26 @@ fn the_readmes_scripts_test_examples_name_what_exists() {
     assert!(script.contains("  web)") && script.contains("  --)"), "scripts/test lost its web or -- form");
     assert!(wrong.is_empty(), "README examples naming nothing:\n{}", wrong.join("\n"));
 }
+
+/// One of each piece of plumbing: process groups are made, signalled and reaped only by
+/// `shared::procgroup` (the guard against signalling a reused group id lives there), outgoing
+/// HTTP connections and TLS client settings are made only by `shared::http_client`, and an
+/// order-preserving raw-JSON object is read only by `shared::ordered`.
+#[test]
+fn one_of_each_piece_of_plumbing() {
+    let only = [
+        ("shared/src/procgroup.rs", &["process_group(", "killpg", "setpgid", "waitid", "waitpid"][..]),
+        ("shared/src/http_client.rs", &["http1::handshake", "ClientConfig::builder", "TlsConnector"][..]),
+        ("shared/src/ordered.rs", &["MapAccess", "next_entry"][..]),
+    ];
+    let mut wrong = vec![];
+    for (f, l) in product_lines() {
+        for (home, needles) in only {
+            let needle = needles.iter().find(|n| l.contains(**n));
+            if let Some(n) = needle.filter(|_| f != workspace().join(home)) {
+                wrong.push(format!("{}: `{n}` outside {home}: {}", f.display(), l.trim()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "plumbing built by hand beside its one module:\n{}", wrong.join("\n"));
+}
