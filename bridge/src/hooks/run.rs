@@ -65,8 +65,8 @@ pub async fn run(
             };
         }
     };
-    // Dropped, the group is killed (all of it) and the shell reaped: at the timeout, when the
-    // bridge stops (its tasks are dropped), or at once when nothing in it holds the pipes.
+    // Dropped, the group is killed (all of it) and the shell reaped: at the timeout, or when the
+    // bridge stops (its tasks are dropped).
     let group = spawned.group;
     if let Some(input) = spawned.stdin.and_then(|i| tokio::process::ChildStdin::from_std(i).ok()) {
         tokio::spawn(async move {
@@ -101,7 +101,11 @@ pub async fn run(
                 }
             };
             let grace = DRAIN_GRACE.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
-            if tokio::time::timeout(grace, pipes).await.is_err() {
+            if tokio::time::timeout(grace, pipes).await.is_ok() {
+                // Nothing holds its output: what it started on purpose (with its output sent
+                // elsewhere) runs on, as it would from a shell.
+                group.detach();
+            } else {
                 // Its children still run: they get the rest of the timeout, then the group goes.
                 tokio::spawn(async move {
                     tokio::time::sleep_until(deadline).await;
