@@ -224,6 +224,66 @@ mod tests {
         assert!(!dir.path().join("late").exists(), "a child of the hook ran past its timeout");
     }
 
+    /// Set in the copy of this test run inside a new user and pid namespace.
+    const IN_PIDNS: &str = "ZCODE_TEST_HOOK_PIDNS";
+
+    /// The guard against a reused group id. A hook's shell exits while a background child
+    /// holds its output, so its group is to be killed at the timeout; the child then ends and
+    /// an unrelated process takes the shell's pid as its group id (forced: in a pid namespace
+    /// of its own this test sets the next pid). The hook's late kill must not reach it: the
+    /// shell's pid stays taken (its zombie) until the group is killed and reaped.
+    #[test]
+    fn a_late_kill_never_reaches_a_group_that_took_a_finished_hooks_id() {
+        if std::env::var_os(IN_PIDNS).is_none() {
+            let exe = std::env::current_exe().expect("this test binary");
+            let name = "hooks::run::tests::a_late_kill_never_reaches_a_group_that_took_a_finished_hooks_id";
+            let out = std::process::Command::new("unshare")
+                .args(["--user", "--map-root-user", "--pid", "--fork", "--mount-proc"])
+                .arg(exe)
+                .args(["--exact", name, "--nocapture", "--test-threads=1"])
+                .env(IN_PIDNS, "1")
+                .output()
+                .expect("unshare (util-linux) runs");
+            let text =
+                format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success() && text.contains("1 passed"), "in a pid namespace:\n{text}");
+            return;
+        }
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        rt.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let o = run("sleep 0.5 & echo $$ $!", dir.path(), vec![], &[], Duration::from_secs(3), 64).await;
+            let mut ids = o.stdout.split_whitespace().map(|p| p.parse::<i32>().expect("a pid"));
+            let (shell, child) = (ids.next().expect("the shell's pid"), ids.next().expect("its child's pid"));
+            // The child outlives the drain grace (so the group is to be killed at the timeout)
+            // and ends before the timeout; orphaned, it is this process's (pid 1) to reap.
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
+            std::fs::write("/proc/sys/kernel/ns_last_pid", (shell - 1).to_string()).expect("set the next pid");
+            let mut stranger = {
+                use std::os::unix::process::CommandExt;
+                std::process::Command::new("sleep").arg("30").process_group(0).spawn().expect("sleep")
+            };
+            // Whichever comes first: the hook's group killed and its shell reaped at the timeout
+            // (the stranger could not take its id), or the stranger killed.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let shell_proc = format!("/proc/{shell}");
+            loop {
+                let taken_by_stranger = stranger.id() == shell.unsigned_abs();
+                if stranger.try_wait().unwrap().is_some() || (!taken_by_stranger && !Path::new(&shell_proc).exists()) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the hook's timeout never came");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let status = stranger.try_wait().unwrap();
+            let _ = stranger.kill();
+            assert!(
+                status.is_none(),
+                "the hook's late kill reached an unrelated process group that took its id {shell} ({status:?})"
+            );
+        });
+    }
+
     #[tokio::test]
     async fn a_missing_directory_is_an_error_not_a_panic() {
         let o = run("true", Path::new("/nonexistent/dir"), vec![], &[], Duration::from_secs(5), 64).await;
