@@ -5,10 +5,9 @@
 //! `zcode_shared::peer` says this user holds.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::Empty;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, StatusCode};
-use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -77,24 +76,14 @@ impl QuotaSource {
             return FromHub::NoHub;
         }
         let ask = async {
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.ok()?;
             let mut req = Request::get("/api/quota").body(Empty::<Bytes>::new()).ok()?;
             let h = req.headers_mut();
             h.insert(header::HOST, HeaderValue::from_str(&format!("{host}:{port}")).ok()?);
             let mut bearer = HeaderValue::from_str(&format!("Bearer {}", self.token.token())).ok()?;
             bearer.set_sensitive(true);
             h.insert(header::AUTHORIZATION, bearer);
-            let talk = async {
-                let resp = sender.send_request(req).await.ok()?;
-                let status = resp.status();
-                let body = Limited::new(resp.into_body(), ANSWER_CAP).collect().await.ok()?.to_bytes();
-                Some((status, body))
-            };
-            tokio::pin!(conn);
-            tokio::select! {
-                r = talk => r,
-                _ = &mut conn => None,
-            }
+            let reply = zcode_shared::http_client::exchange(tcp, req, ANSWER_CAP).await.ok()?;
+            Some((reply.status, reply.body.ok()?))
         };
         // The hub bounds its own query; past that (and a margin) it is as good as gone.
         let budget = self.cfg.quota.budget() + Duration::from_secs(2);

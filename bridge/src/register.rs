@@ -35,7 +35,6 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, StatusCode};
-use hyper_util::rt::TokioIo;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -45,6 +44,8 @@ use zcode_shared::registration::{Registration, SessionRow};
 
 /// How long one registration may take.
 const TIMEOUT: Duration = Duration::from_secs(3);
+/// The most of the hub's answer to a registration that is read (only its status is used).
+const ANSWER_CAP: usize = 64 * 1024;
 /// How long unregistering may delay the bridge's exit (a hub on a loaded machine can take
 /// more than half a second to answer; one not answered keeps listing the bridge until its
 /// probes fail).
@@ -260,7 +261,6 @@ impl Ctx {
                 e.warn_once("not registering with the hub");
                 return Some(Err(Unsent::NotOurs));
             }
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.ok()?;
             let mut req = Request::post(path).body(Full::new(Bytes::from(body))).ok()?;
             let h = req.headers_mut();
             h.insert(header::HOST, HeaderValue::from_str(&format!("{host}:{port}")).ok()?);
@@ -269,11 +269,8 @@ impl Ctx {
             // 8 KiB); the body keeps its token for older hubs. The peer was verified above.
             let bearer = format!("Bearer {}", self.token.token());
             h.insert(header::AUTHORIZATION, HeaderValue::from_str(&bearer).ok()?);
-            tokio::pin!(conn);
-            tokio::select! {
-                resp = sender.send_request(req) => resp.ok().map(|r| Ok(r.status())),
-                _ = &mut conn => None,
-            }
+            // Only the status matters; the hub's short answer is read (and dropped) with it.
+            zcode_shared::http_client::exchange(tcp, req, ANSWER_CAP).await.ok().map(|r| Ok(r.status))
         };
         tokio::time::timeout(TIMEOUT, attempt).await.ok().flatten().unwrap_or(Err(Unsent::Unreachable))
     }

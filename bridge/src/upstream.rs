@@ -4,17 +4,16 @@
 //! failed agent.
 
 use bytes::Bytes;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use std::collections::{BTreeMap, VecDeque};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Command;
 use tokio::sync::mpsc;
 use zcode_shared::jsonrpc::{ParseError, RawMessage};
+use zcode_shared::procgroup::Group;
 
 /// How to start the upstream agent.
 #[derive(Clone, Debug)]
@@ -99,6 +98,8 @@ const KILL_GRACE: Duration = Duration::from_millis(500);
 /// A running agent process.
 pub struct AgentProcess {
     pid: u32,
+    /// Its process group (dropped: killed, all of it).
+    group: Group,
     stdin: mpsc::UnboundedSender<Bytes>,
     /// Set when the bridge ends it itself: that death is expected, not worth a warning.
     ending: Arc<AtomicBool>,
@@ -114,24 +115,25 @@ impl AgentProcess {
         generation: u64,
         events: mpsc::Sender<E>,
     ) -> std::io::Result<AgentProcess> {
-        let mut cmd = Command::new(&spec.command);
+        let mut cmd = std::process::Command::new(&spec.command);
         cmd.args(&spec.args)
             .envs(&spec.env)
             // The token is the bridge's, not the agent's: nothing the agent runs may read it.
             .env_remove("ZCODE_ACP_REMOTE_TOKEN")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own group, so killing it takes its children (npx → node → …) along.
-            .process_group(0)
-            .kill_on_drop(true);
-        let mut child = cmd.spawn()?;
-        let pid = child.id().unwrap_or(0);
-        let (Some(mut stdin), Some(stdout), Some(stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+            .stderr(Stdio::piped());
+        // Its own group, so killing it takes its children (npx → node → …) along.
+        let spawned = Group::spawn(&mut cmd)?;
+        let group = spawned.group;
+        let pid = group.id();
+        let (Some(stdin), Some(stdout), Some(stderr)) = (spawned.stdin, spawned.stdout, spawned.stderr)
         else {
             return Err(std::io::Error::other("agent stdio was not captured"));
         };
+        let mut stdin = tokio::process::ChildStdin::from_std(stdin)?;
+        let stdout = tokio::process::ChildStdout::from_std(stdout)?;
+        let stderr = tokio::process::ChildStderr::from_std(stderr)?;
         let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
         // Its tasks' lines (its stderr's among them) name it; not inside whatever span the
         // router was handling when it started the agent.
@@ -170,11 +172,9 @@ impl AgentProcess {
         });
         let ending = Arc::new(AtomicBool::new(false));
         let expected = ending.clone();
+        let exit = group.exit_future();
         spawn_in(&span, async move {
-            let reason = match child.wait().await {
-                Ok(status) => describe(status),
-                Err(e) => format!("could not be waited for: {e}"),
-            };
+            let reason = describe(exit.await);
             // Its last lines come before the news of its death (a grandchild holding stdout
             // open must not stall us forever).
             // So are its last stderr lines, which the error quotes.
@@ -189,7 +189,7 @@ impl AgentProcess {
             }
             let _ = events.send(UpstreamEvent::Exited { generation, reason }.into()).await;
         });
-        Ok(AgentProcess { pid, stdin: tx, ending, tail })
+        Ok(AgentProcess { pid, group, stdin: tx, ending, tail })
     }
 
     /// Its last stderr lines (complete once its exit has been reported).
@@ -207,42 +207,23 @@ impl AgentProcess {
         let _ = self.stdin.send(Bytes::from(line));
     }
 
-    /// SIGTERM to its process group, SIGKILL after a short grace (only when some of it is still
-    /// there: an agent that ends on SIGTERM ends the wait); whether the group is gone
-    /// within 2 s more (a backend restart reports a group that refused to die).
+    /// SIGTERM to its process group, SIGKILL to what is left once it exited or after a short
+    /// grace; whether the group is gone within 2 s more (a backend restart reports a group
+    /// that refused to die).
     pub async fn stop(self) -> bool {
-        let Some(pgid) = self.group() else { return true };
         self.ending.store(true, Ordering::Relaxed);
-        let gone = || matches!(killpg(pgid, None), Err(nix::errno::Errno::ESRCH));
-        let _ = killpg(pgid, Signal::SIGTERM);
-        let until = tokio::time::Instant::now() + KILL_GRACE;
-        while !gone() && tokio::time::Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let _ = killpg(pgid, Signal::SIGKILL);
-        let until = tokio::time::Instant::now() + Duration::from_secs(2);
-        while !gone() && tokio::time::Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        gone()
-    }
-
-    fn group(&self) -> Option<Pid> {
-        i32::try_from(self.pid).ok().filter(|p| *p > 0).map(Pid::from_raw)
+        self.group.terminate(KILL_GRACE, Duration::from_secs(2)).await
     }
 
     /// SIGTERM to its process group, SIGKILL after a short grace, without waiting.
     pub fn kill(self) {
-        let Ok(raw) = i32::try_from(self.pid) else { return };
-        if raw <= 0 {
-            return;
-        }
-        let pgid = Pid::from_raw(raw);
         self.ending.store(true, Ordering::Relaxed);
-        let _ = killpg(pgid, Signal::SIGTERM);
+        self.group.signal(Signal::SIGTERM);
+        let group = self.group;
         std::thread::spawn(move || {
-            std::thread::sleep(KILL_GRACE);
-            let _ = killpg(pgid, Signal::SIGKILL);
+            let _ = group.wait_exit(KILL_GRACE);
+            // Dropped: SIGKILL to what is left of the group, and the leader reaped.
+            drop(group);
         });
     }
 }

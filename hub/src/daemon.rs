@@ -175,16 +175,28 @@ async fn connect_verified(
 /// 1 s): tells "a hub is already running" from "another program holds the port". Nothing is
 /// sent to another user's socket.
 pub async fn hub_answers(host: &str, port: u16) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let ask = async {
-        let mut s = connect_verified(host, port).await.ok().flatten()?;
-        s.write_all(b"GET /api/health HTTP/1.1\r\nHost: hub\r\nConnection: close\r\n\r\n").await.ok()?;
-        let mut answer = Vec::new();
-        s.take(4096).read_to_end(&mut answer).await.ok()?;
-        let answer = String::from_utf8_lossy(&answer);
-        Some(answer.starts_with("HTTP/1.1 200") && answer.ends_with("\r\n\r\nok"))
+        let s = connect_verified(host, port).await.ok().flatten()?;
+        let reply =
+            zcode_shared::http_client::exchange(s, hub_request("/api/health", None)?, 4096).await.ok()?;
+        Some(reply.status == hyper::StatusCode::OK && reply.body.ok()?.as_ref() == b"ok")
     };
     tokio::time::timeout(Duration::from_secs(1), ask).await.ok().flatten().unwrap_or(false)
+}
+
+/// A `GET path` for the hub (`Host: hub`, the token when given), or `None` when `path` or the
+/// token cannot be sent.
+fn hub_request(
+    path: &str,
+    token: Option<&str>,
+) -> Option<hyper::Request<http_body_util::Empty<bytes::Bytes>>> {
+    let mut req = hyper::Request::get(path).header(hyper::header::HOST, "hub");
+    if let Some(token) = token {
+        let mut bearer = hyper::header::HeaderValue::from_str(&format!("Bearer {token}")).ok()?;
+        bearer.set_sensitive(true);
+        req = req.header(hyper::header::AUTHORIZATION, bearer);
+    }
+    req.body(http_body_util::Empty::new()).ok()
 }
 
 /// `GET path` on the hub of this user at `host:port`, with `token` (sent only once the socket
@@ -196,27 +208,21 @@ pub async fn hub_get_json(
     path: &str,
     token: &str,
 ) -> Result<serde_json::Value, String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let ask = async {
-        let mut s = match connect_verified(host, port).await {
+        let s = match connect_verified(host, port).await {
             Ok(Some(s)) => s,
             Ok(None) => return Err(format!("nothing answers on {host}:{port}")),
             Err(e) => return Err(e.to_string()),
         };
-        let req = format!(
-            "GET {path} HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
-        );
-        s.write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
-        let mut raw = Vec::new();
-        s.take(16 << 20).read_to_end(&mut raw).await.map_err(|e| e.to_string())?;
-        let raw = String::from_utf8_lossy(&raw);
-        let (head, body) = raw.split_once("\r\n\r\n").ok_or("the hub's answer is not HTTP")?;
-        match head.split_whitespace().nth(1) {
-            Some("200") => {
-                serde_json::from_str(body).map_err(|e| format!("the hub's answer is not JSON: {e}"))
-            }
-            Some("401") => Err("the hub refused this token (is ZCODE_ACP_REMOTE_TOKEN the hub's?)".into()),
-            status => Err(format!("the hub answered {}: {}", status.unwrap_or("?"), body.trim())),
+        let req =
+            hub_request(path, Some(token)).ok_or("the path or the token cannot be sent in a request")?;
+        let reply = zcode_shared::http_client::exchange(s, req, 16 << 20).await.map_err(|e| e.to_string())?;
+        let body = reply.body.map_err(|e| format!("the hub's answer could not be read whole ({e:?})"))?;
+        let body = String::from_utf8_lossy(&body);
+        match reply.status.as_u16() {
+            200 => serde_json::from_str(&body).map_err(|e| format!("the hub's answer is not JSON: {e}")),
+            401 => Err("the hub refused this token (is ZCODE_ACP_REMOTE_TOKEN the hub's?)".into()),
+            status => Err(format!("the hub answered {status}: {}", body.trim())),
         }
     };
     tokio::time::timeout(Duration::from_secs(5), ask)

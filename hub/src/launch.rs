@@ -153,16 +153,13 @@ async fn spawn_and_wait(
     loop {
         if let Some(id) = hub.bridges.registry().id_by_nonce(&nonce, Instant::now()) {
             if let Some(c) = child.take() {
-                // Reap it when it ends, so no zombie is left behind.
-                tokio::spawn(async move {
-                    let mut c = c;
-                    let _ = c.wait().await;
-                });
+                // It runs on; reaped when it ends, so no zombie is left behind.
+                c.detach();
             }
             return Ok(id);
         }
-        if let Some(c) = child.as_mut() {
-            if let Ok(Some(status)) = c.try_wait() {
+        if let Some(c) = child.as_ref() {
+            if let Some(status) = c.try_exit() {
                 return Err((
                     StatusCode::BAD_GATEWAY,
                     format!("the bridge exited during startup ({status})"),
@@ -170,10 +167,8 @@ async fn spawn_and_wait(
             }
         }
         if Instant::now() >= deadline {
-            if let Some(mut c) = child.take() {
-                let _ = c.start_kill();
-                let _ = c.wait().await;
-            }
+            // Dropped: killed (its whole group) and reaped.
+            drop(child.take());
             return Err((
                 StatusCode::BAD_GATEWAY,
                 format!("the bridge never registered (waited {}s)", budget.as_secs()),

@@ -16,7 +16,6 @@
 //! it, so no global environment holds it.
 
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use zcode_shared::config::Config;
@@ -27,7 +26,7 @@ pub enum Started {
     /// A terminal window (named recipe); its bridge registers when the window's chat starts.
     Window(String),
     /// A headless serve bridge, whose exit can be watched.
-    Headless(tokio::process::Child),
+    Headless(zcode_shared::procgroup::Group),
 }
 
 /// What to start.
@@ -105,11 +104,11 @@ fn exe() -> std::io::Result<PathBuf> {
 
 /// A headless `zcode-acp serve` in the project, detached in its own process group, its output
 /// in the logs directory.
-fn headless(cfg: &Config, l: &Launch) -> std::io::Result<tokio::process::Child> {
+fn headless(cfg: &Config, l: &Launch) -> std::io::Result<zcode_shared::procgroup::Group> {
     let _ = zcode_shared::paths::Paths::ensure_private_dir(&cfg.paths.log_dir);
     let log =
         std::fs::OpenOptions::new().create(true).append(true).open(cfg.paths.log_dir.join("serve.log"))?;
-    let mut cmd = tokio::process::Command::new(exe()?);
+    let mut cmd = Command::new(exe()?);
     cmd.arg("serve").arg("--cwd").arg(&l.workspace);
     if let Some(agent) = &l.agent {
         // One argument: a name that starts with `-` stays a value.
@@ -120,9 +119,8 @@ fn headless(cfg: &Config, l: &Launch) -> std::io::Result<tokio::process::Child> 
         .env("ZCODE_ACP_REMOTE_ORIGIN", "serve")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(log)
-        .process_group(0);
-    cmd.spawn()
+        .stderr(log);
+    zcode_shared::procgroup::Group::spawn(&mut cmd).map(|s| s.group)
 }
 
 /// Writes the window's launch script (mode 0700): it removes itself, names the tab (OSC 0),
@@ -221,15 +219,10 @@ fn window(cfg: &Config, l: &Launch) -> std::io::Result<Option<String>> {
         }
     };
     let detached = |program: &str, args: &[&str]| -> std::io::Result<()> {
-        Command::new(program)
-            .args(args)
-            .env_remove(TOKEN_VAR)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .map(reap)
+        let mut cmd = Command::new(program);
+        cmd.args(args).env_remove(TOKEN_VAR).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        // It runs as long as its window: detached, its exit collected when it comes.
+        zcode_shared::procgroup::Group::spawn(&mut cmd).map(|s| s.group.detach())
     };
     let result = match name.as_str() {
         "command" => {
@@ -257,18 +250,6 @@ fn window(cfg: &Config, l: &Launch) -> std::io::Result<Option<String>> {
             let _ = std::fs::remove_file(&script);
             Err(e)
         }
-    }
-}
-
-/// Waits for a terminal program on a thread of its own: it runs as long as its window, and the
-/// hub must collect its exit status or keep a zombie per window.
-fn reap(mut child: std::process::Child) {
-    let pid = child.id();
-    let spawned = std::thread::Builder::new().name(format!("reap-{pid}")).spawn(move || {
-        let _ = child.wait();
-    });
-    if let Err(e) = spawned {
-        tracing::warn!(pid, "cannot watch the terminal program ({e}): it stays a zombie when it exits");
     }
 }
 

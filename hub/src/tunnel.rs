@@ -10,14 +10,14 @@
 //! thread, which lives as long as `up` does (the death signal follows the thread that forked).
 
 use anyhow::{Context, bail};
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+use zcode_shared::procgroup::Group;
 
 /// How long a tunnel tool gets to report its public URL.
 const URL_WAIT: Duration = Duration::from_secs(60);
@@ -115,7 +115,7 @@ pub fn exec_tool(parent: u32, command: &[String]) -> anyhow::Result<std::process
 
 /// A running tunnel tool: killed (its whole process group) when dropped.
 pub struct Tunnel {
-    child: Child,
+    group: Group,
     /// The public `https://` address it reported (no trailing slash).
     pub url: String,
 }
@@ -127,24 +127,22 @@ impl Tunnel {
         let program = kind.program();
         let args = kind.args(port);
         let exe = std::env::current_exe().context("cannot find this program to start the tunnel")?;
-        let mut child = match Command::new(exe)
-            .args(["tunnel-exec", "--parent", &std::process::id().to_string(), "--", program])
+        let mut cmd = Command::new(exe);
+        cmd.args(["tunnel-exec", "--parent", &std::process::id().to_string(), "--", program])
             .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own group: the terminal's Ctrl-C reaches `up`, which then ends it on purpose.
-            .process_group(0)
-            .spawn()
-        {
-            Ok(c) => c,
+            .stderr(Stdio::piped());
+        // Its own group: the terminal's Ctrl-C reaches `up`, which then ends it on purpose.
+        let spawned = match Group::spawn(&mut cmd) {
+            Ok(s) => s,
             Err(e) => return Err(e).with_context(|| format!("cannot start `{program}`")),
         };
         let (tx, rx) = mpsc::channel::<String>();
         // Both streams are read to their end, also after the URL: a tool whose pipe fills up
         // would stall.
-        let out = child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>);
-        let err = child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>);
+        let out = spawned.stdout.map(|s| Box::new(s) as Box<dyn Read + Send>);
+        let err = spawned.stderr.map(|s| Box::new(s) as Box<dyn Read + Send>);
         for stream in [out, err].into_iter().flatten() {
             let tx = tx.clone();
             std::thread::spawn(move || {
@@ -154,7 +152,7 @@ impl Tunnel {
             });
         }
         drop(tx);
-        let mut tunnel = Tunnel { child, url: String::new() };
+        let mut tunnel = Tunnel { group: spawned.group, url: String::new() };
         let deadline = Instant::now() + URL_WAIT;
         let mut last = String::new();
         loop {
@@ -173,7 +171,10 @@ impl Tunnel {
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    let status = tunnel.child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
+                    let status = tunnel
+                        .group
+                        .wait_exit(Duration::from_secs(5))
+                        .map_or_else(|| "still running".to_owned(), |s| s.to_string());
                     bail!(
                         "`{program} {}` ended ({status}) without a public URL: {}",
                         args.join(" "),
@@ -193,26 +194,15 @@ impl Tunnel {
 
     /// The tool's process id (also its process group).
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.group.id()
     }
 }
 
 impl Drop for Tunnel {
     fn drop(&mut self) {
-        let Ok(raw) = i32::try_from(self.child.id()) else { return };
-        let group = Pid::from_raw(raw);
-        let _ = killpg(group, Signal::SIGTERM);
-        let deadline = Instant::now() + KILL_GRACE;
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                // The leader is gone; anything it left in its group goes too.
-                let _ = killpg(group, Signal::SIGKILL);
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = killpg(group, Signal::SIGKILL);
-        let _ = self.child.wait();
+        self.group.signal(Signal::SIGTERM);
+        // Then the group's own drop: SIGKILL to what is left, the leader reaped.
+        let _ = self.group.wait_exit(KILL_GRACE);
     }
 }
 

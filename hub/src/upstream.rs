@@ -136,7 +136,7 @@ pub async fn dial_ws(port: u16, token: &str) -> Result<(TcpStream, Vec<u8>), Dia
 
 async fn dial_ws_inner(port: u16, token: &str) -> Result<(TcpStream, Vec<u8>), DialError> {
     let tcp = connect_with(port, true).await?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+    let (mut sender, conn) = zcode_shared::http_client::handshake(tcp).await?;
     // Drives the connection until it is upgraded (or refused).
     tokio::spawn(conn.with_upgrades());
     let key = generate_key();
@@ -172,7 +172,7 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let tcp = connect(port).await?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+    let (mut sender, conn) = zcode_shared::http_client::handshake(tcp).await?;
     tokio::spawn(async move {
         if let Err(e) = conn.await {
             tracing::debug!(port, "relayed HTTP connection ended: {e}");

@@ -15,13 +15,19 @@
 //! - [`store`]: the SQLite store (journal and tasks index): the only SQL in the workspace.
 //! - [`settings`]: the settings API's sections and their safe, locked writes.
 //! - [`slots`]: the pre-auth and authenticated connection pools of both servers.
+//! - [`http_client`]: the one outgoing HTTP(S) client (push, vendors, the local hops).
+//! - [`ordered`]: the one order-preserving raw-JSON object (settings writes, the journal's merger).
+//! - [`procgroup`]: children in process groups of their own, signalled safely, reaped.
 
 pub mod config;
 pub mod env;
+pub mod http_client;
 pub mod jsonrpc;
 pub mod logging;
+pub mod ordered;
 pub mod paths;
 pub mod peer;
+pub mod procgroup;
 pub mod quota;
 pub mod registration;
 pub mod rlimit;

@@ -537,3 +537,30 @@ fn both_servers_share_one_connection_pool_and_one_bearer_parse() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// One of each piece of plumbing: process groups are made, signalled and reaped only by
+/// `shared::procgroup` (the guard against signalling a reused group id lives there), outgoing
+/// HTTP requests (hyper's or written by hand) and TLS client settings are made only by
+/// `shared::http_client`, and an
+/// order-preserving raw-JSON object is read only by `shared::ordered`.
+#[test]
+fn one_of_each_piece_of_plumbing() {
+    let only = [
+        ("shared/src/procgroup.rs", &["process_group(", "killpg", "setpgid", "waitid", "waitpid"][..]),
+        (
+            "shared/src/http_client.rs",
+            &["http1::handshake", "ClientConfig::builder", "TlsConnector", r"HTTP/1.1\r\nHost"][..],
+        ),
+        ("shared/src/ordered.rs", &["MapAccess", "next_entry"][..]),
+    ];
+    let mut wrong = vec![];
+    for (f, l) in product_lines() {
+        for (home, needles) in only {
+            let needle = needles.iter().find(|n| l.contains(**n));
+            if let Some(n) = needle.filter(|_| f != workspace().join(home)) {
+                wrong.push(format!("{}: `{n}` outside {home}: {}", f.display(), l.trim()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "plumbing built by hand beside its one module:\n{}", wrong.join("\n"));
+}

@@ -68,7 +68,7 @@ struct Chat {
 
 /// Runs the chat until the user quits or the bridge goes away; returns the exit code.
 pub async fn run(opts: ChatOptions) -> std::io::Result<i32> {
-    let mut cmd = tokio::process::Command::new(&opts.exe);
+    let mut cmd = std::process::Command::new(&opts.exe);
     cmd.arg("bridge");
     if let Some(name) = &opts.agent_name {
         cmd.arg("--agent").arg(name);
@@ -80,19 +80,21 @@ pub async fn run(opts: ChatOptions) -> std::io::Result<i32> {
         None => Stdio::null(),
     };
     // Its own process group: Ctrl-C in this terminal is the chat's to handle, not the bridge's.
-    let mut child = cmd
-        .current_dir(&opts.cwd)
+    cmd.current_dir(&opts.cwd)
         .env("ZCODE_ACP_REMOTE_ORIGIN", "serve")
         .env("ZCODE_ACP_REMOTE_PIN_CWD", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(stderr)
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()?;
-    let (Some(to_bridge), Some(from_bridge)) = (child.stdin.take(), child.stdout.take()) else {
+        .stderr(stderr);
+    let spawned = zcode_shared::procgroup::Group::spawn(&mut cmd)?;
+    let bridge = spawned.group;
+    let (Some(to_bridge), Some(from_bridge)) = (spawned.stdin, spawned.stdout) else {
         return Err(std::io::Error::other("the bridge's stdio was not captured"));
     };
+    let (to_bridge, from_bridge) = (
+        tokio::process::ChildStdin::from_std(to_bridge)?,
+        tokio::process::ChildStdout::from_std(from_bridge)?,
+    );
     let (msg_tx, mut msgs) = mpsc::channel::<RawMessage>(256);
     tokio::spawn(async move {
         let mut lines = BufReader::new(from_bridge).lines();
@@ -175,7 +177,7 @@ pub async fn run(opts: ChatOptions) -> std::io::Result<i32> {
     };
     // Closing its stdin ends the bridge (and the agent with it).
     drop(chat);
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(3), child.wait()).await;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(3), bridge.exited()).await;
     Ok(code)
 }
 

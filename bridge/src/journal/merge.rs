@@ -4,12 +4,12 @@
 //!
 //! Pure: the [`Merger`] of one session takes updates as the raw text received and says which
 //! messages to create or rewrite, with their bodies as JSON text. What it does not merge it
-//! keeps byte for byte; what it merges it edits member by member ([`raw::RawObject`]), so every
+//! keeps byte for byte; what it merges it edits member by member ([`zcode_shared::ordered::Ordered`]), so every
 //! value it does not itself produce comes back as sent (docs/ARCHITECTURE.md, "Replay equals
 //! the live stream").
 
-use super::raw::{self, RawObject};
 use std::collections::VecDeque;
+use zcode_shared::ordered::{Ordered, raw, string_body};
 
 /// Update kinds kept as the session's latest state rather than as messages.
 pub const STATE_KINDS: [&str; 5] = [
@@ -61,9 +61,9 @@ struct Run {
     /// The agent's messageId, if it gave one.
     agent_id: Option<String>,
     /// The first chunk, `messageId` added if it had none.
-    head: RawObject,
+    head: Ordered,
     /// Its `content` block.
-    content: RawObject,
+    content: Ordered,
     /// The joined texts, escapes as received (between the quotes).
     text: String,
     /// The first chunk with an empty text: a chunk continues the run only if it is the same
@@ -74,20 +74,20 @@ struct Run {
 impl Run {
     fn body(&self) -> String {
         let mut content = self.content.clone();
-        content.set("text", raw::raw(format!("\"{}\"", self.text)));
+        content.set_raw("text", raw(format!("\"{}\"", self.text)));
         let mut head = self.head.clone();
-        head.set("content", raw::raw(content.render()));
-        head.render()
+        head.set_raw("content", raw(content.compact()));
+        head.compact()
     }
 }
 
 /// A chunk's shape: the chunk with its content's text emptied, compact.
-fn shape(obj: &RawObject, content: &RawObject) -> String {
+fn shape(obj: &Ordered, content: &Ordered) -> String {
     let mut content = content.clone();
-    content.set("text", raw::raw("\"\"".into()));
+    content.set_raw("text", raw("\"\"".into()));
     let mut obj = obj.clone();
-    obj.set("content", raw::raw(content.render()));
-    obj.render()
+    obj.set_raw("content", raw(content.compact()));
+    obj.compact()
 }
 
 /// The merging state of one session.
@@ -95,7 +95,7 @@ fn shape(obj: &RawObject, content: &RawObject) -> String {
 pub struct Merger {
     next_key: u64,
     run: Option<Run>,
-    tools: VecDeque<(String, u64, RawObject)>,
+    tools: VecDeque<(String, u64, Ordered)>,
     plan: Option<u64>,
     id_prefix: String,
 }
@@ -125,7 +125,7 @@ impl Merger {
 
     /// Applies one update object (the `update` member of `session/update`, as received).
     pub fn apply(&mut self, update: &str) -> Vec<Effect> {
-        let Some(obj) = RawObject::parse(update) else { return vec![] };
+        let Ok(obj) = Ordered::parse(update) else { return vec![] };
         let kind = obj.str("sessionUpdate").unwrap_or_default();
         if STATE_KINDS.contains(&kind.as_str()) {
             return vec![Effect::State { kind, body: update.to_owned() }];
@@ -146,10 +146,10 @@ impl Merger {
         }
     }
 
-    fn chunk(&mut self, kind: &'static str, update: &str, mut obj: RawObject) -> Vec<Effect> {
+    fn chunk(&mut self, kind: &'static str, update: &str, mut obj: Ordered) -> Vec<Effect> {
         let agent_id = obj.str("messageId");
         let content = text_content(&obj);
-        let text = content.as_ref().and_then(|c| c.get("text")).and_then(raw::string_body).map(str::to_owned);
+        let text = content.as_ref().and_then(|c| c.get("text")).and_then(string_body).map(str::to_owned);
         if let (Some(run), Some(content), Some(text)) = (&mut self.run, &content, &text) {
             if run.kind == kind && run.agent_id == agent_id && run.shape == shape(&obj, content) {
                 run.text.push_str(text);
@@ -167,8 +167,8 @@ impl Merger {
         let body = if agent_id.is_some() {
             update.to_owned()
         } else {
-            obj.set("messageId", raw::raw(serde_json::Value::from(msg_id.as_str()).to_string()));
-            obj.render()
+            obj.set_raw("messageId", raw(serde_json::Value::from(msg_id.as_str()).to_string()));
+            obj.compact()
         };
         self.run = match (content, text) {
             (Some(content), Some(text)) => {
@@ -179,7 +179,7 @@ impl Merger {
         vec![Effect::New { key, msg_id, kind, body }]
     }
 
-    fn tool_call(&mut self, body: String, obj: RawObject) -> Vec<Effect> {
+    fn tool_call(&mut self, body: String, obj: Ordered) -> Vec<Effect> {
         self.run = None;
         let key = self.key();
         let id = obj.str("toolCallId");
@@ -194,16 +194,16 @@ impl Merger {
         vec![Effect::New { key, msg_id, kind: "tool", body }]
     }
 
-    fn tool_call_update(&mut self, obj: RawObject) -> Vec<Effect> {
+    fn tool_call_update(&mut self, obj: Ordered) -> Vec<Effect> {
         let id = obj.str("toolCallId").unwrap_or_default();
         if let Some((_, key, call)) = self.tools.iter_mut().find(|(t, _, _)| *t == id) {
             call.overlay(&obj, "sessionUpdate");
-            return vec![Effect::Update { key: *key, body: call.render() }];
+            return vec![Effect::Update { key: *key, body: call.compact() }];
         }
         // An update for a call we never saw (it began before this bridge): keep it as the call.
         let mut obj = obj;
-        obj.set("sessionUpdate", raw::raw("\"tool_call\"".into()));
-        self.tool_call(obj.render(), obj)
+        obj.set_raw("sessionUpdate", raw("\"tool_call\"".into()));
+        self.tool_call(obj.compact(), obj)
     }
 
     fn plan(&mut self, update: &str) -> Vec<Effect> {
@@ -220,8 +220,8 @@ impl Merger {
 }
 
 /// The chunk's `content` if it is a text block.
-fn text_content(obj: &RawObject) -> Option<RawObject> {
-    let c = RawObject::parse(obj.get("content")?.get())?;
+fn text_content(obj: &Ordered) -> Option<Ordered> {
+    let c = Ordered::parse(obj.get("content")?.get()).ok()?;
     (c.str("type").as_deref() == Some("text")).then_some(c)
 }
 

@@ -10,7 +10,6 @@
 //! atomic step.
 
 pub mod merge;
-mod raw;
 pub mod replay;
 pub mod turn_end;
 

@@ -7,11 +7,9 @@
 //! so children the command started in the background die with it.
 
 use super::{Roots, absolute_path, optional_u64};
-use nix::errno::Errno;
 use nix::fcntl::OFlag;
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::Signal;
 use nix::sys::stat::Mode;
-use nix::unistd::Pid;
 use serde_json::{Value, json};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -24,6 +22,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::watch;
 use zcode_shared::jsonrpc::{self, RESOURCE_NOT_FOUND, RpcError};
+use zcode_shared::procgroup::Group;
 
 /// The most output kept per terminal, whatever `outputByteLimit` asks: the bridge's memory is
 /// not the agent's to spend.
@@ -45,7 +44,8 @@ pub(crate) struct Terminals {
 
 /// One command: its process group, its output and, once known, its exit.
 struct Terminal {
-    pgid: Pid,
+    /// Dropped (released, or the bridge stops): killed, all of it.
+    group: Group,
     output: Arc<Mutex<Output>>,
     exit: watch::Receiver<Option<Exit>>,
 }
@@ -63,8 +63,6 @@ struct Output {
     bytes: VecDeque<u8>,
     limit: usize,
     truncated: bool,
-    /// Pipes not yet at EOF: while one is open, something in the group may still be alive.
-    pipes_open: usize,
 }
 
 impl Terminals {
@@ -84,7 +82,7 @@ impl Terminals {
                 "too many terminals (at most {MAX_TERMINALS}); release some with terminal/release"
             )));
         }
-        let mut cmd = tokio::process::Command::new(command);
+        let mut cmd = std::process::Command::new(command);
         for name in SCRUBBED_ENV {
             cmd.env_remove(name);
         }
@@ -95,10 +93,8 @@ impl Terminals {
             .current_dir(format!("/proc/self/fd/{}", cwd_fd.as_raw_fd()))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own group, so a kill reaches what it spawns; kill_on_drop is the backstop.
-            .process_group(0)
-            .kill_on_drop(true);
+            .stderr(Stdio::piped());
+        // Its own group, so a kill reaches what it spawns.
         let terminal = Terminal::spawn(cmd, command, limit)?;
         drop(cwd_fd);
         let id = format!("term_{}", self.next_id.fetch_add(1, Ordering::Relaxed) + 1);
@@ -170,48 +166,38 @@ impl Drop for Terminals {
 
 impl Terminal {
     /// Starts `cmd` with its output pumps and its waiter.
-    fn spawn(mut cmd: tokio::process::Command, shown: &str, limit: usize) -> Result<Terminal, RpcError> {
-        let mut child = cmd.spawn().map_err(|e| match e.kind() {
+    fn spawn(mut cmd: std::process::Command, shown: &str, limit: usize) -> Result<Terminal, RpcError> {
+        let spawned = Group::spawn(&mut cmd).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => {
                 RpcError::new(RESOURCE_NOT_FOUND, format!("command not found: {shown}"))
             }
             _ => RpcError::internal(format!("cannot run `{shown}`: {e}")),
         })?;
-        let pid = child.id().and_then(|id| i32::try_from(id).ok());
-        let (Some(pid), Some(stdout), Some(stderr)) = (pid, child.stdout.take(), child.stderr.take()) else {
+        let group = spawned.group;
+        let pipes = spawned.stdout.zip(spawned.stderr).and_then(|(o, e)| {
+            Some((
+                tokio::process::ChildStdout::from_std(o).ok()?,
+                tokio::process::ChildStderr::from_std(e).ok()?,
+            ))
+        });
+        let Some((stdout, stderr)) = pipes else {
             return Err(RpcError::internal(format!("`{shown}` started without its pipes")));
         };
         let output = Arc::new(Mutex::new(Output::new(limit)));
-        lock(&output).pipes_open = 2;
         let pumps = [tokio::spawn(pump(stdout, output.clone())), tokio::spawn(pump(stderr, output.clone()))];
         let (tx, rx) = watch::channel(None);
+        let exited = group.exit_future();
         tokio::spawn(async move {
-            let status = child.wait().await;
+            let status = exited.await;
             let _ = tokio::time::timeout(DRAIN_GRACE, futures_join(pumps)).await;
-            let exit = match status {
-                Ok(status) => Exit::from_status(status),
-                Err(e) => {
-                    tracing::warn!(error = %e, "waiting for a terminal command failed");
-                    Exit { code: None, signal: None }
-                }
-            };
-            let _ = tx.send(Some(exit));
+            let _ = tx.send(Some(Exit::from_status(status)));
         });
-        Ok(Terminal { pgid: Pid::from_raw(pid), output, exit: rx })
+        Ok(Terminal { group, output, exit: rx })
     }
 
-    /// SIGKILLs the process group while anything in it may still live.
+    /// SIGKILLs the process group (nothing, once its leader was reaped).
     fn kill(&self) {
-        // Once the leader is reaped and the pipes are closed the group is gone, and its id may
-        // be reused by an unrelated process group: never signal it then.
-        let exited = self.exit.borrow().is_some();
-        if exited && lock(&self.output).pipes_open == 0 {
-            return;
-        }
-        match killpg(self.pgid, Signal::SIGKILL) {
-            Ok(()) | Err(Errno::ESRCH) => {}
-            Err(e) => tracing::warn!(pgid = %self.pgid, error = %e, "cannot kill a terminal's process group"),
-        }
+        self.group.signal(Signal::SIGKILL);
     }
 }
 
@@ -231,7 +217,7 @@ impl Exit {
 
 impl Output {
     fn new(limit: usize) -> Output {
-        Output { bytes: VecDeque::new(), limit, truncated: false, pipes_open: 0 }
+        Output { bytes: VecDeque::new(), limit, truncated: false }
     }
 
     /// Appends, then drops from the front past the limit, up to the next UTF-8 char boundary.
@@ -257,7 +243,6 @@ async fn pump<R: AsyncRead + Unpin>(mut pipe: R, output: Arc<Mutex<Output>>) {
             Ok(n) => lock(&output).push(&buf[..n]),
         }
     }
-    lock(&output).pipes_open -= 1;
 }
 
 /// Waits for every task; a panicked pump counts as finished.

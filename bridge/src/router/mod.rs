@@ -408,7 +408,6 @@ impl Router {
             client.outbox.kill();
         }
         self.local.kill_all();
-        crate::hooks::run::kill_all();
         self.agent.terminate().await;
         let journal = self.journal.clone();
         let _ = tokio::task::spawn_blocking(move || journal.flush()).await;

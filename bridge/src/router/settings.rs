@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use zcode_shared::jsonrpc::{self, RawMessage};
-use zcode_shared::settings::{ReportedAgent, Settings, mcp, models, raw::Ordered};
+use zcode_shared::ordered::Ordered;
+use zcode_shared::settings::{ReportedAgent, Settings, mcp, models};
 
 /// How long running turns get to end cancelled before the agent is stopped anyway.
 const CANCEL_GRACE: Duration = Duration::from_secs(3);

@@ -1,18 +1,13 @@
 //! RFC 8030 delivery: one `POST` of an encrypted message to a subscription's endpoint, with
 //! `TTL`, `Urgency`, `Topic`, `Content-Encoding: aes128gcm` and the VAPID `Authorization`.
-//! Push services are https (rustls with the ring provider and the Mozilla root set from
-//! `webpki-roots`, HTTP/1.1); plain http is only ever used for a loopback endpoint
-//! ([`super::subs::check_endpoint`]).
+//! Push services are https (the one client, `zcode_shared::http_client`); plain http is only
+//! ever used for a loopback endpoint ([`super::subs::check_endpoint`]).
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, StatusCode, Uri};
-use hyper_util::rt::TokioIo;
-use std::sync::{Arc, OnceLock};
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
-use tokio_rustls::rustls;
+use zcode_shared::http_client::Failure;
 
 /// What one push carries besides its body.
 pub struct Headers<'a> {
@@ -48,22 +43,6 @@ pub struct Answer {
     pub text: String,
 }
 
-/// The TLS client settings, built once: TLS 1.2/1.3, the web's public roots, `http/1.1`.
-fn tls() -> Arc<rustls::ClientConfig> {
-    static TLS: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
-    TLS.get_or_init(|| {
-        let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map(|b| b.with_root_certificates(roots).with_no_client_auth())
-            .unwrap_or_else(|e| unreachable!("ring supports the default TLS versions: {e}"));
-        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Arc::new(cfg)
-    })
-    .clone()
-}
-
 /// POSTs `body` to `endpoint` (the caller bounds the time this takes).
 pub async fn post(endpoint: &Uri, h: &Headers<'_>, body: Vec<u8>) -> Result<Answer, SendError> {
     let host = endpoint.host().ok_or(SendError::Endpoint("no host"))?;
@@ -91,38 +70,11 @@ pub async fn post(endpoint: &Uri, h: &Headers<'_>, body: Vec<u8>) -> Result<Answ
     hd.insert(header::CONTENT_ENCODING, HeaderValue::from_static("aes128gcm"));
     hd.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
 
-    let tcp = TcpStream::connect((bare.as_str(), port)).await.map_err(SendError::Connect)?;
-    let _ = tcp.set_nodelay(true);
-    if !https {
-        return exchange(tcp, req).await;
-    }
-    let name = rustls::pki_types::ServerName::try_from(bare)
-        .map_err(|_| SendError::Endpoint("the host is not a valid TLS server name"))?;
-    let tls = tokio_rustls::TlsConnector::from(tls()).connect(name, tcp).await.map_err(SendError::Connect)?;
-    exchange(tls, req).await
-}
-
-/// One request and its answer over `io`, driving the connection in this task (nothing is left
-/// running when the caller gives up).
-async fn exchange<T>(io: T, req: Request<Full<Bytes>>) -> Result<Answer, SendError>
-where
-    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
-    let talk = async move {
-        let resp = sender.send_request(req).await?;
-        let status = resp.status();
-        let text = match Limited::new(resp.into_body(), 512).collect().await {
-            Ok(c) => String::from_utf8_lossy(&c.to_bytes()).into_owned(),
-            Err(_) => String::new(),
-        };
-        Ok::<_, hyper::Error>(Answer { status, text })
-    };
-    tokio::pin!(talk);
-    tokio::select! {
-        biased;
-        r = &mut talk => Ok(r?),
-        // The connection ended first: the answer (or the failure) is already in the channel.
-        _ = conn => Ok(talk.await?),
-    }
+    let reply = zcode_shared::http_client::one(&bare, port, https, req, 512).await.map_err(|e| match e {
+        Failure::ServerName => SendError::Endpoint("the host is not a valid TLS server name"),
+        Failure::Connect(e) => SendError::Connect(e),
+        Failure::Http(e) => SendError::Http(e),
+    })?;
+    let text = reply.body.map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    Ok(Answer { status: reply.status, text })
 }

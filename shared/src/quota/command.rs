@@ -6,8 +6,7 @@
 //! `unavailable`, with an `error` that says what was expected.
 
 use super::{CommandSpec, Fetch, Kind, Provider};
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use crate::procgroup::Group;
 use serde_json::Value;
 use std::process::Stdio;
 use tokio::io::AsyncReadExt;
@@ -47,22 +46,14 @@ impl Provider for CommandProvider {
 
 /// The command's output (at most [`OUTPUT_CAP`] bytes), or why there is none.
 async fn run(spec: &CommandSpec) -> Result<Vec<u8>, String> {
-    let mut child = tokio::process::Command::new(&spec.command)
-        .args(&spec.args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot start {:?}: {e}", spec.command))?;
-    let group = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
-    let kill_group = || {
-        if let Some(g) = group {
-            let _ = killpg(g, Signal::SIGKILL);
-        }
-    };
-    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut cmd = std::process::Command::new(&spec.command);
+    cmd.args(&spec.args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
+    let spawned = Group::spawn(&mut cmd).map_err(|e| format!("cannot start {:?}: {e}", spec.command))?;
+    // Dropping the group on any way out kills what is left of it and reaps the command.
+    let group = spawned.group;
+    let stdout = spawned.stdout.ok_or("no stdout")?;
+    let mut stdout =
+        tokio::process::ChildStdout::from_std(stdout).map_err(|e| format!("reading its output: {e}"))?;
     let read = async {
         let mut out = Vec::new();
         let n = (&mut stdout).take(OUTPUT_CAP as u64 + 1).read_to_end(&mut out).await;
@@ -70,29 +61,17 @@ async fn run(spec: &CommandSpec) -> Result<Vec<u8>, String> {
     };
     let out = match tokio::time::timeout(spec.timeout, read).await {
         Ok(r) => r,
-        Err(_) => {
-            kill_group();
-            let _ = child.wait().await;
-            return Err(format!("no answer within {} ms: killed", spec.timeout.as_millis()));
-        }
+        Err(_) => return Err(format!("no answer within {} ms: killed", spec.timeout.as_millis())),
     };
-    let out = match out {
-        Ok(o) if o.len() > OUTPUT_CAP => {
-            kill_group();
-            let _ = child.wait().await;
-            return Err(format!("more than {OUTPUT_CAP} bytes of output: killed"));
+    match out {
+        Ok(o) if o.len() > OUTPUT_CAP => Err(format!("more than {OUTPUT_CAP} bytes of output: killed")),
+        Ok(o) => {
+            // Its output is complete; whatever it left running in its group goes with it.
+            let _ = tokio::time::timeout(spec.timeout, group.exited()).await;
+            Ok(o)
         }
-        other => other?,
-    };
-    // Its output is complete; whatever it left running in its group goes with it.
-    match tokio::time::timeout(spec.timeout, child.wait()).await {
-        Ok(_) => kill_group(),
-        Err(_) => {
-            kill_group();
-            let _ = child.wait().await;
-        }
+        Err(e) => Err(e),
     }
-    Ok(out)
 }
 
 /// The section a command printed, or unavailable. A window's reset time (`resetsAt`,

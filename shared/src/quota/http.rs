@@ -1,19 +1,13 @@
-//! One outbound request to a vendor's API: https (rustls, ring, the Mozilla roots from
-//! `webpki-roots`, HTTP/1.1), or plain http to a loopback test origin. Redirects are not
-//! followed (the caller decides what one means), the answer's body is capped, and the whole
+//! One outbound request to a vendor's API: https (the one client, [`crate::http_client`]),
+//! or plain http to a loopback test origin. Redirects are not followed (the caller decides what one means), the answer's body is capped, and the whole
 //! exchange is bounded by the caller's timeout. Errors say what failed, never with a header
 //! or a URL that could carry a credential.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Uri};
-use hyper_util::rt::TokioIo;
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
-use tokio_rustls::rustls;
 
 /// The most bytes of an answer's body we read.
 pub const BODY_CAP: usize = 2 * 1024 * 1024;
@@ -61,22 +55,6 @@ pub enum Failure {
     TooLarge,
 }
 
-/// The TLS client settings, built once: TLS 1.2/1.3, the web's public roots, `http/1.1`.
-fn tls() -> Arc<rustls::ClientConfig> {
-    static TLS: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
-    TLS.get_or_init(|| {
-        let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map(|b| b.with_root_certificates(roots).with_no_client_auth())
-            .unwrap_or_else(|e| unreachable!("ring supports the default TLS versions: {e}"));
-        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Arc::new(cfg)
-    })
-    .clone()
-}
-
 /// Sends `call` and reads its answer, all within `timeout`.
 pub async fn send(call: Call<'_>, timeout: Duration) -> Result<Answer, Failure> {
     match tokio::time::timeout(timeout, exchange(call)).await {
@@ -112,45 +90,20 @@ async fn exchange(call: Call<'_>) -> Result<Answer, Failure> {
         v.set_sensitive(true);
         h.insert(name, v);
     }
-    let tcp = TcpStream::connect((bare.as_str(), port)).await.map_err(|_| Failure::Connect)?;
-    let _ = tcp.set_nodelay(true);
-    if !https {
-        return talk(tcp, req).await;
-    }
-    let name = rustls::pki_types::ServerName::try_from(bare).map_err(|_| Failure::Url)?;
-    let tls =
-        tokio_rustls::TlsConnector::from(tls()).connect(name, tcp).await.map_err(|_| Failure::Connect)?;
-    talk(tls, req).await
+    let reply = crate::http_client::one(&bare, port, https, req, BODY_CAP).await.map_err(|e| match e {
+        crate::http_client::Failure::ServerName => Failure::Url,
+        crate::http_client::Failure::Connect(_) => Failure::Connect,
+        crate::http_client::Failure::Http(_) => Failure::Http,
+    })?;
+    let location = reply.headers.get(header::LOCATION).and_then(|l| l.to_str().ok()).map(str::to_owned);
+    let body = reply.body.map_err(|e| match e {
+        crate::http_client::BodyError::TooLarge => Failure::TooLarge,
+        crate::http_client::BodyError::Failed => Failure::Http,
+    })?;
+    Ok(Answer { status: reply.status.as_u16(), location, body })
 }
 
 /// Whether plain http may go to `host`: loopback only (the test origins).
 fn is_loopback(host: &str) -> bool {
     host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-/// One request and its answer over `io`, the connection driven in this task.
-async fn talk<T>(io: T, req: hyper::Request<Full<Bytes>>) -> Result<Answer, Failure>
-where
-    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(TokioIo::new(io)).await.map_err(|_| Failure::Http)?;
-    let exchange = async move {
-        let resp = sender.send_request(req).await.map_err(|_| Failure::Http)?;
-        let status = resp.status().as_u16();
-        let location = resp.headers().get(header::LOCATION).and_then(|l| l.to_str().ok()).map(str::to_owned);
-        let body = match Limited::new(resp.into_body(), BODY_CAP).collect().await {
-            Ok(c) => c.to_bytes(),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(Failure::TooLarge),
-            Err(_) => return Err(Failure::Http),
-        };
-        Ok(Answer { status, location, body })
-    };
-    tokio::pin!(exchange);
-    tokio::select! {
-        biased;
-        r = &mut exchange => r,
-        // The connection ended first: the answer (or the failure) is already in the channel.
-        _ = conn => exchange.await,
-    }
 }

@@ -5,8 +5,8 @@
 //! override lives in `config.json` (`subagentModels`).
 
 use super::front::Front;
-use super::raw::Ordered;
 use super::safe::{self, Edit, Refusal};
+use crate::ordered::Ordered;
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
 

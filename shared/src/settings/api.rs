@@ -2,10 +2,10 @@
 //! and body in; status and JSON out (`{ok:false, error}` on failure). Blocking (file I/O and
 //! the cross-process lock): mounts call it on a blocking thread.
 
-use super::raw::Ordered;
 use super::safe::{self, Edit, Refusal};
 use super::{Host, MAX_BODY, Mount, Settings, agents, hooks, machine, mcp, models, skills, usage_section};
 use crate::config::{Config, RawConfig};
+use crate::ordered::Ordered;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -104,7 +104,7 @@ fn config(s: &Settings) -> Result<Ordered, Refusal> {
 }
 
 fn parse_config(path: &Path, text: &str) -> Result<Ordered, Refusal> {
-    Ordered::parse(text).map_err(|e| {
+    Ordered::parse_file(text).map_err(|e| {
         Refusal::new(
             500,
             format!("{} is not valid JSON ({e}): fix it by hand; it was left untouched", path.display()),
@@ -234,7 +234,7 @@ fn write(s: &Settings, host: &Host, method: &str, segs: &[&str], body: &Value) -
             mcp::validate(body).map_err(Refusal::bad)?;
             edit_config(s, |root| {
                 let mut servers = root.object(mcp::KEY);
-                servers.set_raw(name, super::raw::pretty(body, 2));
+                servers.set_raw(name, crate::ordered::pretty(body, 2));
                 root.set_object(mcp::KEY, &servers, 1);
                 Ok(())
             })?;

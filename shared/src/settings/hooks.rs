@@ -7,8 +7,8 @@
 //! writer's locked read-modify-write ([`super::api`]); the result is validated as a whole.
 
 use super::hooks_tree::{DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, EVENTS, HookEvent, Tree};
-use super::raw::{Ordered, pretty};
 use super::safe::Refusal;
+use crate::ordered::{Ordered, pretty};
 use serde_json::{Map, Value, json};
 
 /// The config key.

@@ -2,7 +2,7 @@
 //! fields), the contract's type checks, and the ACP shapes a bridge adds to every session
 //! start (`stdio`, `http`, `sse`), limited to what the agent advertises.
 
-use super::raw::Ordered;
+use crate::ordered::Ordered;
 use serde_json::{Map, Value, json};
 
 /// The config key.
@@ -119,7 +119,7 @@ pub fn to_acp(name: &str, server: &Value, takes: &[&str]) -> Result<Value, Strin
 /// The enabled servers of a config file, in ACP shapes, and the ones the agent cannot take
 /// (`(name, reason)`): what a bridge adds to a session start.
 pub fn for_agent(config_text: &str, takes: &[&str]) -> (Vec<Value>, Vec<(String, String)>) {
-    let Ok(root) = Ordered::parse(config_text) else { return (Vec::new(), Vec::new()) };
+    let Ok(root) = Ordered::parse_file(config_text) else { return (Vec::new(), Vec::new()) };
     let servers = root.object(KEY);
     let (mut ok, mut skipped) = (Vec::new(), Vec::new());
     for name in servers.names() {

@@ -3,7 +3,6 @@
 //! sections, their reads and writes ([`api::handle`]), and the one safe way their files are
 //! written ([`safe`]). The mounts only read the body and say who they are ([`Host`]).
 //!
-//! - [`raw`]: JSON objects kept as read, so a write changes only what it means to.
 //! - [`safe`]: the cross-process lock, backups and atomic replacement.
 //! - [`mcp`], [`models`], [`agents`], [`skills`], [`hooks`], [`front`]: the sections
 //!   ([`hooks_tree`]: the hooks tree's parser, shared with the bridge's hooks runner).
@@ -17,7 +16,6 @@ pub mod hooks_tree;
 pub mod machine;
 pub mod mcp;
 pub mod models;
-pub mod raw;
 pub mod safe;
 pub mod skills;
 
@@ -53,17 +51,17 @@ impl Settings {
 
     /// The subagents directory: `settings.agents.<agent>.subagentsDir` in config.json, else
     /// `settings.subagentsDir`, else `~/.claude/agents`.
-    pub fn subagents_dir(&self, root: &raw::Ordered) -> Option<PathBuf> {
+    pub fn subagents_dir(&self, root: &crate::ordered::Ordered) -> Option<PathBuf> {
         self.dir(root, "subagentsDir", ".claude/agents")
     }
 
     /// The skills directory: `settings.agents.<agent>.skillsDir`, else `settings.skillsDir`,
     /// else `~/.claude/skills`.
-    pub fn skills_dir(&self, root: &raw::Ordered) -> Option<PathBuf> {
+    pub fn skills_dir(&self, root: &crate::ordered::Ordered) -> Option<PathBuf> {
         self.dir(root, "skillsDir", ".claude/skills")
     }
 
-    fn dir(&self, root: &raw::Ordered, key: &str, default: &str) -> Option<PathBuf> {
+    fn dir(&self, root: &crate::ordered::Ordered, key: &str, default: &str) -> Option<PathBuf> {
         let section = root.value("settings").unwrap_or_default();
         let per_agent = self.agent.as_ref().and_then(|a| section["agents"][a.as_str()][key].as_str());
         let configured = per_agent.or(section[key].as_str()).map(str::to_owned);

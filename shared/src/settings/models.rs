@@ -4,9 +4,9 @@
 //! flag, a `defaultModel` applied at every session start, and model entries (added ids,
 //! renamed or disabled ones).
 
-use super::raw::{Ordered, pretty};
 use super::safe::Refusal;
 use super::{ReportedAgent, valid_key};
+use crate::ordered::{Ordered, pretty};
 use serde_json::{Map, Value, json};
 
 /// The config key.

@@ -1,7 +1,7 @@
 //! Writers in several processes at once: this test binary re-runs itself as the writers.
 
-use super::raw::Ordered;
 use super::safe::{Edit, backups_of, update};
+use crate::ordered::Ordered;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
@@ -15,7 +15,7 @@ const WRITES: usize = 25;
 /// One increment of `count` and one new member `w<writer>-<i>`, as a read-modify-write.
 fn write_once(file: &Path, writer: usize, i: usize) {
     update(file, |cur| {
-        let mut o = Ordered::parse(cur.unwrap_or("")).expect("never a torn file");
+        let mut o = Ordered::parse_file(cur.unwrap_or("")).expect("never a torn file");
         let n = o.value("count").and_then(|v| v.as_u64()).unwrap_or(0);
         o.set("count", &Value::from(n + 1));
         o.set(&format!("w{writer}-{i}"), &Value::from(true));

@@ -219,7 +219,7 @@ fn models_default_and_entries() {
     );
     assert_eq!(t.call("DELETE", "models/demo/extra", "").0, 200);
     assert_eq!(t.call("DELETE", "models/demo/smart", "").0, 404);
-    let root = super::raw::Ordered::parse(&t.config()).unwrap();
+    let root = crate::ordered::Ordered::parse_file(&t.config()).unwrap();
     assert_eq!(super::models::default_for(&root, "demo").as_deref(), Some("smart"));
 }
 
