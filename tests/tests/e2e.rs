@@ -38,6 +38,7 @@ mod python_sdk;
 mod quota;
 mod readme_hooks;
 mod replay_backpressure;
+mod router_nonblocking;
 mod security_bridge;
 mod security_confine;
 mod security_inert;
