@@ -34,6 +34,7 @@ mod journal_locked;
 mod lifecycle;
 mod listing;
 mod projects;
+mod prompt_queue;
 mod python_sdk;
 mod quota;
 mod readme_hooks;

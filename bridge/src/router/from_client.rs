@@ -210,6 +210,9 @@ impl Router {
             // Not ours: the agent decides (and most likely says it does not know it).
             return self.forward_scoped(client, id, msg);
         }
+        if let Some(full) = self.sessions.get(&sid).and_then(|s| s.queue_refusal(&msg)) {
+            return self.clients.reply(client, &id, Err(RpcError::new(jsonrpc::INVALID_REQUEST, full)));
+        }
         if !self.clients.get(&client).is_some_and(|c| c.sessions.contains(&sid)) {
             self.attach(client, &sid);
         }

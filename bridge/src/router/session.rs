@@ -13,6 +13,12 @@ use zcode_shared::jsonrpc::{self, Id, RawMessage};
 /// Unknown-session updates held until the session appears (bounded).
 const ORPHAN_LIMIT: usize = 1000;
 
+/// Prompts one session may have waiting behind its running turn.
+pub const QUEUE_PROMPTS: usize = 32;
+/// Bytes of prompts (their params) one session may have waiting. The first waiting prompt is
+/// taken whatever its size (a message's own limit bounds it).
+pub const QUEUE_BYTES: usize = 16 * 1024 * 1024;
+
 /// The sessions this bridge holds, the updates that arrived before their session did, and how
 /// this bridge places them (its origin, a pinned directory).
 pub struct Sessions {
@@ -245,6 +251,31 @@ impl Session {
     /// The roots local fs/terminal service is confined to.
     pub fn roots(&self) -> Vec<PathBuf> {
         std::iter::once(self.cwd.clone()).chain(self.dirs.iter().cloned()).collect()
+    }
+
+    /// Why `msg` may not join the prompts waiting here, worded for a person (`None`: it may).
+    pub fn queue_refusal(&self, msg: &RawMessage) -> Option<String> {
+        let size = |m: &RawMessage| m.params.as_deref().map_or(0, |p| p.get().len());
+        if self.queue.is_empty() {
+            return None;
+        }
+        let (count, bytes) = (self.queue.len(), self.queue.iter().map(|p| size(&p.msg)).sum::<usize>());
+        let why = if count >= QUEUE_PROMPTS {
+            format!("{count} prompts are already waiting (at most {QUEUE_PROMPTS})")
+        } else if bytes + size(msg) > QUEUE_BYTES {
+            format!(
+                "the prompts waiting hold {} KiB and this one {} KiB (at most {} KiB together)",
+                bytes / 1024,
+                size(msg) / 1024,
+                QUEUE_BYTES / 1024
+            )
+        } else {
+            return None;
+        };
+        Some(format!(
+            "session {}: the prompt queue is full: {why}; wait for the running turn to end (or cancel it), then send the prompt again",
+            self.id
+        ))
     }
 
     /// Whether a turn is running or queued.
