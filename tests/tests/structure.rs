@@ -530,12 +530,10 @@ fn the_router_is_a_few_sub_states_and_no_handler_file_reaches_into_all_of_them()
     let module = std::fs::read_to_string(dir.join("mod.rs")).expect("router/mod.rs");
     let fields = router_fields(&module);
     assert!(fields.len() >= 5, "router/mod.rs: Router's fields not found: {fields:?}");
-    assert!(
-        fields.len() <= MAX_FIELDS,
-        "Router has {} fields (at most {MAX_FIELDS}): group them into sub-states: {fields:?}",
-        fields.len()
-    );
     let mut wide = vec![];
+    if fields.len() > MAX_FIELDS {
+        wide.push(format!("Router has {} fields (at most {MAX_FIELDS}): {fields:?}", fields.len()));
+    }
     for e in std::fs::read_dir(&dir).expect("bridge/src/router").flatten() {
         let p = e.path();
         if p.extension().is_none_or(|x| x != "rs") || p.ends_with("mod.rs") {
@@ -549,7 +547,27 @@ fn the_router_is_a_few_sub_states_and_no_handler_file_reaches_into_all_of_them()
     }
     assert!(
         wide.is_empty(),
-        "router files naming more than {MAX_NAMED} of Router's fields:\n{}",
+        "the router is to be a few sub-states, no handler file naming more than {MAX_NAMED} of them:\n{}",
         wide.join("\n")
     );
+}
+
+/// Nothing blocks the router's task on a file: its files call `std::fs` only in
+/// `settings::read_config`, which runs on the blocking pool (`Tasks::spawn_blocking`).
+#[test]
+fn the_router_reads_no_file_on_its_task() {
+    let dir = workspace().join("bridge/src/router");
+    let mut wrong = vec![];
+    let mut current = (PathBuf::new(), String::new());
+    for (path, line) in product_lines().into_iter().filter(|(p, _)| p.starts_with(&dir)) {
+        if let Some(rest) = line.trim_start().split("fn ").nth(1).filter(|_| line.contains("fn ")) {
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            current = (path.clone(), name);
+        }
+        let allowed = current.0 == path && path.ends_with("settings.rs") && current.1 == "read_config";
+        if line.contains("std::fs::") && !allowed {
+            wrong.push(format!("{}: in fn {}: {}", path.display(), current.1, line.trim()));
+        }
+    }
+    assert!(wrong.is_empty(), "file access on the router's task:\n{}", wrong.join("\n"));
 }

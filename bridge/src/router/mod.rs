@@ -390,12 +390,11 @@ impl Router {
         let revive = revive && client.is_some_and(|c| self.clients.is_editor(c));
         let Some(s) = self.sessions.get(session) else { return };
         let cwd = s.cwd.display().to_string();
-        let workspace =
-            std::fs::canonicalize(&s.cwd).map_or_else(|_| cwd.clone(), |p| p.display().to_string());
+        // The journal thread resolves the workspace (symlinks): no path lookup on the router.
         self.journal.meta(
             zcode_shared::store::SessionMeta {
                 session_id: session.to_owned(),
-                workspace,
+                workspace: cwd.clone(),
                 cwd,
                 origin: self.sessions.origin.clone(),
                 agent: Some(self.agent.name().to_owned()),
