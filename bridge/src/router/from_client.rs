@@ -4,8 +4,7 @@
 use super::agent::{Pending, Purpose};
 use super::client::Init;
 use super::session::{QueuedPrompt, Session, Upstream, prompt_text, title_of};
-use super::settings::{NewSession, SettingsEvent};
-use super::{ClientId, Event, Router};
+use super::{ClientId, Router};
 use crate::journal::ReadMode;
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -82,64 +81,6 @@ impl Router {
         }
         c.init = Init::Waiting(Box::new(id.clone()));
         self.start_agent();
-    }
-
-    fn on_new_session(&mut self, client: ClientId, id: Id, msg: RawMessage) {
-        if !self.agent.ready() {
-            return self.defer(client, msg);
-        }
-        let msg = self.sessions.pinned(msg);
-        let params = msg.params_value();
-        let Some(cwd) = params["cwd"].as_str().map(PathBuf::from) else {
-            return self.clients.reply(
-                client,
-                &id,
-                Err(RpcError::invalid_params("missing required field `cwd`")),
-            );
-        };
-        let dirs = dirs_of(&params);
-        // The default model the answer applies is read from config.json now, off the router;
-        // the request goes on when it has been read.
-        let Some(file) = self.settings.config_file() else {
-            return self.forward_new_session(NewSession {
-                client,
-                id,
-                msg,
-                cwd,
-                dirs,
-                config: String::new(),
-            });
-        };
-        self.tasks.spawn_blocking(move || {
-            let config = super::settings::read_config(&file);
-            Event::Settings(SettingsEvent::NewSession(Box::new(NewSession {
-                client,
-                id,
-                msg,
-                cwd,
-                dirs,
-                config,
-            })))
-        });
-    }
-
-    /// A `session/new` whose config.json has been read goes to the agent (held again if the
-    /// agent went down meanwhile).
-    pub(super) fn forward_new_session(&mut self, new: NewSession) {
-        let NewSession { client, id, msg, cwd, dirs, config } = new;
-        if !self.clients.contains_key(&client) {
-            return;
-        }
-        if !self.agent.ready() {
-            return self.defer(client, msg);
-        }
-        let pending = Pending {
-            client: Some((client, id)),
-            method: msg.method().to_owned(),
-            purpose: Purpose::NewSession { cwd, dirs, config },
-        };
-        let msg = self.settings.with_mcp(msg);
-        self.agent.forward(&msg, pending);
     }
 
     fn on_load(&mut self, client: ClientId, id: Id, msg: RawMessage) {
@@ -365,7 +306,7 @@ impl Router {
     }
 
     /// Holds a message until the agent is ready, starting it if needed.
-    fn defer(&mut self, client: ClientId, msg: RawMessage) {
+    pub(super) fn defer(&mut self, client: ClientId, msg: RawMessage) {
         self.agent.deferred.push((client, msg));
         self.start_agent();
     }
@@ -520,7 +461,7 @@ pub(super) fn attach_base(attach_result: Option<&serde_json::value::RawValue>) -
     attach_result.and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_else(|| json!({}))
 }
 
-fn dirs_of(params: &Value) -> Vec<PathBuf> {
+pub(super) fn dirs_of(params: &Value) -> Vec<PathBuf> {
     params["additionalDirectories"]
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).map(PathBuf::from).collect())
