@@ -564,3 +564,98 @@ fn one_of_each_piece_of_plumbing() {
     }
     assert!(wrong.is_empty(), "plumbing built by hand beside its one module:\n{}", wrong.join("\n"));
 }
+
+/// The router's fields, as `pub struct Router { … }` in `bridge/src/router/mod.rs` declares them.
+fn router_fields(module: &str) -> Vec<String> {
+    let body = module.split("pub struct Router {").nth(1).expect("`pub struct Router {` in router/mod.rs");
+    let body = body.split("\n}").next().unwrap_or_default();
+    body.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with("//") && !l.starts_with('#'))
+        .filter_map(|l| l.trim_start_matches("pub(super) ").trim_start_matches("pub ").split_once(':'))
+        .map(|(name, _)| name.trim().to_owned())
+        .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_alphanumeric() || c == '_'))
+        .collect()
+}
+
+/// The router's fields that `text`'s `impl Router { … }` blocks name as `self.FIELD` (a field,
+/// not a method call).
+fn router_fields_named(text: &str, fields: &[String]) -> Vec<String> {
+    let mut named = std::collections::BTreeSet::new();
+    let mut inside = false;
+    for line in text.lines() {
+        if line.starts_with("impl Router {") {
+            inside = true;
+            continue;
+        }
+        if inside && line.starts_with('}') {
+            inside = false;
+        }
+        if !inside {
+            continue;
+        }
+        for (at, _) in line.match_indices("self.") {
+            let rest = &line[at + 5..];
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            let after = rest[name.len()..].trim_start();
+            if !after.starts_with('(') && fields.contains(&name) {
+                named.insert(name);
+            }
+        }
+    }
+    named.into_iter().collect()
+}
+
+/// The router is one task that owns everything, but not one bag of fields: its state is a few
+/// sub-states that own their data (clients and their outboxes, sessions, the agent's requests,
+/// the bridge's lifetime…), and no file of its handlers reaches into most of them. A feature
+/// touches the sub-states it needs; `mod.rs` alone dispatches over all of them.
+#[test]
+fn the_router_is_a_few_sub_states_and_no_handler_file_reaches_into_all_of_them() {
+    const MAX_FIELDS: usize = 12;
+    const MAX_NAMED: usize = 6;
+    let dir = workspace().join("bridge/src/router");
+    let module = std::fs::read_to_string(dir.join("mod.rs")).expect("router/mod.rs");
+    let fields = router_fields(&module);
+    assert!(fields.len() >= 5, "router/mod.rs: Router's fields not found: {fields:?}");
+    let mut wide = vec![];
+    if fields.len() > MAX_FIELDS {
+        wide.push(format!("Router has {} fields (at most {MAX_FIELDS}): {fields:?}", fields.len()));
+    }
+    for e in std::fs::read_dir(&dir).expect("bridge/src/router").flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "rs") || p.ends_with("mod.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).expect("a router file");
+        let named = router_fields_named(&text, &fields);
+        if named.len() > MAX_NAMED {
+            wide.push(format!("{}: {} of Router's fields {named:?}", p.display(), named.len()));
+        }
+    }
+    assert!(
+        wide.is_empty(),
+        "the router is to be a few sub-states, no handler file naming more than {MAX_NAMED} of them:\n{}",
+        wide.join("\n")
+    );
+}
+
+/// Nothing blocks the router's task on a file: its files call `std::fs` only in
+/// `settings::read_config`, which runs on the blocking pool (`Tasks::spawn_blocking`).
+#[test]
+fn the_router_reads_no_file_on_its_task() {
+    let dir = workspace().join("bridge/src/router");
+    let mut wrong = vec![];
+    let mut current = (PathBuf::new(), String::new());
+    for (path, line) in product_lines().into_iter().filter(|(p, _)| p.starts_with(&dir)) {
+        if let Some(rest) = line.trim_start().split("fn ").nth(1).filter(|_| line.contains("fn ")) {
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            current = (path.clone(), name);
+        }
+        let allowed = current.0 == path && path.ends_with("settings.rs") && current.1 == "read_config";
+        if line.contains("std::fs::") && !allowed {
+            wrong.push(format!("{}: in fn {}: {}", path.display(), current.1, line.trim()));
+        }
+    }
+    assert!(wrong.is_empty(), "file access on the router's task:\n{}", wrong.join("\n"));
+}

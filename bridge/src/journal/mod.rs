@@ -150,8 +150,9 @@ impl Journal {
         Ok(())
     }
 
-    /// Records where a session lives; `revive`: real use from an editor or CLI, which cancels
-    /// a tombstone (see `Writer::set_meta`).
+    /// Records where a session lives (`workspace` is resolved to its real path on the journal
+    /// thread); `revive`: real use from an editor or CLI, which cancels a tombstone (see
+    /// `Writer::set_meta`).
     pub fn meta(&self, meta: SessionMeta, revive: bool) {
         let _ = self.send(Op::Meta(meta, revive));
     }
@@ -384,7 +385,13 @@ impl Worker {
 
     fn handle(&mut self, op: Op) {
         match op {
-            Op::Meta(m, revive) => self.queue(Write::Meta(m, revive)),
+            Op::Meta(mut m, revive) => {
+                // Resolved here, not on the router: a path lookup can block (a hung mount).
+                if let Ok(p) = std::fs::canonicalize(&m.workspace) {
+                    m.workspace = p.display().to_string();
+                }
+                self.queue(Write::Meta(m, revive))
+            }
             Op::Title { session, title, overridden } => {
                 self.queue(Write::Title { session, title, overridden })
             }

@@ -8,11 +8,10 @@ use zcode_shared::jsonrpc::Id;
 
 impl Router {
     pub(super) fn on_usage_stats(&mut self, client: ClientId, id: Id) {
-        let source = self.quota.clone();
-        let events = self.events_tx.clone();
-        tokio::spawn(async move {
+        let source = self.tasks.quota.clone();
+        self.tasks.spawn(async move {
             let result = source.payload().await;
-            let _ = events.send(Event::Answer { client, id, result }).await;
+            Event::Answer { client, id, result }
         });
     }
 }

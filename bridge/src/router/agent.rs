@@ -30,6 +30,8 @@ pub enum Purpose {
         cwd: PathBuf,
         /// `additionalDirectories`.
         dirs: Vec<PathBuf>,
+        /// `config.json` as it was when the client asked (its default model).
+        config: String,
     },
     /// A client's `session/load` of a session not live here.
     Load {
@@ -132,14 +134,20 @@ pub struct AgentLink {
     tail: Arc<Mutex<StderrTail>>,
     /// Published on every change of readiness.
     health: watch::Sender<AgentHealth>,
+    /// Started before any client asks.
+    pub eager: bool,
+    /// Down, its configuration being read for a start ([`super::startup`]).
+    pub preparing: bool,
 }
 
 impl AgentLink {
     /// A link that starts the agent on first need.
-    pub fn new(spec: AgentSpec, health: watch::Sender<AgentHealth>) -> AgentLink {
+    pub fn new(spec: AgentSpec, health: watch::Sender<AgentHealth>, eager: bool) -> AgentLink {
         AgentLink {
             tail: Arc::default(),
             health,
+            eager,
+            preparing: false,
             spec,
             generation: 0,
             state: LinkState::Down,
@@ -148,6 +156,11 @@ impl AgentLink {
             pending: HashMap::new(),
             deferred: Vec::new(),
         }
+    }
+
+    /// Whether the agent is up, or why not.
+    pub fn health(&self) -> watch::Receiver<AgentHealth> {
+        self.health.subscribe()
     }
 
     /// What the tasks index calls this agent ([`AgentSpec::name`]).

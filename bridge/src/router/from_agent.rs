@@ -4,8 +4,9 @@
 
 use super::agent::{Failure, LinkState, Pending, Purpose};
 use super::client::{EDITOR, Init};
+use super::requests::TerminalOwner;
 use super::session::{Session, Upstream};
-use super::{AgentRequest, ClientId, Event, ORPHAN_LIMIT, Router, TerminalOwner};
+use super::{ClientId, Event, Router};
 use crate::journal::ReadMode;
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -41,7 +42,7 @@ impl Router {
             Purpose::Initialize => self.on_agent_initialized(&msg),
             Purpose::Forward => self.answer_client(pending.client, &msg),
             Purpose::List => self.on_listed(pending.client, msg),
-            Purpose::NewSession { cwd, dirs } => {
+            Purpose::NewSession { cwd, dirs, config } => {
                 let sid = msg.result_as::<Value>().and_then(|r| r["sessionId"].as_str().map(str::to_owned));
                 if let (true, Some(sid)) = (ok, sid) {
                     let mut s = Session::new(sid.clone(), cwd, dirs, Upstream::Live(self.agent.generation));
@@ -53,7 +54,8 @@ impl Router {
                         self.attach(*c, &sid);
                     }
                     self.answer_client(pending.client, &msg);
-                    self.settings_session_started(&sid, &msg.result_as::<Value>().unwrap_or_default());
+                    let result = msg.result_as::<Value>().unwrap_or_default();
+                    self.settings_session_started(&sid, &result, &config);
                     self.flush_orphans(&sid);
                     self.hook_session_start(&sid, &pending.method);
                 } else {
@@ -95,7 +97,7 @@ impl Router {
     /// Sends the agent's answer to the client that asked, under the client's own id.
     pub(super) fn answer_client(&mut self, client: Option<(ClientId, Id)>, msg: &RawMessage) {
         if let Some((c, id)) = client {
-            self.send_to(c, Bytes::from(msg.line_with_id(Some(&id))));
+            self.clients.send_to(c, Bytes::from(msg.line_with_id(Some(&id))));
         }
     }
 
@@ -139,8 +141,8 @@ impl Router {
         self.agent.set_ready();
         self.settings_agent_ready(&agent);
         let for_clients = jsonrpc::raw(&for_clients);
-        for (c, id) in self.take_waiting_inits(Init::Done) {
-            self.reply_raw(c, &id, &for_clients);
+        for (c, id) in self.clients.take_waiting_inits(Init::Done) {
+            self.clients.reply_raw(c, &id, &for_clients);
         }
         self.agent.state = LinkState::Ready { for_clients, agent };
         let held = std::mem::take(&mut self.agent.deferred);
@@ -160,13 +162,13 @@ impl Router {
             self.answer_client(client, msg);
             if let Some(s) = s {
                 for (c, id, _) in s.waiting_loads {
-                    self.send_to(c, Bytes::from(msg.line_with_id(Some(&id))));
+                    self.clients.send_to(c, Bytes::from(msg.line_with_id(Some(&id))));
                 }
                 let err =
                     RpcError::new(jsonrpc::RESOURCE_NOT_FOUND, format!("session {sid} could not be loaded"));
                 for (c, m) in s.deferred {
                     if let Some(id) = m.id {
-                        self.reply(c, &id, Err(err.clone()));
+                        self.clients.reply(c, &id, Err(err.clone()));
                     }
                 }
             }
@@ -241,7 +243,7 @@ impl Router {
             tracing::debug!(?session, "no attached client advertised this elicitation's mode: declined");
             return self.agent.answer(&upstream_id, Ok(&jsonrpc::raw(&json!({"action": "decline"}))));
         }
-        let key = self.new_request(upstream_id, session.clone(), msg, true);
+        let key = self.requests.insert(upstream_id, self.agent.generation, session.clone(), msg, true);
         if let Some(s) = known.and_then(|s| self.sessions.get_mut(s)) {
             s.requests.push(key);
         }
@@ -254,38 +256,13 @@ impl Router {
         }
     }
 
-    fn new_request(
-        &mut self,
-        upstream_id: Id,
-        session: Option<String>,
-        msg: RawMessage,
-        broadcast: bool,
-    ) -> u64 {
-        let key = self.next_key;
-        self.next_key += 1;
-        let generation = self.agent.generation;
-        self.requests.insert(
-            key,
-            AgentRequest {
-                upstream_id,
-                generation,
-                session,
-                msg,
-                copies: Vec::new(),
-                broadcast,
-                since: zcode_shared::time::now_ms(),
-            },
-        );
-        key
-    }
-
     /// fs/* and terminal/*: the editor serves them when it advertised the capability and is
     /// attached to the session; otherwise the bridge does, confined to the session's roots.
     fn route_client_service(&mut self, upstream_id: Id, session: Option<String>, msg: RawMessage) {
         let method = msg.method().to_owned();
         let params = msg.params_value();
         let owner = match params["terminalId"].as_str() {
-            Some(tid) if method != "terminal/create" => self.terminals.get(tid).copied(),
+            Some(tid) if method != "terminal/create" => self.requests.terminal(tid),
             _ => None,
         };
         let editor_can = self.clients.get(&EDITOR).is_some_and(|c| {
@@ -299,7 +276,7 @@ impl Router {
             None => editor_can,
         };
         if to_editor && self.clients.contains_key(&EDITOR) {
-            let key = self.new_request(upstream_id, session, msg, false);
+            let key = self.requests.insert(upstream_id, self.agent.generation, session, msg, false);
             let line = Bytes::from(self.requests[&key].msg.line_with_id(Some(&Id::from(key))));
             if let Some(req) = self.requests.get_mut(&key) {
                 req.copies.push(EDITOR);
@@ -307,19 +284,17 @@ impl Router {
             if let Some(c) = self.clients.get_mut(&EDITOR) {
                 c.copies.insert(key);
             }
-            return self.send_to(EDITOR, line);
+            return self.clients.send_to(EDITOR, line);
         }
         let Some(roots) = session.as_ref().and_then(|s| self.sessions.get(s)).map(Session::roots) else {
             let err = RpcError::new(jsonrpc::RESOURCE_NOT_FOUND, format!("{method}: unknown session"));
             return self.agent.answer(&upstream_id, Err(error_value(&err)));
         };
         let generation = self.agent.generation;
-        self.local_inflight.insert(upstream_id.clone());
-        let local = self.local.clone();
-        let events = self.events_tx.clone();
-        tokio::spawn(async move {
+        let local = self.requests.serve_locally(upstream_id.clone());
+        self.tasks.spawn(async move {
             let result = local.handle(&method, params, roots).await;
-            let _ = events.send(Event::Local { generation, id: upstream_id, method, result }).await;
+            Event::Local { generation, id: upstream_id, method, result }
         });
     }
 
@@ -330,12 +305,12 @@ impl Router {
         method: &str,
         result: Result<Value, RpcError>,
     ) {
-        if generation != self.agent.generation || !self.local_inflight.remove(id) {
+        if generation != self.agent.generation || !self.requests.local_done(id) {
             return;
         }
         if let (Ok(r), "terminal/create") = (&result, method) {
             if let Some(tid) = r["terminalId"].as_str() {
-                self.terminals.insert(tid.to_owned(), TerminalOwner::Local);
+                self.requests.set_terminal(tid.to_owned(), TerminalOwner::Local);
             }
         }
         match result {
@@ -354,14 +329,9 @@ impl Router {
                 let Some(target) = msg.params_value().get("requestId").and_then(Id::from_value) else {
                     return;
                 };
-                let generation = self.agent.generation;
-                let key = self
-                    .requests
-                    .iter()
-                    .find(|(_, r)| r.upstream_id == target && r.generation == generation)
-                    .map(|(k, _)| *k);
+                let key = self.requests.find(&target, self.agent.generation);
                 let withdrawn = key.and_then(|k| self.withdraw(k, None)).is_some();
-                let local = self.local_inflight.remove(&target);
+                let local = self.requests.local_done(&target);
                 if withdrawn || local {
                     let err = RpcError::new(jsonrpc::REQUEST_CANCELLED, "request cancelled");
                     self.agent.answer(&target, Err(error_value(&err)));
@@ -381,7 +351,7 @@ impl Router {
                 };
                 for c in targets {
                     if self.clients.get(&c).is_some_and(|c| c.caps.accepts(method, &params)) {
-                        self.send_to(c, line.clone());
+                        self.clients.send_to(c, line.clone());
                     }
                 }
             }
@@ -394,11 +364,7 @@ impl Router {
         let Some(s) = self.sessions.get_mut(&sid) else {
             // Updates can arrive before the answer that tells us the session (e.g. commands
             // sent right after session/new): hold a bounded number until it appears.
-            if self.orphan_count < ORPHAN_LIMIT {
-                self.orphan_count += 1;
-                self.orphans.entry(sid).or_default().push(line);
-            }
-            return;
+            return self.sessions.hold_orphan(sid, line);
         };
         match s.upstream {
             // The agent replays a session we already hold: we have it, drop the copy.
@@ -406,11 +372,11 @@ impl Router {
             // The agent's replay of a session being loaded seeds the journal (when it has
             // nothing yet); the loader is then served from the journal.
             Upstream::Loading => {
-                self.note_title(&sid, &msg);
+                self.sessions.note_title(&sid, &msg);
                 self.journal.update(&sid, line, true);
             }
             Upstream::Live(_) => {
-                self.note_title(&sid, &msg);
+                self.sessions.note_title(&sid, &msg);
                 self.usage_update(&sid, &msg);
                 self.record(&sid, &line);
                 self.fan_out(&sid, &line, None);
@@ -419,26 +385,8 @@ impl Router {
         }
     }
 
-    /// An agent-provided title is taken only when the session has none (a session loaded
-    /// from an earlier life); the bridge's own title, once set, is never changed by it.
-    fn note_title(&mut self, sid: &str, msg: &RawMessage) {
-        let Some(s) = self.sessions.get_mut(sid) else { return };
-        if s.title.is_some() {
-            return;
-        }
-        let params = msg.params_value();
-        let u = &params["update"];
-        if u["sessionUpdate"] == "session_info_update" {
-            if let Some(t) = u["title"].as_str().filter(|t| !t.trim().is_empty()) {
-                s.title = Some(super::session::title_of(t));
-            }
-        }
-    }
-
     fn flush_orphans(&mut self, sid: &str) {
-        let Some(lines) = self.orphans.remove(sid) else { return };
-        self.orphan_count -= lines.len();
-        for line in lines {
+        for line in self.sessions.take_orphans(sid) {
             self.record(sid, &line);
             self.fan_out(sid, &line, None);
         }
@@ -452,21 +400,6 @@ impl Router {
         let pending = self.agent.exited();
         self.fail_pending(pending, &failure);
         self.agent_down(&failure);
-    }
-
-    /// The clients whose `initialize` waits for the agent's, moved to `next`.
-    fn take_waiting_inits(&mut self, next: Init) -> Vec<(ClientId, Id)> {
-        self.clients
-            .iter_mut()
-            .filter_map(|(c, client)| match &client.init {
-                Init::Waiting(id) => {
-                    let id = Id::clone(id);
-                    client.init = next.clone();
-                    Some((*c, id))
-                }
-                _ => None,
-            })
-            .collect()
     }
 
     /// Answers every request that was in flight with an error naming the cause.
@@ -483,7 +416,7 @@ impl Router {
                 let err = RpcError::internal(
                     failure.with(&format!(" while handling {}; it restarts on the next request", p.method)),
                 );
-                self.reply(c, &id, Err(err));
+                self.clients.reply(c, &id, Err(err));
             }
         }
     }
@@ -492,22 +425,20 @@ impl Router {
     /// and mark every session for a reload into the next agent.
     pub(super) fn agent_down(&mut self, failure: &Failure) {
         let err = RpcError::internal(failure.with("; it restarts on the next request"));
-        for (c, id) in self.take_waiting_inits(Init::No) {
-            self.reply(c, &id, Err(err.clone()));
+        for (c, id) in self.clients.take_waiting_inits(Init::No) {
+            self.clients.reply(c, &id, Err(err.clone()));
         }
         let held = std::mem::take(&mut self.agent.deferred);
         for (c, m) in held {
             if let Some(id) = m.id {
-                self.reply(c, &id, Err(err.clone()));
+                self.clients.reply(c, &id, Err(err.clone()));
             }
         }
         let keys: Vec<u64> = self.requests.keys().copied().collect();
         for key in keys {
             self.withdraw(key, None);
         }
-        self.local_inflight.clear();
-        self.local.kill_all();
-        self.terminals.clear();
+        self.requests.agent_gone();
         let sids: Vec<String> = self.sessions.keys().cloned().collect();
         for sid in sids {
             self.fail_session_requests(&sid, &err);
@@ -517,7 +448,7 @@ impl Router {
                 Upstream::Loading => {
                     let s = self.sessions.remove(&sid);
                     for (c, id, _) in s.map(|s| s.waiting_loads).unwrap_or_default() {
-                        self.reply(c, &id, Err(err.clone()));
+                        self.clients.reply(c, &id, Err(err.clone()));
                     }
                 }
                 Upstream::Reattaching => s.upstream = Upstream::Live(0),

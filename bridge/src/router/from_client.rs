@@ -2,7 +2,7 @@
 //! answers to the agent's requests, and everything else forwarded with only its id rewritten.
 
 use super::agent::{Pending, Purpose};
-use super::client::{ClientKind, Init};
+use super::client::Init;
 use super::session::{QueuedPrompt, Session, Upstream, prompt_text, title_of};
 use super::{ClientId, Router};
 use crate::journal::ReadMode;
@@ -17,7 +17,7 @@ impl Router {
             Ok(m) => m,
             Err(e) => {
                 let err = jsonrpc::error_response(None, &RpcError::new(e.code(), e.to_string()));
-                return self.send_msg(client, &err);
+                return self.clients.send_msg(client, &err);
             }
         };
         match msg.kind() {
@@ -38,7 +38,7 @@ impl Router {
                 jsonrpc::INVALID_REQUEST,
                 "send `initialize` first: nothing else is accepted before it",
             );
-            return self.reply(client, &id, Err(err));
+            return self.clients.reply(client, &id, Err(err));
         }
         match contract_method(msg.method()) {
             "session/new" => self.on_new_session(client, id, msg),
@@ -60,10 +60,10 @@ impl Router {
                 let e = RpcError::invalid_params(format!(
                     "`protocolVersion` must be an integer (this bridge speaks {PROTOCOL_VERSION}), got {v}"
                 ));
-                return self.reply(client, id, Err(e));
+                return self.clients.reply(client, id, Err(e));
             }
             None => {
-                return self.reply(
+                return self.clients.reply(
                     client,
                     id,
                     Err(RpcError::invalid_params("missing required field `protocolVersion`")),
@@ -77,52 +77,16 @@ impl Router {
             c.init = Init::Done;
             // Serialised once when the agent became ready: only the id is spliced in.
             let line = Bytes::from(jsonrpc::response_line(id, Ok(for_clients)));
-            return self.send_to(client, line);
+            return self.clients.send_to(client, line);
         }
         c.init = Init::Waiting(Box::new(id.clone()));
         self.start_agent();
     }
 
-    /// Starts the agent if it is down; a spawn failure fails everything waiting for it.
-    pub(super) fn start_agent(&mut self) {
-        if matches!(self.agent.state, super::agent::LinkState::Down) {
-            if let Err(e) = self.hooks_reload() {
-                let failure = self.agent.fail(&format!("was not started: {e}"));
-                return self.agent_down(&failure);
-            }
-        }
-        let generation = self.agent.generation;
-        if let Err(reason) = self.agent.ensure_started(&self.events_tx) {
-            let failure = self.agent.fail(&reason);
-            self.agent_down(&failure);
-        } else if self.agent.generation != generation {
-            self.settings_agent_spawned();
-        }
-    }
-
-    fn on_new_session(&mut self, client: ClientId, id: Id, msg: RawMessage) {
-        if !self.agent.ready() {
-            return self.defer(client, msg);
-        }
-        let msg = self.pinned(msg);
-        let params = msg.params_value();
-        let Some(cwd) = params["cwd"].as_str().map(PathBuf::from) else {
-            return self.reply(client, &id, Err(RpcError::invalid_params("missing required field `cwd`")));
-        };
-        let dirs = dirs_of(&params);
-        let pending = Pending {
-            client: Some((client, id)),
-            method: msg.method().to_owned(),
-            purpose: Purpose::NewSession { cwd, dirs },
-        };
-        let msg = self.settings.with_mcp(msg);
-        self.agent.forward(&msg, pending);
-    }
-
     fn on_load(&mut self, client: ClientId, id: Id, msg: RawMessage) {
         let params = msg.params_value();
         let Some(sid) = params["sessionId"].as_str().map(str::to_owned) else {
-            return self.reply(
+            return self.clients.reply(
                 client,
                 &id,
                 Err(RpcError::invalid_params("missing required field `sessionId`")),
@@ -132,7 +96,7 @@ impl Router {
         let limit = match (msg.method(), super::replay::tail_limit(&params)) {
             ("session/resume", _) => Some(0),
             (_, Ok(limit)) => limit,
-            (_, Err(e)) => return self.reply(client, &id, Err(e)),
+            (_, Err(e)) => return self.clients.reply(client, &id, Err(e)),
         };
         let mode = ReadMode::Load { limit };
         // A metadata-only attach (a client watching for its pending requests) is not use: it
@@ -149,7 +113,7 @@ impl Router {
                 s.closed = false;
             }
             let base = attach_base(s.attach_result.as_deref());
-            if real_use && self.clients.get(&client).is_some_and(|c| c.kind == ClientKind::Editor) {
+            if real_use && self.clients.is_editor(client) {
                 self.record_meta(&sid, Some(client), true);
             }
             return self.begin_replay(client, id, &sid, mode, Some(base));
@@ -158,7 +122,7 @@ impl Router {
             return self.defer(client, msg);
         }
         let method = self.agent.reload_method().unwrap_or(msg.method()).to_owned();
-        let msg = self.pinned(msg);
+        let msg = self.sessions.pinned(msg);
         let params = msg.params_value();
         let cwd = params["cwd"].as_str().map(PathBuf::from).unwrap_or_default();
         let mut session = Session::new(sid.clone(), cwd, dirs_of(&params), Upstream::Loading);
@@ -175,20 +139,9 @@ impl Router {
         self.agent.forward(&upstream_msg, pending);
     }
 
-    /// A serve bridge's sessions live in its project, whatever cwd the client sends.
-    fn pinned(&self, msg: RawMessage) -> RawMessage {
-        let Some(pin) = &self.pin_cwd else { return msg };
-        let mut params = msg.params_value();
-        if !params.is_object() {
-            return msg;
-        }
-        params["cwd"] = Value::String(pin.display().to_string());
-        RawMessage { params: Some(jsonrpc::raw(&params)), ..msg }
-    }
-
     fn on_prompt(&mut self, client: ClientId, id: Id, msg: RawMessage) {
         let Some(sid) = msg.session_id() else {
-            return self.reply(
+            return self.clients.reply(
                 client,
                 &id,
                 Err(RpcError::invalid_params("missing required field `sessionId`")),
@@ -197,6 +150,9 @@ impl Router {
         if !self.sessions.contains_key(&sid) {
             // Not ours: the agent decides (and most likely says it does not know it).
             return self.forward_scoped(client, id, msg);
+        }
+        if let Some(full) = self.sessions.get(&sid).and_then(|s| s.queue_refusal(&msg)) {
+            return self.clients.reply(client, &id, Err(RpcError::new(jsonrpc::INVALID_REQUEST, full)));
         }
         if !self.clients.get(&client).is_some_and(|c| c.sessions.contains(&sid)) {
             self.attach(client, &sid);
@@ -222,7 +178,7 @@ impl Router {
         let generation = self.agent.generation;
         let Some(p) = self.sessions.get_mut(sid).and_then(|s| s.queue.pop_front()) else { return };
         let Some((p, upstream)) = self.hook_prompt(sid, p) else { return };
-        let start = self.turn_start(p.client);
+        let start = self.clients.turn_start(p.client);
         let Some(s) = self.sessions.get_mut(sid) else { return };
         self.agent.forward(
             upstream.as_ref().unwrap_or(&p.msg),
@@ -261,8 +217,7 @@ impl Router {
             #[serde(borrow, default)]
             prompt: Vec<&'a serde_json::value::RawValue>,
         }
-        self.echo_seq += 1;
-        let message_id = format!("uprompt_{}_{}", zcode_shared::time::now_ms(), self.echo_seq);
+        let message_id = self.sessions.echo_id();
         let raw = msg.params.as_deref().map_or("{}", serde_json::value::RawValue::get);
         // A prompt that is not an array of blocks was refused by the agent; nothing to echo.
         let Ok(blocks) = serde_json::from_str::<Blocks<'_>>(raw) else { return };
@@ -351,7 +306,7 @@ impl Router {
     }
 
     /// Holds a message until the agent is ready, starting it if needed.
-    fn defer(&mut self, client: ClientId, msg: RawMessage) {
+    pub(super) fn defer(&mut self, client: ClientId, msg: RawMessage) {
         self.agent.deferred.push((client, msg));
         self.start_agent();
     }
@@ -408,7 +363,7 @@ impl Router {
             if let Some(pos) = s.queue.iter().position(|p| p.client == client && p.id == target) {
                 s.queue.remove(pos);
                 let err = RpcError::new(jsonrpc::REQUEST_CANCELLED, "request cancelled before it started");
-                return self.reply(client, &target, Err(err));
+                return self.clients.reply(client, &target, Err(err));
             }
         }
         let upstream = self
@@ -439,13 +394,11 @@ impl Router {
         if req.generation != self.agent.generation {
             return;
         }
-        if req.msg.method() == "terminal/create"
-            && self.clients.get(&client).is_some_and(|c| c.kind == ClientKind::Editor)
-        {
+        if req.msg.method() == "terminal/create" && self.clients.is_editor(client) {
             if let Some(tid) =
                 msg.result_as::<Value>().and_then(|r| r["terminalId"].as_str().map(str::to_owned))
             {
-                self.terminals.insert(tid, super::TerminalOwner::Editor);
+                self.requests.set_terminal(tid, super::requests::TerminalOwner::Editor);
             }
         }
         self.agent.write(msg.line_with_id(Some(&req.upstream_id)));
@@ -457,11 +410,11 @@ impl Router {
         let queued: Vec<(ClientId, Id)> = s.queue.drain(..).map(|p| (p.client, p.id)).collect();
         let deferred: Vec<(ClientId, Option<Id>)> = s.deferred.drain(..).map(|(c, m)| (c, m.id)).collect();
         for (c, id) in queued {
-            self.reply(c, &id, Err(err.clone()));
+            self.clients.reply(c, &id, Err(err.clone()));
         }
         for (c, id) in deferred {
             if let Some(id) = id {
-                self.reply(c, &id, Err(err.clone()));
+                self.clients.reply(c, &id, Err(err.clone()));
             }
         }
     }
@@ -508,7 +461,7 @@ pub(super) fn attach_base(attach_result: Option<&serde_json::value::RawValue>) -
     attach_result.and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_else(|| json!({}))
 }
 
-fn dirs_of(params: &Value) -> Vec<PathBuf> {
+pub(super) fn dirs_of(params: &Value) -> Vec<PathBuf> {
     params["additionalDirectories"]
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).map(PathBuf::from).collect())

@@ -4,7 +4,10 @@
 //! Bounded: at most [`MAX_ROWS`] of each, and a request's params over [`MAX_PARAMS`] bytes are
 //! cut down to what a person decides on.
 
-use super::{ClientId, Router};
+use super::ClientId;
+use super::clients::Clients;
+use super::requests::Requests;
+use super::session::Sessions;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -65,67 +68,64 @@ pub struct Glance {
     pub turns_truncated: usize,
 }
 
-impl Router {
-    /// The glance, from memory.
-    pub(super) fn glance(&self) -> Glance {
-        let mut pending: Vec<PendingRow> = self
-            .requests
-            .iter()
-            .filter(|(_, r)| r.broadcast)
-            .filter_map(|(key, r)| {
-                let sid = r.session.as_ref()?;
-                Some(PendingRow {
-                    session_id: sid.clone(),
-                    title: self.sessions.get(sid).and_then(|s| s.title.clone()),
-                    request_id: *key,
-                    method: r.msg.method().to_owned(),
-                    params: bounded(r.msg.params_value()),
-                    since: r.since,
-                })
+/// The glance, from the router's memory.
+pub(super) fn glance(requests: &Requests, sessions: &Sessions, clients: &Clients) -> Glance {
+    let mut pending: Vec<PendingRow> = requests
+        .iter()
+        .filter(|(_, r)| r.broadcast)
+        .filter_map(|(key, r)| {
+            let sid = r.session.as_ref()?;
+            Some(PendingRow {
+                session_id: sid.clone(),
+                title: sessions.get(sid).and_then(|s| s.title.clone()),
+                request_id: *key,
+                method: r.msg.method().to_owned(),
+                params: bounded(r.msg.params_value()),
+                since: r.since,
             })
-            .collect();
-        pending.sort_by_key(|p| (p.since, p.request_id));
-        let mut turns = Vec::new();
-        for s in self.sessions.values() {
-            if let (true, Some(start)) = (s.running, &s.turn_start) {
-                let status = if s.requests.is_empty() { "running" } else { "waiting" };
-                turns.push(self.turn_row(&s.id, &s.title, status, start.at, start.by.clone()));
-            }
-            for q in &s.queue {
-                let by = self.turn_start(q.client).by;
-                turns.push(self.turn_row(&s.id, &s.title, "pending", q.queued_at, by));
-            }
+        })
+        .collect();
+    pending.sort_by_key(|p| (p.since, p.request_id));
+    let mut turns = Vec::new();
+    for s in sessions.values() {
+        if let (true, Some(start)) = (s.running, &s.turn_start) {
+            let status = if s.requests.is_empty() { "running" } else { "waiting" };
+            turns.push(turn_row(clients, &s.id, &s.title, status, start.at, start.by.clone()));
         }
-        turns.sort_by(|a, b| a.started_at.cmp(&b.started_at).then_with(|| a.session_id.cmp(&b.session_id)));
-        let (pending_truncated, turns_truncated) =
-            (pending.len().saturating_sub(MAX_ROWS), turns.len().saturating_sub(MAX_ROWS));
-        pending.truncate(MAX_ROWS);
-        turns.truncate(MAX_ROWS);
-        Glance { pending, pending_truncated, turns, turns_truncated }
+        for q in &s.queue {
+            let by = clients.turn_start(q.client).by;
+            turns.push(turn_row(clients, &s.id, &s.title, "pending", q.queued_at, by));
+        }
     }
+    turns.sort_by(|a, b| a.started_at.cmp(&b.started_at).then_with(|| a.session_id.cmp(&b.session_id)));
+    let (pending_truncated, turns_truncated) =
+        (pending.len().saturating_sub(MAX_ROWS), turns.len().saturating_sub(MAX_ROWS));
+    pending.truncate(MAX_ROWS);
+    turns.truncate(MAX_ROWS);
+    Glance { pending, pending_truncated, turns, turns_truncated }
+}
 
-    fn turn_row(
-        &self,
-        sid: &str,
-        title: &Option<String>,
-        status: &'static str,
-        at: u64,
-        prompted_by: String,
-    ) -> TurnRow {
-        // `remote:<client id>` (the turn record's spelling): that client's name, if it is here.
-        let id = match prompted_by.as_str() {
-            "editor" => Some(super::EDITOR),
-            by => by.strip_prefix("remote:").and_then(|n| n.parse::<ClientId>().ok()),
-        };
-        let client = id.and_then(|id| self.clients.get(&id));
-        TurnRow {
-            session_id: sid.to_owned(),
-            title: title.clone(),
-            status,
-            started_at: at,
-            prompted_by,
-            client_name: client.and_then(|c| c.name.clone()),
-        }
+fn turn_row(
+    clients: &Clients,
+    sid: &str,
+    title: &Option<String>,
+    status: &'static str,
+    at: u64,
+    prompted_by: String,
+) -> TurnRow {
+    // `remote:<client id>` (the turn record's spelling): that client's name, if it is here.
+    let id = match prompted_by.as_str() {
+        "editor" => Some(super::EDITOR),
+        by => by.strip_prefix("remote:").and_then(|n| n.parse::<ClientId>().ok()),
+    };
+    let client = id.and_then(|id| clients.get(&id));
+    TurnRow {
+        session_id: sid.to_owned(),
+        title: title.clone(),
+        status,
+        started_at: at,
+        prompted_by,
+        client_name: client.and_then(|c| c.name.clone()),
     }
 }
 

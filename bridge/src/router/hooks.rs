@@ -79,15 +79,19 @@ impl Gate {
     }
 }
 
-impl Router {
-    /// Reads the tree (at an agent start). A malformed tree is the reason the agent does not
-    /// start: policies are not silently dropped.
-    pub(super) fn hooks_reload(&mut self) -> Result<(), String> {
-        let tree = crate::hooks::load(self.hooks.config_file.as_deref())?;
-        self.hooks.tree = Arc::new(tree);
-        Ok(())
+impl Gate {
+    /// Where the tree is read from at an agent start (`None`: hooks are off).
+    pub fn config_file(&self) -> Option<PathBuf> {
+        self.config_file.clone()
     }
 
+    /// The tree read at an agent start (off the router: [`super::startup`]).
+    pub fn set_tree(&mut self, tree: Tree) {
+        self.tree = Arc::new(tree);
+    }
+}
+
+impl Router {
     fn job(
         &self,
         event: HookEvent,
@@ -113,12 +117,11 @@ impl Router {
             count.fetch_sub(1, Ordering::SeqCst);
             return tracing::warn!(session = %job.session, event = job.event.name(), "too many hooks running for this session: skipped");
         }
-        let events = self.events_tx.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let session = job.session.clone();
             let records = job.run().await;
             count.fetch_sub(1, Ordering::SeqCst);
-            let _ = events.send(Event::Hook(HookReport::Observed { session, records })).await;
+            Event::Hook(HookReport::Observed { session, records })
         });
     }
 
@@ -218,11 +221,10 @@ impl Router {
             s.running = true;
         }
         self.hooks.checking.insert(sid.to_owned(), p);
-        let events = self.events_tx.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let session = job.session.clone();
             let records = job.run().await;
-            let _ = events.send(Event::Hook(HookReport::Prompt { session, records })).await;
+            Event::Hook(HookReport::Prompt { session, records })
         });
         None
     }
@@ -230,7 +232,7 @@ impl Router {
     /// `session/cancel` while a prompt is held: it ends cancelled, as a turn would.
     pub(super) fn hook_cancel(&mut self, sid: &str) {
         let Some(p) = self.hooks.checking.remove(sid) else { return };
-        self.reply(p.client, &p.id, Ok(json!({"stopReason": "cancelled"})));
+        self.clients.reply(p.client, &p.id, Ok(json!({"stopReason": "cancelled"})));
         if let Some(s) = self.sessions.get_mut(sid) {
             s.running = false;
         }
@@ -254,11 +256,9 @@ impl Router {
         }) else {
             return;
         };
-        let events = self.events_tx.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let records = job.run().await;
-            let report = HookReport::Permission { key, generation, session: sid, options, records };
-            let _ = events.send(Event::Hook(report)).await;
+            Event::Hook(HookReport::Permission { key, generation, session: sid, options, records })
         });
     }
 
@@ -305,7 +305,7 @@ impl Router {
                         format!("prompt refused by a UserPromptSubmit hook: {reason}"),
                     )
                 };
-                self.reply(p.client, &p.id, Err(err));
+                self.clients.reply(p.client, &p.id, Err(err));
             }
             PromptVerdict::Pass(context) => {
                 let upstream = (!context.is_empty()).then(|| {
@@ -341,14 +341,7 @@ impl Router {
                 continue;
             }
             self.record(sid, &line);
-            let remotes: Vec<ClientId> = self
-                .sessions
-                .get(sid)
-                .map(|s| s.attached.iter().copied().filter(|c| *c != EDITOR).collect())
-                .unwrap_or_default();
-            for c in remotes {
-                self.send_to(c, line.clone());
-            }
+            self.clients.send_all(self.sessions.attached(sid, Some(EDITOR)), &line);
         }
     }
 }

@@ -42,11 +42,11 @@ impl Router {
         }
         s.closed = true;
         // A serve bridge exists for remote use only: closing its last conversation ends it.
-        if self.origin == "serve"
+        if self.sessions.origin == "serve"
             && !self.sessions.values().any(|s| !s.closed && (s.listed() || s.turns == 0 && s.fresh))
         {
             tracing::info!("the last session of this serve bridge was closed: exiting");
-            self.stop_at = Some(tokio::time::Instant::now() + CLOSE_EXIT_GRACE);
+            self.life.stop_after(CLOSE_EXIT_GRACE);
         }
         Ok(json!({"ok": true}))
     }

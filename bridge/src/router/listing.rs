@@ -35,11 +35,10 @@ impl Router {
                 None => Default::default(),
             });
         }));
-        let events = self.events_tx.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let view = rx.await.unwrap_or_default();
             let result = apply(result, &view);
-            let _ = events.send(Event::Listed { client: c, id, result }).await;
+            Event::Listed { client: c, id, result }
         });
     }
 }

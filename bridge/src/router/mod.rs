@@ -10,15 +10,19 @@
 mod account;
 mod agent;
 pub mod client;
+mod clients;
 mod from_agent;
 mod from_client;
 mod glance;
 mod hooks;
 mod lifecycle;
+mod lifetime;
 mod listing;
 mod replay;
+mod requests;
 mod session;
 pub mod settings;
+mod startup;
 pub mod trace;
 mod turns;
 mod usage_hook;
@@ -30,13 +34,14 @@ pub use hooks::HookReport;
 pub use lifecycle::{Lifecycle, LifecycleReply};
 
 use crate::journal::{Journal, ReadError, Slice};
-use crate::local::LocalService;
 use agent::AgentLink;
 use bytes::Bytes;
 use client::Client;
+use clients::Clients;
+use lifetime::Lifetime;
+use requests::{AgentRequest, Requests};
 use serde_json::{Value, json};
-use session::Session;
-use std::collections::{HashMap, HashSet};
+use session::Sessions;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use zcode_shared::jsonrpc::{self, Id, ParseError, RawMessage, RpcError};
@@ -144,6 +149,8 @@ pub enum Event {
     Hook(HookReport),
     /// The settings API: a backend restart and its steps.
     Settings(settings::SettingsEvent),
+    /// `config.json` was read for an agent start ([`startup`]).
+    AgentConfig(Box<startup::AgentConfig>),
     /// Stop: kill the agent, close every client.
     Shutdown,
 }
@@ -177,80 +184,59 @@ pub struct SessionStatus {
     pub waiting: bool,
 }
 
-/// Who serves an agent's terminal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum TerminalOwner {
-    Editor,
-    Local,
+/// Work done off the router (a journal read, a hook, a quota fetch, a file read) whose
+/// result comes back as an [`Event`].
+struct Tasks {
+    events: mpsc::Sender<Event>,
+    /// Where `account/usage_stats` gets its payload.
+    quota: Arc<crate::quota::QuotaSource>,
 }
 
-/// An agent→client request the router is routing (permission, elicitation, fs, terminal…).
-struct AgentRequest {
-    /// The agent's id for it.
-    upstream_id: Id,
-    /// Which agent process asked.
-    generation: u64,
-    /// Its session, if it names one.
-    session: Option<String>,
-    /// The request as received.
-    msg: RawMessage,
-    /// Clients holding a copy (sent with id = the request's key).
-    copies: Vec<ClientId>,
-    /// `true`: to every attached client, first answer wins. `false`: to the editor only.
-    broadcast: bool,
-    /// When it arrived, epoch ms.
-    since: u64,
+impl Tasks {
+    /// Runs `work` on a task of its own; its event is handled like any other, in turn.
+    fn spawn(&self, work: impl std::future::Future<Output = Event> + Send + 'static) {
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let event = work.await;
+            let _ = events.send(event).await;
+        });
+    }
+
+    /// Runs blocking `work` (file reads) on the blocking pool, never on the router.
+    fn spawn_blocking(&self, work: impl FnOnce() -> Event + Send + 'static) {
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            if let Ok(event) = tokio::task::spawn_blocking(work).await {
+                let _ = events.send(event).await;
+            }
+        });
+    }
 }
 
-/// Unknown-session updates held until the session appears (bounded).
-const ORPHAN_LIMIT: usize = 1000;
-
-/// The router's state. See the module docs.
+/// The router: one task, its state in sub-states that own their data. Handlers take the
+/// sub-states they need; this struct only dispatches events to them.
 pub struct Router {
     events: mpsc::Receiver<Event>,
-    events_tx: mpsc::Sender<Event>,
-    /// Boxed: the table's slots are as big as an entry, and there are more slots than
-    /// clients (a grown table is up to half empty), thousands of them behind the hub.
-    clients: HashMap<ClientId, Box<Client>>,
-    sessions: HashMap<String, Session>,
+    /// Work off the router, answered as events.
+    tasks: Tasks,
+    /// Connected clients and their outboxes.
+    clients: Clients,
+    /// Sessions, and updates waiting for theirs.
+    sessions: Sessions,
+    /// The agent's requests held for clients or served locally.
+    requests: Requests,
+    /// The upstream agent: process, handshake, bridge requests in flight, health.
     agent: AgentLink,
-    requests: HashMap<u64, AgentRequest>,
-    next_key: u64,
-    terminals: HashMap<String, TerminalOwner>,
-    local: Arc<LocalService>,
-    /// Agent requests being served locally, by agent id (a cancelled one is removed).
-    local_inflight: HashSet<Id>,
-    orphans: HashMap<String, Vec<Bytes>>,
-    orphan_count: usize,
-    echo_seq: u64,
+    /// Sessions' history and the tasks index.
     journal: Journal,
-    /// `editor` or `serve`, recorded in the tasks index.
-    origin: String,
-    /// When a serve bridge whose last session was closed ends: a moment after the close, so
-    /// the client's follow-up (a delete of that session) still lands.
-    stop_at: Option<tokio::time::Instant>,
-    /// Session roots pinned to this directory (serve bridges).
-    pin_cwd: Option<std::path::PathBuf>,
-    /// Headless: how long it may stay idle.
-    idle_exit: Option<std::time::Duration>,
-    /// Since when nobody is connected and no turn runs.
-    idle_since: Option<tokio::time::Instant>,
-    /// Poked when what discovery lists changes, so registration tells the hub at once.
-    status_nudge: Arc<tokio::sync::Notify>,
-    /// The listing's signature at the last poke ([`Router::status_signature`]).
-    status_sig: u64,
+    /// Idle exit, exit after the last close, registration's nudge.
+    life: Lifetime,
     /// Token usage recording ([`crate::usage`]).
     usage: crate::usage::Tracker,
     /// Hooks: the tree read at agent start, prompts and tool calls they follow.
     hooks: hooks::Gate,
     /// MCP servers and default model from the settings, pending restarts, backend restart.
     settings: settings::SettingsState,
-    /// Where `account/usage_stats` gets its payload.
-    quota: Arc<crate::quota::QuotaSource>,
-    /// The agent's readiness, for [`Router::agent_health`].
-    health: tokio::sync::watch::Sender<AgentHealth>,
-    /// Start the agent before any client asks.
-    eager: bool,
 }
 
 /// How the router behaves beyond routing.
@@ -285,32 +271,16 @@ impl Router {
         let health = opts.health.unwrap_or_else(|| tokio::sync::watch::channel(AgentHealth::Unknown).0);
         let router = Router {
             events,
-            events_tx: events_tx.clone(),
-            clients: HashMap::new(),
-            sessions: HashMap::new(),
-            agent: AgentLink::new(spec, health.clone()),
-            health,
-            eager: opts.start_agent,
-            requests: HashMap::new(),
-            next_key: 1,
-            terminals: HashMap::new(),
-            local: LocalService::new(),
-            local_inflight: HashSet::new(),
-            orphans: HashMap::new(),
-            orphan_count: 0,
-            echo_seq: 0,
+            tasks: Tasks { events: events_tx.clone(), quota: opts.quota },
+            clients: Clients::default(),
+            sessions: Sessions::new(opts.origin.to_owned(), opts.pin_cwd),
+            requests: Requests::new(),
+            agent: AgentLink::new(spec, health, opts.start_agent),
             journal,
-            origin: opts.origin.to_owned(),
-            pin_cwd: opts.pin_cwd,
-            idle_exit: opts.idle_exit,
-            idle_since: None,
-            stop_at: None,
-            status_nudge: Arc::new(tokio::sync::Notify::new()),
-            status_sig: 0,
+            life: Lifetime::new(opts.idle_exit),
             usage: crate::usage::Tracker::new(opts.usage),
             hooks: hooks::Gate::new(opts.hooks_config),
             settings: settings::SettingsState::new(opts.settings),
-            quota: opts.quota,
         };
         (router, events_tx)
     }
@@ -318,12 +288,12 @@ impl Router {
     /// Notified whenever the listed sessions or their status (running, idle, title) change:
     /// registration sends a heartbeat then instead of at its next period.
     pub fn status_nudge(&self) -> Arc<tokio::sync::Notify> {
-        self.status_nudge.clone()
+        self.life.nudge()
     }
 
     /// Whether the agent is up, or why not (registration's `agentError`).
     pub fn agent_health(&self) -> tokio::sync::watch::Receiver<AgentHealth> {
-        self.health.subscribe()
+        self.agent.health()
     }
 
     /// What the loopback settings mount reads (the agent's report, pending restarts).
@@ -334,16 +304,14 @@ impl Router {
     /// Runs until [`Event::Shutdown`] (or every sender is gone), then kills the agent and
     /// drops every client.
     pub async fn run(mut self) {
-        if self.eager {
+        if self.agent.eager {
             self.start_agent();
         }
-        let mut health = self.health.subscribe();
+        let mut health = self.agent.health();
         let mut spans = trace::Spans::default();
         loop {
-            let deadline = match (self.idle_deadline(), self.stop_deadline()) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let idle = self.clients.is_empty() && !self.sessions.any_busy();
+            let deadline = self.life.deadline(idle, self.sessions.any_listed());
             let event = match deadline {
                 Some(at) => tokio::select! {
                     e = self.events.recv() => e,
@@ -361,9 +329,7 @@ impl Router {
             let _in = span.enter();
             match event {
                 Event::Shutdown => break,
-                Event::Connected { client, kind, outbox } => {
-                    self.clients.insert(client, Box::new(Client::new(kind, outbox)));
-                }
+                Event::Connected { client, kind, outbox } => self.clients.connect(client, kind, outbox),
                 Event::Frame { client, msg } => self.on_frame(client, msg),
                 Event::Closed { client } => {
                     if self.on_closed(client) == ClientKind::Editor {
@@ -378,158 +344,40 @@ impl Router {
                 Event::Replay { client, id, session, base, result } => {
                     self.on_replay(client, &id, &session, base, result);
                 }
-                Event::Listed { client, id, result } => self.reply(client, &id, Ok(result)),
-                Event::Answer { client, id, result } => self.reply(client, &id, result),
+                Event::Listed { client, id, result } => self.clients.reply(client, &id, Ok(result)),
+                Event::Answer { client, id, result } => self.clients.reply(client, &id, result),
                 Event::Status(reply) => {
-                    let _ = reply.send(self.status());
+                    let _ = reply.send(self.sessions.status());
                 }
                 Event::Hook(report) => self.on_hook(report),
                 Event::Glance(reply) => {
-                    let _ = reply.send(self.glance());
+                    let _ = reply.send(glance::glance(&self.requests, &self.sessions, &self.clients));
                 }
                 Event::Lifecycle { session, op, reply } => self.on_lifecycle(&session, op, reply),
                 Event::Settings(ev) => self.on_settings(ev),
+                Event::AgentConfig(read) => self.on_agent_config(*read),
                 Event::SessionRoot { session, reply } => {
-                    let root =
-                        self.sessions.get(&session).filter(|s| s.upstream != session::Upstream::Loading);
-                    let _ = reply.send(root.map(|s| s.cwd.clone()));
+                    let _ = reply.send(self.sessions.root(&session));
                 }
             }
-            self.settings_restart_progress();
-            let sig = self.status_signature();
-            // A failed or recovered agent is news for the hub's list too.
-            if sig != self.status_sig || health.has_changed().unwrap_or(false) {
-                health.mark_unchanged();
-                self.status_sig = sig;
-                self.status_nudge.notify_one();
+            for (client, c) in self.clients.take_dropped() {
+                self.detach(client, &c);
             }
+            self.settings_restart_progress();
+            let changed = health.has_changed().unwrap_or(false);
+            health.mark_unchanged();
+            self.life.note_status(self.sessions.status_signature(), changed);
         }
-        for client in self.clients.values() {
-            client.outbox.kill();
-        }
-        self.local.kill_all();
+        self.clients.kill_all();
+        self.requests.kill_local();
         self.agent.terminate().await;
         let journal = self.journal.clone();
         let _ = tokio::task::spawn_blocking(move || journal.flush()).await;
     }
 
-    /// When a headless bridge will exit if nothing happens: its idle timeout after the moment
-    /// the last client left and the last turn ended.
-    /// The pending exit after a serve bridge's last close, unless a session came back to life.
-    fn stop_deadline(&mut self) -> Option<tokio::time::Instant> {
-        if self.sessions.values().any(|s| !s.closed && s.listed()) {
-            self.stop_at = None;
-        }
-        self.stop_at
-    }
-
-    fn idle_deadline(&mut self) -> Option<tokio::time::Instant> {
-        let limit = self.idle_exit?;
-        let idle = self.clients.is_empty() && !self.sessions.values().any(session::Session::busy);
-        if !idle {
-            self.idle_since = None;
-            return None;
-        }
-        let since = *self.idle_since.get_or_insert_with(tokio::time::Instant::now);
-        Some(since + limit)
-    }
-
-    /// What registration advertises, as one number: a session listed or unlisted, a turn
-    /// starting or ending, a new title. Order-free (the map's order may change), and cheap
-    /// enough for every event (no allocation); `updatedAt` is left out, or every streamed frame
-    /// would count as a change.
-    fn status_signature(&self) -> u64 {
-        use std::hash::BuildHasher;
-        let state = std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
-        self.sessions.values().filter(|s| s.listed()).fold(1, |acc: u64, s| {
-            acc.wrapping_add(state.hash_one((&s.id, s.busy(), s.requests.is_empty(), &s.title)))
-        })
-    }
-
-    fn status(&self) -> Vec<SessionStatus> {
-        let mut rows: Vec<SessionStatus> = self
-            .sessions
-            .values()
-            .filter(|s| s.listed())
-            .map(|s| SessionStatus {
-                session_id: s.id.clone(),
-                title: s.title.clone(),
-                status: if s.busy() { "running" } else { "idle" },
-                updated_at: s.updated_at,
-                waiting: !s.requests.is_empty(),
-            })
-            .collect();
-        rows.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.session_id.cmp(&b.session_id)));
-        rows
-    }
-
-    /// Sends one line to a client, or holds it while a replay is read for that client.
-    fn send_to(&mut self, client: ClientId, line: Bytes) {
-        let Some(c) = self.clients.get_mut(&client) else { return };
-        if c.holds > 0 {
-            c.held_bytes += line.len();
-            c.held.push(line);
-            if c.outbox.limit().is_some_and(|l| c.held_bytes > l) {
-                self.drop_slow(client);
-            }
-            return;
-        }
-        self.push(client, line);
-    }
-
-    /// Queues a replay batch for a client; one that asks for replays faster than it reads them
-    /// is disconnected ([`Outbox::send_batch`]).
-    fn push_batch(&mut self, client: ClientId, lines: Vec<Bytes>) {
-        let Some(c) = self.clients.get(&client) else { return };
-        if !c.outbox.send_batch(lines) {
-            self.drop_slow(client);
-        }
-    }
-
-    fn drop_slow(&mut self, client: ClientId) {
-        let Some(c) = self.clients.get(&client) else { return };
-        tracing::warn!(client, "client is not reading (queue over its limit): disconnecting it");
-        c.outbox.kill();
-        self.on_closed(client);
-    }
-
-    /// Queues one line to a client now; a remote client over its queue limit is disconnected.
-    fn push(&mut self, client: ClientId, line: Bytes) {
-        let Some(c) = self.clients.get(&client) else { return };
-        if !c.outbox.send(line) {
-            self.drop_slow(client);
-        }
-    }
-
-    fn send_msg(&mut self, client: ClientId, msg: &Value) {
-        self.send_to(client, Bytes::from(msg.to_string()));
-    }
-
-    fn reply(&mut self, client: ClientId, id: &Id, result: Result<Value, RpcError>) {
-        let msg = match result {
-            Ok(v) => jsonrpc::response(id, v),
-            Err(e) => {
-                tracing::debug!(%id, code = e.code, "request refused: {}", e.message.escape_debug());
-                jsonrpc::error_response(Some(id), &e)
-            }
-        };
-        self.send_msg(client, &msg);
-    }
-
-    /// Answers `id` with a result already serialised (passed byte for byte).
-    fn reply_raw(&mut self, client: ClientId, id: &Id, result: &serde_json::value::RawValue) {
-        self.send_to(client, Bytes::from(jsonrpc::response_line(id, Ok(result))));
-    }
-
     /// Sends `line` to every client attached to `session` except `except`.
     fn fan_out(&mut self, session: &str, line: &Bytes, except: Option<ClientId>) {
-        let targets: Vec<ClientId> = match self.sessions.get(session) {
-            Some(s) => s.attached.iter().copied().filter(|c| Some(*c) != except).collect(),
-            None => return,
-        };
-        for c in targets {
-            self.send_to(c, line.clone());
-        }
+        self.clients.send_all(self.sessions.attached(session, except), line);
     }
 
     /// Records a `session/update` line in the session's history (the journal).
@@ -544,18 +392,16 @@ impl Router {
     /// CLI on stdio (`chat` is one) revives a tombstoned session: a remote (a phone, the web
     /// client that deleted it) never does (ARCHITECTURE.md's invariant).
     fn record_meta(&self, session: &str, client: Option<ClientId>, revive: bool) {
-        let revive = revive
-            && client.is_some_and(|c| self.clients.get(&c).is_some_and(|c| c.kind == ClientKind::Editor));
+        let revive = revive && client.is_some_and(|c| self.clients.is_editor(c));
         let Some(s) = self.sessions.get(session) else { return };
         let cwd = s.cwd.display().to_string();
-        let workspace =
-            std::fs::canonicalize(&s.cwd).map_or_else(|_| cwd.clone(), |p| p.display().to_string());
+        // The journal thread resolves the workspace (symlinks): no path lookup on the router.
         self.journal.meta(
             zcode_shared::store::SessionMeta {
                 session_id: session.to_owned(),
-                workspace,
+                workspace: cwd.clone(),
                 cwd,
-                origin: self.origin.clone(),
+                origin: self.sessions.origin.clone(),
                 agent: Some(self.agent.name().to_owned()),
             },
             revive,
@@ -592,7 +438,7 @@ impl Router {
         if let Some(c) = self.clients.get_mut(&client) {
             c.copies.insert(key);
         }
-        self.send_to(client, line);
+        self.clients.send_to(client, line);
     }
 
     /// Withdraws agent request `key` from every client holding a copy (`$/cancel_request`).
@@ -607,26 +453,32 @@ impl Router {
                 client.copies.remove(&key);
             }
             if Some(c) != except {
-                self.send_msg(c, &cancel);
+                self.clients.send_msg(c, &cancel);
             }
         }
         Some(req)
     }
 
+    /// A client's connection ended: it is detached from everything.
     fn on_closed(&mut self, client: ClientId) -> ClientKind {
         let Some(c) = self.clients.remove(&client) else { return ClientKind::Remote };
+        self.detach(client, &c);
+        c.kind
+    }
+
+    /// Detaches a client that is gone from its sessions. Requests it held stay pending on
+    /// their sessions: the next client to attach gets them.
+    fn detach(&mut self, client: ClientId, c: &Client) {
         for sid in &c.sessions {
             if let Some(s) = self.sessions.get_mut(sid) {
                 s.attached.remove(&client);
             }
         }
-        // Requests it held stay pending on their sessions: the next client to attach gets them.
-        for key in c.copies {
-            if let Some(req) = self.requests.get_mut(&key) {
+        for key in &c.copies {
+            if let Some(req) = self.requests.get_mut(key) {
                 req.copies.retain(|x| *x != client);
             }
         }
         tracing::debug!(client, kind = ?c.kind, "client closed");
-        c.kind
     }
 }

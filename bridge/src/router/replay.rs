@@ -5,7 +5,6 @@
 //! the socket as it drains, so a slow client takes a big replay at its own pace; live updates
 //! queue behind it under the live limit.
 
-use super::client::ClientKind;
 use super::{ClientId, Event, Router};
 use crate::journal::{MAX_LIMIT, ReadError, ReadMode, Slice};
 use serde_json::{Value, json};
@@ -55,11 +54,10 @@ impl Router {
                 let _ = tx.send(r);
             }),
         );
-        let events = self.events_tx.clone();
         let session = sid.to_owned();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let result = rx.await.unwrap_or(Err(ReadError::CursorExpired));
-            let _ = events.send(Event::Replay { client, id, session, base, result }).await;
+            Event::Replay { client, id, session, base, result }
         });
     }
 
@@ -81,7 +79,7 @@ impl Router {
                 if let (Some(title), Some(s)) = (slice.title, self.sessions.get_mut(sid)) {
                     s.title.get_or_insert(title);
                 }
-                let editor = self.clients.get(&client).is_some_and(|c| c.kind == ClientKind::Editor);
+                let editor = self.clients.is_editor(client);
                 batch = match editor {
                     true => slice
                         .lines
@@ -118,16 +116,8 @@ impl Router {
             Err(e) => jsonrpc::error_response(Some(id), &e),
         };
         batch.push(bytes::Bytes::from(msg.to_string()));
-        self.push_batch(client, batch);
-        let Some(c) = self.clients.get_mut(&client) else { return };
-        c.holds = c.holds.saturating_sub(1);
-        if c.holds == 0 {
-            c.held_bytes = 0;
-            let held = std::mem::take(&mut c.held);
-            for line in held {
-                self.push(client, line);
-            }
-        }
+        self.clients.push_batch(client, batch);
+        self.clients.release_hold(client);
     }
 
     /// `session/load_earlier {sessionId, before, limit}`: a page older than the cursor, for a
@@ -136,11 +126,11 @@ impl Router {
         let params = msg.params_value();
         let sid = match jsonrpc::required_str(&params, "sessionId") {
             Ok(s) => s.to_owned(),
-            Err(e) => return self.reply(client, &id, Err(e)),
+            Err(e) => return self.clients.reply(client, &id, Err(e)),
         };
         let cursor = match jsonrpc::required_str(&params, "before") {
             Ok(c) => c.to_owned(),
-            Err(e) => return self.reply(client, &id, Err(e)),
+            Err(e) => return self.clients.reply(client, &id, Err(e)),
         };
         let limit = match params.get("limit") {
             None | Some(Value::Null) => EARLIER_DEFAULT,
@@ -148,7 +138,7 @@ impl Router {
                 Some(n) => n.clamp(1, MAX_LIMIT),
                 None => {
                     let e = RpcError::invalid_params(format!("`limit` must be a positive integer, got {v}"));
-                    return self.reply(client, &id, Err(e));
+                    return self.clients.reply(client, &id, Err(e));
                 }
             },
         };
@@ -156,7 +146,7 @@ impl Router {
             let e = RpcError::invalid_params(format!(
                 "session {sid} is not attached on this connection: session/load it first"
             ));
-            return self.reply(client, &id, Err(e));
+            return self.clients.reply(client, &id, Err(e));
         }
         self.begin_replay(client, id, &sid, ReadMode::Earlier { cursor, limit }, None);
     }

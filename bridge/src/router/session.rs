@@ -3,10 +3,161 @@
 
 use super::client::ClientId;
 use crate::journal::ReadMode;
+use bytes::Bytes;
+use serde_json::Value;
 use serde_json::value::RawValue;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
-use zcode_shared::jsonrpc::{Id, RawMessage};
+use zcode_shared::jsonrpc::{self, Id, RawMessage};
+
+/// Unknown-session updates held until the session appears (bounded).
+const ORPHAN_LIMIT: usize = 1000;
+
+/// Prompts one session may have waiting behind its running turn.
+pub const QUEUE_PROMPTS: usize = 32;
+/// Bytes of prompts (their params) one session may have waiting. The first waiting prompt is
+/// taken whatever its size (a message's own limit bounds it).
+pub const QUEUE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The sessions this bridge holds, the updates that arrived before their session did, and how
+/// this bridge places them (its origin, a pinned directory).
+pub struct Sessions {
+    map: HashMap<String, Session>,
+    orphans: HashMap<String, Vec<Bytes>>,
+    orphan_count: usize,
+    echo_seq: u64,
+    /// `editor` or `serve`, recorded in the tasks index.
+    pub origin: String,
+    /// Session roots pinned to this directory (serve bridges).
+    pin_cwd: Option<PathBuf>,
+}
+
+impl std::ops::Deref for Sessions {
+    type Target = HashMap<String, Session>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for Sessions {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
+}
+
+impl Sessions {
+    /// No sessions yet.
+    pub fn new(origin: String, pin_cwd: Option<PathBuf>) -> Sessions {
+        Sessions {
+            map: HashMap::new(),
+            orphans: HashMap::new(),
+            orphan_count: 0,
+            echo_seq: 0,
+            origin,
+            pin_cwd,
+        }
+    }
+
+    /// Holds an update of a session not known yet (a bounded number: past it, dropped).
+    pub fn hold_orphan(&mut self, sid: String, line: Bytes) {
+        if self.orphan_count < ORPHAN_LIMIT {
+            self.orphan_count += 1;
+            self.orphans.entry(sid).or_default().push(line);
+        }
+    }
+
+    /// The updates held for `sid` before it appeared.
+    pub fn take_orphans(&mut self, sid: &str) -> Vec<Bytes> {
+        let lines = self.orphans.remove(sid).unwrap_or_default();
+        self.orphan_count -= lines.len();
+        lines
+    }
+
+    /// A fresh `messageId` for a prompt's echo.
+    pub fn echo_id(&mut self) -> String {
+        self.echo_seq += 1;
+        format!("uprompt_{}_{}", zcode_shared::time::now_ms(), self.echo_seq)
+    }
+
+    /// A serve bridge's sessions live in its project, whatever cwd the client sends.
+    pub fn pinned(&self, msg: RawMessage) -> RawMessage {
+        let Some(pin) = &self.pin_cwd else { return msg };
+        let mut params = msg.params_value();
+        if !params.is_object() {
+            return msg;
+        }
+        params["cwd"] = Value::String(pin.display().to_string());
+        RawMessage { params: Some(jsonrpc::raw(&params)), ..msg }
+    }
+
+    /// The clients attached to `sid` but `except`.
+    pub fn attached(&self, sid: &str, except: Option<ClientId>) -> Vec<ClientId> {
+        self.map
+            .get(sid)
+            .map_or_else(Vec::new, |s| s.attached.iter().copied().filter(|c| Some(*c) != except).collect())
+    }
+
+    /// Whether a session is open here that discovery lists.
+    pub fn any_listed(&self) -> bool {
+        self.map.values().any(|s| !s.closed && s.listed())
+    }
+
+    /// Whether a turn runs or waits anywhere.
+    pub fn any_busy(&self) -> bool {
+        self.map.values().any(Session::busy)
+    }
+
+    /// The root directory of a session live here.
+    pub fn root(&self, sid: &str) -> Option<PathBuf> {
+        self.map.get(sid).filter(|s| s.upstream != Upstream::Loading).map(|s| s.cwd.clone())
+    }
+
+    /// What registration advertises, as one number: a session listed or unlisted, a turn
+    /// starting or ending, a new title. Order-free (the map's order may change), and cheap
+    /// enough for every event (no allocation); `updatedAt` is left out, or every streamed frame
+    /// would count as a change.
+    pub fn status_signature(&self) -> u64 {
+        use std::hash::BuildHasher;
+        let state = std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
+        self.map.values().filter(|s| s.listed()).fold(1, |acc: u64, s| {
+            acc.wrapping_add(state.hash_one((&s.id, s.busy(), s.requests.is_empty(), &s.title)))
+        })
+    }
+
+    /// `/status`: the listed sessions, newest first.
+    pub fn status(&self) -> Vec<super::SessionStatus> {
+        let mut rows: Vec<super::SessionStatus> = self
+            .map
+            .values()
+            .filter(|s| s.listed())
+            .map(|s| super::SessionStatus {
+                session_id: s.id.clone(),
+                title: s.title.clone(),
+                status: if s.busy() { "running" } else { "idle" },
+                updated_at: s.updated_at,
+                waiting: !s.requests.is_empty(),
+            })
+            .collect();
+        rows.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.session_id.cmp(&b.session_id)));
+        rows
+    }
+
+    /// An agent-provided title is taken only when the session has none (a session loaded
+    /// from an earlier life); the bridge's own title, once set, is never changed by it.
+    pub fn note_title(&mut self, sid: &str, msg: &RawMessage) {
+        let Some(s) = self.map.get_mut(sid) else { return };
+        if s.title.is_some() {
+            return;
+        }
+        let params = msg.params_value();
+        let u = &params["update"];
+        if u["sessionUpdate"] == "session_info_update" {
+            if let Some(t) = u["title"].as_str().filter(|t| !t.trim().is_empty()) {
+                s.title = Some(title_of(t));
+            }
+        }
+    }
+}
 
 /// A prompt waiting for its turn.
 pub struct QueuedPrompt {
@@ -100,6 +251,31 @@ impl Session {
     /// The roots local fs/terminal service is confined to.
     pub fn roots(&self) -> Vec<PathBuf> {
         std::iter::once(self.cwd.clone()).chain(self.dirs.iter().cloned()).collect()
+    }
+
+    /// Why `msg` may not join the prompts waiting here, worded for a person (`None`: it may).
+    pub fn queue_refusal(&self, msg: &RawMessage) -> Option<String> {
+        let size = |m: &RawMessage| m.params.as_deref().map_or(0, |p| p.get().len());
+        if self.queue.is_empty() {
+            return None;
+        }
+        let (count, bytes) = (self.queue.len(), self.queue.iter().map(|p| size(&p.msg)).sum::<usize>());
+        let why = if count >= QUEUE_PROMPTS {
+            format!("{count} prompts are already waiting (at most {QUEUE_PROMPTS})")
+        } else if bytes + size(msg) > QUEUE_BYTES {
+            format!(
+                "the prompts waiting hold {} KiB and this one {} KiB (at most {} KiB together)",
+                bytes / 1024,
+                size(msg) / 1024,
+                QUEUE_BYTES / 1024
+            )
+        } else {
+            return None;
+        };
+        Some(format!(
+            "session {}: the prompt queue is full: {why}; wait for the running turn to end (or cancel it), then send the prompt again",
+            self.id
+        ))
     }
 
     /// Whether a turn is running or queued.

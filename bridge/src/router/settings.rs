@@ -5,15 +5,17 @@
 //! restart (`POST /backend/restart`): cancel the running turns, stop the agent's process
 //! group, and let the next request start a new one, sessions re-loaded as after a crash.
 
+use super::ClientId;
 use super::Router;
 use super::agent::{Pending, Purpose};
 use serde_json::{Value, json};
 use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
-use zcode_shared::jsonrpc::{self, RawMessage};
+use zcode_shared::jsonrpc::{self, Id, RawMessage};
 use zcode_shared::ordered::Ordered;
 use zcode_shared::settings::{ReportedAgent, Settings, mcp, models};
 
@@ -29,8 +31,31 @@ pub struct RestartOutcome {
     pub closed: bool,
 }
 
+/// Reads `config.json` (blocking: call it off the router); unreadable or missing is empty.
+pub fn read_config(file: &Path) -> String {
+    std::fs::read_to_string(file).unwrap_or_default()
+}
+
+/// A client's `session/new`, held while `config.json` is read for its default model.
+pub struct NewSession {
+    /// Who asked.
+    pub client: ClientId,
+    /// Its request id.
+    pub id: Id,
+    /// The request (cwd pinned).
+    pub msg: RawMessage,
+    /// The session's directory.
+    pub cwd: PathBuf,
+    /// `additionalDirectories`.
+    pub dirs: Vec<PathBuf>,
+    /// `config.json` as read.
+    pub config: String,
+}
+
 /// Settings events for the router.
 pub enum SettingsEvent {
+    /// `config.json` was read for a client's `session/new`.
+    NewSession(Box<NewSession>),
     /// `POST /backend/restart`.
     Restart(oneshot::Sender<Result<RestartOutcome, String>>),
     /// The cancelled turns had their time: stop the agent now.
@@ -96,11 +121,14 @@ impl SettingsState {
         SettingsHandle { report: self.report.subscribe(), pending: self.pending.clone() }
     }
 
-    fn config_text(&self) -> String {
-        self.settings
-            .as_ref()
-            .and_then(|s| std::fs::read_to_string(&s.paths.config_file).ok())
-            .unwrap_or_default()
+    /// `config.json`, when this bridge has settings. Read it off the router ([`read_config`]).
+    pub fn config_file(&self) -> Option<PathBuf> {
+        self.settings.as_ref().map(|s| s.paths.config_file.clone())
+    }
+
+    /// The agent was just spawned, with `config.json` as `text` (read just before).
+    pub fn agent_spawned(&mut self, text: String) {
+        self.config_at_start = text;
     }
 
     /// `params` of a session start with the configured servers added (the client's win on a
@@ -177,11 +205,6 @@ fn model_choices(result: &Value) -> Option<Choices> {
 }
 
 impl Router {
-    /// The agent was just spawned: it runs with `config.json` as it is now.
-    pub(super) fn settings_agent_spawned(&mut self) {
-        self.settings.config_at_start = self.settings.config_text();
-    }
-
     /// The agent answered `initialize`: fix its MCP servers, publish who it is.
     pub(super) fn settings_agent_ready(&mut self, init: &Value) {
         let takes = mcp::transports(&init["agentCapabilities"]);
@@ -198,7 +221,7 @@ impl Router {
 
     /// A session started (`session/new` answered): note the models it reports and apply the
     /// agent's default model through the agent's own call.
-    pub(super) fn settings_session_started(&mut self, sid: &str, result: &Value) {
+    pub(super) fn settings_session_started(&mut self, sid: &str, result: &Value, config: &str) {
         let Some((option, models, current)) = model_choices(result) else { return };
         let key = self.settings.report.borrow().as_ref().map(|r| r.key.clone());
         self.settings.report.send_modify(|r| {
@@ -208,7 +231,7 @@ impl Router {
             }
         });
         let Some(key) = key else { return };
-        let root = Ordered::parse(&self.settings.config_text()).unwrap_or_default();
+        let root = Ordered::parse(config).unwrap_or_default();
         let Some(default) = models::default_for(&root, &key) else { return };
         if current.as_deref() == Some(default.as_str()) {
             return;
@@ -241,6 +264,7 @@ impl Router {
     pub(super) fn on_settings(&mut self, ev: SettingsEvent) {
         match ev {
             SettingsEvent::Restart(reply) => self.begin_restart(reply),
+            SettingsEvent::NewSession(new) => self.forward_new_session(*new),
             SettingsEvent::CancelGraceOver(seq) => {
                 if self.settings.restart.as_ref().is_some_and(|r| r.seq == seq) {
                     self.stop_agent_for_restart();
@@ -273,10 +297,9 @@ impl Router {
         let seq = self.settings.restart_seq;
         tracing::info!(turns = running.len(), "backend restart: cancelling running turns");
         self.settings.restart = Some(Restarting { reply, cancelled: running.len(), running, seq });
-        let events = self.events_tx.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             tokio::time::sleep(CANCEL_GRACE).await;
-            let _ = events.send(super::Event::Settings(SettingsEvent::CancelGraceOver(seq))).await;
+            super::Event::Settings(SettingsEvent::CancelGraceOver(seq))
         });
         self.settings_restart_progress();
     }
@@ -297,14 +320,13 @@ impl Router {
         let restart = self.agent.note("was restarted to apply new settings");
         self.fail_pending(pending, &restart);
         self.agent_down(&restart);
-        let events = self.events_tx.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let closed = match process {
                 Some(p) => p.stop().await,
                 None => true,
             };
             let ev = SettingsEvent::Stopped { closed, applied, cancelled_turns: r.cancelled, reply: r.reply };
-            let _ = events.send(super::Event::Settings(ev)).await;
+            super::Event::Settings(ev)
         });
     }
 }

@@ -4,7 +4,7 @@
 //! button goes away without asking the status route, and a reload anywhere shows the stop.
 //! The stdio editor gets it only when it asked (`Caps::turn_end`: the `chat` client).
 
-use super::client::{ClientKind, EDITOR};
+use super::client::ClientKind;
 use super::{ClientId, Router};
 use crate::journal::turn_end;
 use zcode_shared::store::TurnRecord;
@@ -19,16 +19,6 @@ pub struct TurnStart {
 }
 
 impl Router {
-    /// The record of who starts a turn now.
-    pub(super) fn turn_start(&self, client: ClientId) -> TurnStart {
-        let by = match self.clients.get(&client).map(|c| c.kind) {
-            Some(ClientKind::Editor) => "editor".to_owned(),
-            _ if client == EDITOR => "editor".to_owned(),
-            _ => format!("remote:{client}"),
-        };
-        TurnStart { at: zcode_shared::time::now_ms(), by }
-    }
-
     /// The session's running turn ended with `stop_reason` (`error`: with its message).
     pub(super) fn turn_ended(&mut self, sid: &str, stop_reason: String, error: Option<String>) {
         let Some(s) = self.sessions.get_mut(sid) else { return };
@@ -50,8 +40,6 @@ impl Router {
             .filter(|c| self.clients.get(c).is_some_and(|c| c.kind == ClientKind::Remote || c.caps.turn_end))
             .collect();
         self.journal.turn_end(rec);
-        for c in told {
-            self.send_to(c, line.clone());
-        }
+        self.clients.send_all(told, &line);
     }
 }
