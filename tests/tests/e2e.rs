@@ -33,6 +33,7 @@ mod journal_exact;
 mod journal_locked;
 mod lifecycle;
 mod listing;
+mod ping;
 mod projects;
 mod python_sdk;
 mod quota;
