@@ -201,6 +201,10 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
       }
       await checkRunning();
       st.attached = true;
+      if (st.cancelQueued) {
+        st.cancelQueued = false;
+        if (st.running || st.myTurn) cancelTurn();
+      }
       comp.setEnabled(true);
       renderRequests();
       updateButtons();
@@ -264,6 +268,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   }
 
   function start(text) {
+    st.cancelling = false;
     const item = t.localPrompt(text, 'sending…');
     st.myTurn = item;
     st.firstUpdatePending = true;
@@ -277,6 +282,8 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     }, (e) => {
       if (e.code === -32099) {
         t.setStatus(item, 'not confirmed: the connection dropped while it ran');
+        // The turn goes on at the bridge: Stop stays until the re-attach says it is over.
+        if (t.turn === item.turn) st.running = true;
       } else {
         t.setStatus(item, `not completed: ${e.message}`);
       }
@@ -303,6 +310,14 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   }
 
   function cancelTurn() {
+    if (conn.state !== 'open' || !st.attached) {
+      // Sent when the line is back (after the re-attach, if the turn still runs then).
+      st.cancelQueued = true;
+      st.cancelling = true;
+      updateButtons();
+      say('The turn stops when the connection is back.');
+      return;
+    }
     try {
       conn.notify('session/cancel', { sessionId: st.sid });
       // Said in place (the Stop button, the status region), not by a toast over the transcript.
@@ -333,7 +348,10 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     if (!alive || st.myTurn) return;
     st.running = running && !(st.endedTurn >= t.turn);
     if (st.running) t.reopenTurn();
-    else t.endTurn(null);
+    else {
+      t.endTurn(null);
+      st.cancelling = false;
+    }
     updateButtons();
   }
 
@@ -345,7 +363,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
 
   function showConn() {
     const s = conn.state;
-    app.setConn(s, conn.message, conn.why);
+    app.setConn(s, conn.message, conn.why, conn.downSince);
     banner.hidden = s === 'open' || s === 'idle';
     clear(banner);
     if (banner.hidden) return;
