@@ -89,7 +89,7 @@ describe('web client on a bad network', () => {
     const releaseDead = await holdPort(stack, deadPort());
     await banner().locator('button', { hasText: 'Retry now' }).click();
     await banner().filter({ hasText: 'The hub is not answering' }).waitFor();
-    await page.locator('#conn', { hasText: 'hub offline' }).waitFor();
+    await page.locator('#conn[data-why="down"]', { hasText: /offline since \d\d:\d\d/ }).waitFor();
 
     // The conversation moves on without us, then the hub comes back, not knowing the bridge
     // until it registers again (held here: the bridge is stopped). Not listed is not gone.
