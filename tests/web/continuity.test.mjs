@@ -1,0 +1,220 @@
+// Continuity on a phone's line (issue 31), with a proxy the test controls between a phone-size
+// chromium and the hub: a message streamed while the line was cut is shown whole once it is
+// back (as a fresh load shows it), Stop stays while the turn runs; a stalled line (open,
+// nothing moving) is noticed and the client reconnects; the installed app opens on its cached
+// shell when the link answers a tunnel's 502 page or never answers at all.
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import path from 'node:path';
+import { Stack, launchBrowser, watchConsole, until, SHOTS, WAIT } from './harness.mjs';
+import { LineProxy } from './proxy.mjs';
+
+const PHONE = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 };
+/** The client's ping timeout, shortened (a test-only knob: localStorage). */
+const PING_MS = '1000';
+
+/** The transcript as its messages' texts, in order (what "the same" means). */
+function structure(page) {
+  return page.$$eval('#transcript > .msg', (nodes) => nodes.map((n) => {
+    const c = n.classList;
+    if (c.contains('user')) return `user ${(n.querySelector('.plain')?.textContent || '').trim()}`;
+    if (c.contains('agent')) return `agent ${(n.querySelector('.md')?.textContent || '').trim()}`;
+    if (c.contains('thought')) return `thought ${(n.querySelector('.md')?.textContent || '').trim()}`;
+    return n.className;
+  }));
+}
+
+/** Whether the editor (the bridge's stdio) has seen the agent stream chunk `text` in `sid`. */
+function streamed(ed, sid, text) {
+  return ed.notes.some((n) => n.params?.sessionId === sid && n.params?.update?.content?.text === text);
+}
+
+/**
+ * A tunnel in front of the hub (plain HTTP, WebSockets passed through) that can answer its own
+ * 502 page, or accept and never answer (`mode`: up | 502 | hang). `asked` lists the paths it
+ * was asked for while not up.
+ */
+async function tunnel(port) {
+  const t = { mode: 'up', asked: [], held: new Set() };
+  const server = http.createServer((req, res) => {
+    if (t.mode !== 'up') t.asked.push(new URL(req.url, 'http://x').pathname);
+    if (t.mode === '502') {
+      res.writeHead(502, { 'Content-Type': 'text/html' });
+      res.end('<!doctype html><html><body><h1>Error 502</h1><p>Bad gateway: the origin is down.</p></body></html>');
+      return;
+    }
+    if (t.mode === 'hang') {
+      t.held.add(res);
+      return;
+    }
+    const up = http.request({ host: '127.0.0.1', port, path: req.url, method: req.method, headers: req.headers }, (r) => {
+      res.writeHead(r.statusCode, r.headers);
+      r.pipe(res);
+    });
+    up.on('error', () => { res.writeHead(502); res.end(); });
+    req.pipe(up);
+  });
+  server.on('upgrade', (req, socket, head) => {
+    if (t.mode !== 'up') return socket.destroy();
+    const up = net.connect(port, '127.0.0.1', () => {
+      up.write(`${req.method} ${req.url} HTTP/1.1\r\n${Object.entries(req.headers).map(([k, v]) => `${k}: ${v}`).join('\r\n')}\r\n\r\n`);
+      up.write(head);
+      socket.pipe(up).pipe(socket);
+    });
+    const end = () => { socket.destroy(); up.destroy(); };
+    up.on('error', end);
+    socket.on('error', end);
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.base = `http://127.0.0.1:${server.address().port}`;
+  t.close = () => {
+    for (const res of t.held) res.destroy();
+    server.closeAllConnections();
+    return new Promise((resolve) => server.close(resolve));
+  };
+  return t;
+}
+
+describe('continuity on a bad line', { timeout: 180000 }, () => {
+  let stack; let browser; let ed; let proxy;
+
+  before(async () => {
+    [stack, browser] = await Promise.all([Stack.start(), launchBrowser()]);
+    ed = await stack.bridge();
+    proxy = await LineProxy.start(stack.port);
+    fs.mkdirSync(SHOTS, { recursive: true });
+  });
+
+  after(async () => {
+    await proxy?.close();
+    await browser?.close();
+    await stack?.stop();
+  });
+
+  /** A phone-size page with the token (and the shortened ping timeout) in its storage. */
+  async function phonePage() {
+    const context = await browser.newContext(PHONE);
+    context.setDefaultTimeout(WAIT);
+    await context.addInitScript(([t, ping]) => {
+      if (!localStorage.getItem('zcode-acp.token')) localStorage.setItem('zcode-acp.token', t);
+      localStorage.setItem('zcode-acp.test.pingTimeoutMs', ping);
+    }, [stack.token, PING_MS]);
+    const page = await context.newPage();
+    return { context, page, errors: watchConsole(page) };
+  }
+
+  async function openSession(page, base, sid) {
+    proxy.restore(); // whatever a test that failed left it in
+    await page.goto(`${base}/s/${encodeURIComponent(ed.id)}/${encodeURIComponent(sid)}?cwd=${encodeURIComponent(stack.project)}`);
+    await page.locator('#prompt').waitFor();
+    await until('the session to be attached', async () => !(await page.locator('#send').isDisabled()));
+  }
+
+  it('a message streamed while the line was cut is shown whole once it is back, and Stop stays meanwhile', async () => {
+    const sid = await ed.newSession(stack.project);
+    await ed.prompt(sid, 'before the cut');
+    const { context, page, errors } = await phonePage();
+    await openSession(page, proxy.base, sid);
+    await page.fill('#prompt', 'long stream please');
+    await page.click('#send');
+    await page.locator('#transcript .msg.agent', { hasText: 'tick 60 ' }).waitFor();
+
+    proxy.cut();
+    await page.locator('#conn:not([data-state="open"])').waitFor();
+    const stopWhileCut = await page.locator('#cancel').isVisible();
+    await page.screenshot({ path: path.join(SHOTS, 'continuity-cut-390.png') });
+    // The stream goes on without the page; the line comes back well after.
+    await until('the stream to move on', () => streamed(ed, sid, 'tick 200 '));
+    proxy.restore();
+    await page.locator('#conn[data-state="open"]').waitFor();
+    await until('the turn to end', () => streamed(ed, sid, 'tick 600 '));
+    await page.locator('#cancel').waitFor({ state: 'hidden' });
+    await page.locator('#transcript .msg.agent', { hasText: 'tick 600 ' }).waitFor();
+    const live = await structure(page);
+
+    const fresh = await phonePage();
+    await openSession(fresh.page, stack.base, sid);
+    await fresh.page.locator('#transcript .msg.agent', { hasText: 'tick 600 ' }).waitFor();
+    const loaded = await structure(fresh.page);
+    const ticks = (s) => (s.join(' ').match(/tick \d+/g) || []).length;
+    assert.equal(ticks(live), ticks(loaded), 'every chunk is shown, none twice');
+    assert.deepEqual(live, loaded, 'the page shows what a fresh load shows');
+    assert.ok(stopWhileCut, 'Stop stays while the turn runs, connected or not');
+    await page.screenshot({ path: path.join(SHOTS, 'continuity-back-390.png') });
+    assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
+    await fresh.context.close();
+    await context.close();
+  });
+
+  it('a Stop pressed while the line is cut is sent when it is back', async () => {
+    const sid = await ed.newSession(stack.project);
+    const { context, page } = await phonePage();
+    await openSession(page, proxy.base, sid);
+    await page.fill('#prompt', 'long stream please');
+    await page.click('#send');
+    await page.locator('#transcript .msg.agent', { hasText: 'tick 20 ' }).waitFor();
+    proxy.cut();
+    await page.locator('#conn:not([data-state="open"])').waitFor();
+    await page.click('#cancel');
+    await page.locator('#cancel', { hasText: 'Stopping…' }).waitFor();
+    proxy.restore();
+    await page.locator('#transcript .msg.agent .stop-mark', { hasText: 'stopped' }).waitFor();
+    await page.locator('#cancel').waitFor({ state: 'hidden' });
+    assert.ok(!streamed(ed, sid, 'tick 600 '), 'the turn was stopped, not run to its end');
+    await context.close();
+  });
+
+  it('a stalled line (open, nothing moving) is noticed, said, and the client reconnects', async () => {
+    const sid = await ed.newSession(stack.project);
+    await ed.prompt(sid, 'before the stall');
+    const { context, page, errors } = await phonePage();
+    await openSession(page, proxy.base, sid);
+    await page.locator('#conn[data-state="open"]').waitFor();
+    assert.ok(proxy.stall() > 0, 'the page had its connections open');
+    // The pill leaves "online" and says what is true.
+    await page.locator('#conn:not([data-state="open"])').waitFor();
+    await page.locator('#conn', { hasText: /reconnecting…|offline since \d\d:\d\d/ }).waitFor();
+    await page.screenshot({ path: path.join(SHOTS, 'continuity-stalled-390.png') });
+    await page.locator('#conn[data-state="open"]').waitFor();
+    await page.fill('#prompt', 'after the stall');
+    await page.click('#send');
+    await page.locator('#transcript .msg.agent', { hasText: 'You said: "after the stall"' }).waitFor();
+    assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
+    await context.close();
+  });
+
+  it('the installed app opens on its cached shell when the link answers 502 or never answers', async () => {
+    const t = await tunnel(stack.port);
+    const { context, page } = await phonePage();
+    try {
+      await page.goto(`${t.base}/`);
+      await until('the service worker to control the page', () => page.evaluate(() => Boolean(navigator.serviceWorker.controller)));
+      await page.locator('#instances h2', { hasText: 'Live sessions' }).waitFor();
+
+      // The hub behind the tunnel is down: the tunnel answers its own error page.
+      t.mode = '502';
+      await page.reload();
+      await page.locator('#bar').waitFor();
+      await page.locator('#instances .error').waitFor();
+      assert.doesNotMatch(await page.evaluate(() => document.body.innerText), /Error 502/);
+      await page.screenshot({ path: path.join(SHOTS, 'continuity-502-390.png') });
+
+      // A link that accepts and never answers: the app's own files never wait for it.
+      t.mode = 'hang';
+      t.asked.length = 0;
+      await page.reload({ waitUntil: 'commit' });
+      await page.locator('#bar').waitFor();
+      await page.locator('#instances').waitFor();
+      const shell = t.asked.filter((p) => !p.startsWith('/api/') && p !== '/sw.js');
+      assert.deepEqual(shell, [], 'the shell comes from the cache, not the silent link');
+    } finally {
+      t.mode = 'up';
+      await context.close();
+      await t.close();
+    }
+  });
+});
