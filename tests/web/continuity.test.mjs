@@ -187,6 +187,38 @@ describe('continuity on a bad line', { timeout: 180000 }, () => {
     await context.close();
   });
 
+  it('prompts sent while the line is down are queued, survive a reload, and go in order when it is back; the draft stays', async () => {
+    const sid = await ed.newSession(stack.project);
+    const { context, page, errors } = await phonePage();
+    await openSession(page, proxy.base, sid);
+    // Installed: the page reloads from the worker's cache while the line is down.
+    await until('the service worker to control the page', () => page.evaluate(() => Boolean(navigator.serviceWorker.controller)));
+    proxy.cut();
+    await page.locator('#conn:not([data-state="open"])').waitFor();
+    for (const text of ['first queued', 'dropped one', 'second queued']) {
+      await page.fill('#prompt', text);
+      await page.click('#send');
+    }
+    const queued = page.locator('.queue .queued');
+    await until('three queued prompts', async () => (await queued.count()) === 3);
+    assert.match(await queued.first().textContent(), /will send when back/);
+    await queued.filter({ hasText: 'dropped one' }).locator('button').click();
+    await page.fill('#prompt', 'half a thought');
+    await page.reload();
+    await until('the queue after the reload', async () => (await queued.allTextContents()).map((q) => q.replace(/×$/, '')).join('|')
+      === 'will send when backfirst queued|will send when backsecond queued');
+    assert.equal(await page.inputValue('#prompt'), 'half a thought', 'the draft survives the reload');
+    await page.screenshot({ path: path.join(SHOTS, 'continuity-queued-390.png') });
+    proxy.restore();
+    await page.locator('#transcript .msg.agent', { hasText: 'You said: "second queued"' }).waitFor();
+    const users = await page.locator('#transcript .msg.user .plain').allTextContents();
+    assert.deepEqual(users, ['first queued', 'second queued']);
+    await page.locator('.queue').waitFor({ state: 'hidden' });
+    assert.equal(await page.inputValue('#prompt'), 'half a thought');
+    assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
+    await context.close();
+  });
+
   it('the installed app opens on its cached shell when the link answers 502 or never answers', async () => {
     const t = await tunnel(stack.port);
     const { context, page } = await phonePage();

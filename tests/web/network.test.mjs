@@ -82,7 +82,7 @@ describe('web client on a bad network', () => {
     const releaseTunnel = await holdPort(stack, tunnelErrorPage());
     await banner().filter({ hasText: "web page instead of the hub's API" }).waitFor();
     assert.match(await banner().textContent(), /Retrying in \d/);
-    assert.ok(await page.locator('#send').isDisabled(), 'no sending into a dead connection');
+    assert.ok(!(await page.locator('#send').isDisabled()), 'a prompt can be queued while the line is down');
 
     // Nothing answers at all: the hub is stopped.
     await releaseTunnel();

@@ -2,7 +2,9 @@
 // `session/load_earlier` when scrolled to the top, stream live updates, answer permissions and
 // elicitations, send, queue and cancel prompts, switch modes and config options, and rename,
 // close or delete the session. It re-attaches after every reconnect (see transcript.js for
-// how the re-attach avoids duplicates).
+// how the re-attach avoids duplicates). Its draft and its queued prompts are kept per session
+// in localStorage (across navigation and reload): a prompt sent while the line is down waits
+// in the queue ("will send when back", removable) and goes, in order, once re-attached.
 
 import { h, clear, toast, modal, $ } from './dom.js';
 import { pool, STATE_KINDS, TURN_END } from './conn.js';
@@ -21,6 +23,28 @@ const PAGE = 50;
 function lastEnded(messages, turn) {
   const last = messages[messages.length - 1];
   return last && last.sessionUpdate === TURN_END ? turn : -1;
+}
+
+/**
+ * What the page keeps of a session across navigation and reload (localStorage): its draft, and
+ * the prompts queued while the line was down or a turn ran (sent in order once it is back).
+ */
+const keptKey = (kind, instance, sid) => `zcode-acp.${kind}.${instance}/${sid}`;
+
+function kept(key, fallback) {
+  try {
+    const v = JSON.parse(localStorage.getItem(key));
+    return typeof v === typeof fallback && Array.isArray(v) === Array.isArray(fallback) ? v : fallback;
+  } catch {
+    return fallback;
+  }
+}
+
+function keep(key, value) {
+  try {
+    if (!value || !value.length) localStorage.removeItem(key);
+    else localStorage.setItem(key, JSON.stringify(value));
+  } catch { /* storage full or refused: kept for this page only */ }
 }
 
 /** Human messages for the lifecycle routes' errors (the contract's status codes). */
@@ -58,6 +82,11 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   const queueBox = h('ul', { class: 'queue', 'aria-label': 'Queued prompts', hidden: true });
   const toolbar = h('div', { class: 'toolbar' });
   const comp = composer({ onSend: (text) => send(text), onCancel: () => cancelTurn() });
+  if (sid) {
+    st.queue = kept(keptKey('queue', instance, sid), []).filter((q) => typeof q === 'string');
+    comp.setText(kept(keptKey('draft', instance, sid), ''));
+  }
+  comp.input.addEventListener('input', () => keepDraft());
   const view = h('div', { class: 'session-view' }, toolbar, banner, scroller, said, requests, queueBox, comp.node);
   clear(root, view);
   app.setTitle(st.title || 'Session');
@@ -74,7 +103,21 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   resized.observe(scroller);
   let alive = true;
   renderToolbar();
+  renderQueue();
   if (prompt) send(prompt); // the first prompt of a session the new-session view created
+
+  function keepDraft() {
+    if (st.sid) keep(keptKey('draft', instance, st.sid), comp.input.value);
+  }
+
+  /**
+   * Whether Send takes a prompt: once attached (a prompt typed while the line is down waits in
+   * the queue), and after a first connection failed (a reload while offline); not while a
+   * first attach is still under way.
+   */
+  function sendable() {
+    return st.attached || st.everAttached || !['open', 'connecting', 'idle'].includes(conn.state);
+  }
 
   function filesUrl(path) {
     return `/f/${encodeURIComponent(instance)}/${encodeURIComponent(st.sid || '')}${query({ cwd: st.cwd, file: path })}`;
@@ -173,7 +216,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
 
   async function attach() {
     st.attached = false;
-    comp.setEnabled(false);
+    comp.setEnabled(sendable());
     try {
       if (!st.sid) {
         top.textContent = 'Starting a new session…';
@@ -201,6 +244,8 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
       }
       await checkRunning();
       st.attached = true;
+      st.everAttached = true;
+      renderQueue();
       if (st.cancelQueued) {
         st.cancelQueued = false;
         if (st.running || st.myTurn) cancelTurn();
@@ -258,6 +303,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   }
 
   function send(text) {
+    keepDraft();
     if (!st.attached || st.myTurn || st.running || st.queue.length) {
       st.queue.push(text);
       renderQueue();
@@ -302,10 +348,12 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   }
 
   function renderQueue() {
+    if (st.sid) keep(keptKey('queue', instance, st.sid), st.queue);
     clear(queueBox);
     queueBox.hidden = !st.queue.length;
+    const back = st.attached && conn.state === 'open';
     st.queue.forEach((text, i) => queueBox.append(h('li', { class: 'queued' },
-      h('span', { class: 'badge', text: 'queued' }), h('span', { class: 'plain', text }),
+      h('span', { class: 'badge', text: back ? 'queued' : 'will send when back' }), h('span', { class: 'plain', text }),
       h('button', { type: 'button', class: 'link', 'aria-label': 'Remove from the queue', onclick: () => { st.queue.splice(i, 1); renderQueue(); } }, '×'))));
   }
 
@@ -364,6 +412,10 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   function showConn() {
     const s = conn.state;
     app.setConn(s, conn.message, conn.why, conn.downSince);
+    // Down, the view is not attached: a prompt typed now waits in the queue for the re-attach.
+    if (s !== 'open') st.attached = false;
+    comp.setEnabled(sendable());
+    renderQueue();
     banner.hidden = s === 'open' || s === 'idle';
     clear(banner);
     if (banner.hidden) return;
@@ -375,7 +427,6 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     }
     if (conn.why === 'auth') banner.append(' ', h('button', { type: 'button', onclick: () => app.pair(conn.message) }, 'Pair again'));
     if (conn.why === 'gone') banner.append(' ', h('button', { type: 'button', onclick: () => app.navigate('/') }, 'Back to the list'));
-    if (s !== 'open') comp.setEnabled(false);
   }
 
   function renderRequests() {
