@@ -23,7 +23,9 @@ fn a_ping_is_answered_at_once_while_a_turn_streams_and_through_the_relay() {
     initialize(&mut phone, json!({}));
     let sid = new_session(&mut phone, home.path());
     let turn = phone.request("session/prompt", prompt(&sid, "long stream please"));
-    phone.until("the long turn streaming", |m| m["params"]["update"]["sessionUpdate"] == "agent_message_chunk");
+    phone.until("the long turn streaming", |m| {
+        m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    });
     let r = ping(&mut phone);
     assert_eq!(r["result"], json!({}), "{r}");
     // The turn was still running: it ends only when cancelled, after the ping's answer.
