@@ -234,12 +234,17 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
         applyResult(result);
         const meta = result.replayMeta || {};
         const messages = replay.filter((u) => !STATE_KINDS.has(u.sessionUpdate));
+        const first = t.empty;
         const outcome = t.attach(messages, meta);
         st.endedTurn = lastEnded(messages, t.turn);
         for (const u of replay) if (STATE_KINDS.has(u.sessionUpdate)) applyState(u);
         st.cursor = meta.cursor || null;
         st.hasMore = !!meta.hasMore;
-        if (outcome === 'changed') { st.follow = true; stick(); }
+        // A re-attach leaves a reader who scrolled up where they are (the nodes it keeps stay).
+        if (outcome === 'changed') {
+          if (first) st.follow = true;
+          stick();
+        }
         setTop();
       }
       await checkRunning();
