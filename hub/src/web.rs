@@ -89,6 +89,7 @@ const ASSETS: &[Asset] = &[
     Asset { path: "/js/inbox.js", mime: JS, body: include_bytes!("../web/js/inbox.js") },
     Asset { path: "/js/board.js", mime: JS, body: include_bytes!("../web/js/board.js") },
     Asset { path: "/js/about.js", mime: JS, body: include_bytes!("../web/js/about.js") },
+    Asset { path: "/js/saved.js", mime: JS, body: include_bytes!("../web/js/saved.js") },
 ];
 
 /// What the service worker's `VERSION` says in `sw.js` as written; the hub serves it with a

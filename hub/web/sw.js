@@ -55,6 +55,7 @@ const SHELL = [
   '/js/inbox.js',
   '/js/board.js',
   '/js/about.js',
+  '/js/saved.js',
 ];
 
 self.addEventListener('install', (event) => {

@@ -219,6 +219,50 @@ describe('continuity on a bad line', { timeout: 180000 }, () => {
     await context.close();
   });
 
+  it('a conversation opened before is shown from its saved copy while the line is down, marked read-only', async () => {
+    const sid = await ed.newSession(stack.project);
+    await ed.prompt(sid, 'from the editor');
+    const { context, page, errors } = await phonePage();
+    await openSession(page, proxy.base, sid);
+    await until('the service worker to control the page', () => page.evaluate(() => Boolean(navigator.serviceWorker.controller)));
+    await page.fill('#prompt', 'from the phone');
+    await page.click('#send');
+    await page.locator('#transcript .msg.agent', { hasText: 'You said: "from the phone"' }).waitFor();
+    await page.locator('#cancel').waitFor({ state: 'hidden' });
+    const live = await structure(page);
+    // What streamed is saved a moment after it arrived (up to the phone's turn's end record).
+    await until('the saved copy', () => page.evaluate(() => new Promise((resolve) => {
+      const r = indexedDB.open('zcode-acp');
+      // Not there yet: this look must not create it.
+      r.onupgradeneeded = () => r.transaction.abort();
+      r.onsuccess = () => {
+        try {
+          const q = r.result.transaction('conversations').objectStore('conversations').getAll();
+          q.onsuccess = () => { r.result.close(); resolve(q.result.some((c) => c.updates.filter((u) => u.sessionUpdate === '_zcode/turn_end').length === 2)); };
+          q.onerror = () => { r.result.close(); resolve(false); };
+        } catch {
+          r.result.close();
+          resolve(false);
+        }
+      };
+      r.onerror = () => resolve(false);
+    })));
+
+    proxy.cut();
+    await page.reload();
+    await page.locator('.top-note .saved-copy', { hasText: 'read-only until the hub answers' }).waitFor();
+    await page.locator('#transcript .msg.agent', { hasText: 'You said: "from the phone"' }).waitFor();
+    assert.deepEqual(await structure(page), live, 'the saved copy shows what was shown');
+    await page.screenshot({ path: path.join(SHOTS, 'continuity-saved-copy-390.png') });
+
+    proxy.restore();
+    await page.locator('#conn[data-state="open"]').waitFor();
+    await page.locator('.top-note .saved-copy').waitFor({ state: 'detached' });
+    assert.deepEqual(await structure(page), live, 'the re-attach shows the same, nothing twice');
+    assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
+    await context.close();
+  });
+
   it('the installed app opens on its cached shell when the link answers 502 or never answers', async () => {
     const t = await tunnel(stack.port);
     const { context, page } = await phonePage();

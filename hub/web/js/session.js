@@ -12,6 +12,7 @@ import { api, postJson, query, ApiError } from './api.js';
 import { Transcript, stopStatus } from './transcript.js';
 import { composer } from './composer.js';
 import { render as markdown } from './md.js';
+import { savedCopy, saveCopy } from './saved.js';
 
 const TAIL = 50;
 const PAGE = 50;
@@ -148,7 +149,29 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     if (ev.type === 'update' && ev.sid === st.sid) applyUpdate(ev.update);
   }
 
+  /** The saved copy of this conversation follows what is shown (saved a moment after). */
+  function logUpdate(u) {
+    if (!st.log) return;
+    if (u) st.log.updates.push(u);
+    clearTimeout(st.saveTimer);
+    st.saveTimer = setTimeout(() => saveCopy(keptKey('copy', instance, st.sid), st.log.updates, st.log.meta), 1000);
+  }
+
+  /** Shows the saved copy while the line is down and nothing else is shown (read-only, marked). */
+  async function showSaved() {
+    if (!st.sid || st.attached || !t.empty || st.savedShown) return;
+    st.savedShown = true;
+    const copy = await savedCopy(keptKey('copy', instance, st.sid));
+    if (!alive || !copy || st.attached || !t.empty) return;
+    t.attach(copy.updates, copy.meta || {});
+    st.offlineCopy = copy.at;
+    st.follow = true;
+    stick();
+    setTop();
+  }
+
   function applyUpdate(u) {
+    if (!STATE_KINDS.has(u.sessionUpdate)) logUpdate(u);
     if (STATE_KINDS.has(u.sessionUpdate)) return applyState(u);
     if (u.sessionUpdate === TURN_END) return onTurnEnd(u);
     if (u.sessionUpdate === 'user_message_chunk' && !st.myTurn) st.running = true;
@@ -234,8 +257,11 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
         applyResult(result);
         const meta = result.replayMeta || {};
         const messages = replay.filter((u) => !STATE_KINDS.has(u.sessionUpdate));
-        const first = t.empty;
+        const first = t.empty || !!st.offlineCopy;
         const outcome = t.attach(messages, meta);
+        st.offlineCopy = 0;
+        st.log = { updates: messages.slice(), meta };
+        logUpdate(null);
         st.endedTurn = lastEnded(messages, t.turn);
         for (const u of replay) if (STATE_KINDS.has(u.sessionUpdate)) applyState(u);
         st.cursor = meta.cursor || null;
@@ -268,6 +294,11 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
 
   function setTop(text, isError) {
     clear(top);
+    if (!text && st.offlineCopy) {
+      const at = new Date(st.offlineCopy).toLocaleString([], { dateStyle: 'short', timeStyle: 'short', hourCycle: 'h23' });
+      top.append(h('span', { class: 'saved-copy', text: `Saved copy from ${at}, read-only until the hub answers.` }));
+      return;
+    }
     if (text) {
       top.append(h('span', { class: isError ? 'error' : '', text }));
       if (isError) top.append(' ', h('button', { type: 'button', onclick: () => attach() }, 'Retry'));
@@ -320,6 +351,8 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
 
   function start(text) {
     st.cancelling = false;
+    // The bridge never echoes our own prompt to us: the saved copy gets it here.
+    logUpdate({ sessionUpdate: 'user_message_chunk', content: { type: 'text', text } });
     const item = t.localPrompt(text, 'sending…');
     st.myTurn = item;
     st.firstUpdatePending = true;
@@ -419,6 +452,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     app.setConn(s, conn.message, conn.why, conn.downSince);
     // Down, the view is not attached: a prompt typed now waits in the queue for the re-attach.
     if (s !== 'open') st.attached = false;
+    if (s === 'waiting' || s === 'failed') showSaved();
     comp.setEnabled(sendable());
     renderQueue();
     banner.hidden = s === 'open' || s === 'idle';
