@@ -95,14 +95,18 @@ describe('continuity on a bad line', { timeout: 180000 }, () => {
     await stack?.stop();
   });
 
-  /** A phone-size page with the token (and the shortened ping timeout) in its storage. */
-  async function phonePage() {
+  /**
+   * A phone-size page with the token and the shortened ping timeout in its storage (`quietMs`:
+   * how long a quiet line goes unchecked, when a test wants only its own events to check it).
+   */
+  async function phonePage(quietMs = '') {
     const context = await browser.newContext(PHONE);
     context.setDefaultTimeout(WAIT);
-    await context.addInitScript(([t, ping]) => {
+    await context.addInitScript(([t, ping, quiet]) => {
       if (!localStorage.getItem('zcode-acp.token')) localStorage.setItem('zcode-acp.token', t);
       localStorage.setItem('zcode-acp.test.pingTimeoutMs', ping);
-    }, [stack.token, PING_MS]);
+      if (quiet) localStorage.setItem('zcode-acp.test.quietMs', quiet);
+    }, [stack.token, PING_MS, quietMs]);
     const page = await context.newPage();
     return { context, page, errors: watchConsole(page) };
   }
@@ -184,6 +188,28 @@ describe('continuity on a bad line', { timeout: 180000 }, () => {
     await page.click('#send');
     await page.locator('#transcript .msg.agent', { hasText: 'You said: "after the stall"' }).waitFor();
     assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
+    await context.close();
+  });
+
+  it('the line is checked at once when the browser says the network is back, and when the page shows again', async () => {
+    const sid = await ed.newSession(stack.project);
+    await ed.prompt(sid, 'before the stall');
+    // A quiet line is never checked by the timer here: only the events can notice the stall.
+    const { context, page } = await phonePage('3600000');
+    await openSession(page, proxy.base, sid);
+    await page.locator('#conn[data-state="open"]').waitFor();
+    for (const fire of [
+      () => context.setOffline(true).then(() => context.setOffline(false)),
+      () => page.evaluate(() => document.dispatchEvent(new Event('visibilitychange'))),
+    ]) {
+      assert.ok(proxy.stall() > 0, 'the page had its connections open');
+      await fire();
+      await page.locator('#conn:not([data-state="open"])').waitFor();
+      await page.locator('#conn[data-state="open"]').waitFor();
+    }
+    await page.fill('#prompt', 'after the checks');
+    await page.click('#send');
+    await page.locator('#transcript .msg.agent', { hasText: 'You said: "after the checks"' }).waitFor();
     await context.close();
   });
 

@@ -35,8 +35,8 @@ const BACKOFF_VISIBLE_MS = 5000;
  * the browser tests shorten it with localStorage `zcode-acp.test.pingTimeoutMs`.
  */
 const PING_TIMEOUT_MS = knob('zcode-acp.test.pingTimeoutMs', 10000);
-/** How long the line may stay quiet before it is checked. */
-const QUIET_MS = Math.min(5000, PING_TIMEOUT_MS);
+/** How long the line may stay quiet before it is checked (test-only knob: `zcode-acp.test.quietMs`). */
+const QUIET_MS = knob('zcode-acp.test.quietMs', Math.min(5000, PING_TIMEOUT_MS));
 
 /** A test-only number from localStorage (`fallback` when unset or not a positive number). */
 function knob(key, fallback) {
@@ -466,7 +466,7 @@ export const pool = {
 // The line is checked while the page is visible, and at once when it shows again or the
 // browser says the network is back (a reconnect starts at once then, whatever the backoff).
 if (typeof window !== 'undefined') {
-  setInterval(() => { for (const c of pool.conns.values()) c.check(); }, Math.max(250, QUIET_MS / 2));
+  setInterval(() => { for (const c of pool.conns.values()) c.check(); }, Math.min(2500, Math.max(250, QUIET_MS / 2)));
   window.addEventListener('online', () => pool.wake());
   document.addEventListener('visibilitychange', () => { if (visible()) pool.wake(); });
 }
