@@ -285,6 +285,23 @@ describe('continuity on a bad line', { timeout: 180000 }, () => {
     await page.locator('#conn[data-state="open"]').waitFor();
     await page.locator('.top-note .saved-copy').waitFor({ state: 'detached' });
     assert.deepEqual(await structure(page), live, 'the re-attach shows the same, nothing twice');
+
+    // A deleted session leaves nothing on the device.
+    await page.fill('#prompt', 'a draft of a doomed session');
+    await page.click('#more summary');
+    await page.click('#delete-btn');
+    await page.click('dialog button[value="ok"]');
+    await page.waitForURL((u) => new URL(u).pathname === '/');
+    await until('the saved copy and the draft gone', () => page.evaluate((key) => new Promise((resolve) => {
+      if (Object.keys(localStorage).some((k) => k.endsWith(key))) return resolve(false);
+      const r = indexedDB.open('zcode-acp');
+      r.onsuccess = () => {
+        const q = r.result.transaction('conversations').objectStore('conversations').getAllKeys();
+        q.onsuccess = () => { r.result.close(); resolve(!q.result.some((k) => k.endsWith(key))); };
+        q.onerror = () => { r.result.close(); resolve(false); };
+      };
+      r.onerror = () => resolve(false);
+    }), `/${sid}`));
     assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
     await context.close();
   });

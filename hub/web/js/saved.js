@@ -66,3 +66,13 @@ export async function saveCopy(key, updates, meta) {
     // No storage (private mode, quota): nothing is kept, and nothing else changes.
   }
 }
+
+/** Forgets `key`'s copy (its session was deleted). Never throws. */
+export async function forgetCopy(key) {
+  try {
+    const d = await open();
+    await done(d.transaction(STORE, 'readwrite').objectStore(STORE).delete(key));
+  } catch {
+    // Nothing kept, or no storage.
+  }
+}

@@ -12,9 +12,10 @@ import { api, postJson, query, ApiError } from './api.js';
 import { Transcript, stopStatus } from './transcript.js';
 import { composer } from './composer.js';
 import { render as markdown } from './md.js';
-import { savedCopy, saveCopy } from './saved.js';
+import { savedCopy, saveCopy, forgetCopy } from './saved.js';
 
 const TAIL = 50;
+const TEXT_CHUNKS = new Set(['user_message_chunk', 'agent_message_chunk', 'agent_thought_chunk']);
 const PAGE = 50;
 // Whether another device's turn runs is seen from its echoed prompt, and its end from the
 // bridge's turn-end record (`_zcode/turn_end`); the status route is asked once per attach,
@@ -152,7 +153,13 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   /** The saved copy of this conversation follows what is shown (saved a moment after). */
   function logUpdate(u) {
     if (!st.log) return;
-    if (u) st.log.updates.push(u);
+    const list = st.log.updates;
+    const last = list[list.length - 1];
+    // A streamed message's chunks are kept as one (as the journal merges them).
+    if (u && last && TEXT_CHUNKS.has(u.sessionUpdate) && u.sessionUpdate === last.sessionUpdate && u.messageId
+      && u.messageId === last.messageId && u.content?.type === 'text' && last.content?.type === 'text') {
+      list[list.length - 1] = { ...last, content: { ...last.content, text: last.content.text + u.content.text } };
+    } else if (u) list.push(u);
     clearTimeout(st.saveTimer);
     st.saveTimer = setTimeout(() => saveCopy(keptKey('copy', instance, st.sid), st.log.updates, st.log.meta), 1000);
   }
@@ -608,6 +615,11 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
           // Gone: leaving the view must not watch it (nor a reconnect re-attach it).
           st.deleted = true;
           conn.unwatch(st.sid);
+          // Nothing of it stays on this device either.
+          clearTimeout(st.saveTimer);
+          st.log = null;
+          forgetCopy(keptKey('copy', instance, st.sid));
+          for (const kind of ['draft', 'queue']) keep(keptKey(kind, instance, st.sid), '');
           toast('Session deleted.');
           app.navigate('/');
           return '';
