@@ -89,27 +89,39 @@ const ASSETS: &[Asset] = &[
     Asset { path: "/js/inbox.js", mime: JS, body: include_bytes!("../web/js/inbox.js") },
     Asset { path: "/js/board.js", mime: JS, body: include_bytes!("../web/js/board.js") },
     Asset { path: "/js/about.js", mime: JS, body: include_bytes!("../web/js/about.js") },
+    Asset { path: "/js/saved.js", mime: JS, body: include_bytes!("../web/js/saved.js") },
 ];
 
-/// The strong validator of each asset, in [`ASSETS`] order.
+/// What the service worker's `VERSION` says in `sw.js` as written; the hub serves it with a
+/// fingerprint of every other asset there, so the worker's cache is per build of the client.
+const SW_VERSION: &str = "__ZCODE_WEB_VERSION__";
+
+/// A hex prefix of the SHA-256 of `body` (a binary body is hashed as its hex: lossless).
+fn digest_hex(body: &[u8]) -> String {
+    let d = match std::str::from_utf8(body) {
+        Ok(text) => zcode_shared::token::digest(text),
+        Err(_) => zcode_shared::token::digest(&body.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+    };
+    d.iter().take(10).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes served for `asset`: its own, but `sw.js` with this build's version filled in.
+fn body_of(asset: &Asset) -> &'static [u8] {
+    static SW: OnceLock<Vec<u8>> = OnceLock::new();
+    if asset.path != "/sw.js" {
+        return asset.body;
+    }
+    SW.get_or_init(|| {
+        let all: String = ASSETS.iter().filter(|a| a.path != "/sw.js").map(|a| digest_hex(a.body)).collect();
+        let text = std::str::from_utf8(asset.body).expect("sw.js is UTF-8");
+        text.replace(SW_VERSION, &digest_hex(all.as_bytes())).into_bytes()
+    })
+}
+
+/// The strong validator of each asset (of the bytes served), in [`ASSETS`] order.
 fn etags() -> &'static [String] {
     static TAGS: OnceLock<Vec<String>> = OnceLock::new();
-    TAGS.get_or_init(|| {
-        ASSETS
-            .iter()
-            .map(|a| {
-                // The digest takes text: a binary asset is hashed as its hex (lossless).
-                let d = match std::str::from_utf8(a.body) {
-                    Ok(text) => zcode_shared::token::digest(text),
-                    Err(_) => zcode_shared::token::digest(
-                        &a.body.iter().map(|b| format!("{b:02x}")).collect::<String>(),
-                    ),
-                };
-                let hex: String = d.iter().take(10).map(|b| format!("{b:02x}")).collect();
-                format!("\"{hex}\"")
-            })
-            .collect()
-    })
+    TAGS.get_or_init(|| ASSETS.iter().map(|a| format!("\"{}\"", digest_hex(body_of(a)))).collect())
 }
 
 /// The total size of the client, in bytes (what a first visit downloads, uncompressed).
@@ -145,14 +157,14 @@ pub fn serve(method: &Method, path: &str, if_none_match: Option<&HeaderValue>) -
     } else if method == Method::HEAD {
         (StatusCode::OK, full(""))
     } else {
-        (StatusCode::OK, full(asset.body))
+        (StatusCode::OK, full(body_of(asset)))
     };
     let mut r = Response::new(body);
     *r.status_mut() = status;
     let h = r.headers_mut();
     if status == StatusCode::OK {
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static(asset.mime));
-        h.insert(header::CONTENT_LENGTH, HeaderValue::from(asset.body.len()));
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(body_of(asset).len()));
     }
     if let Ok(v) = HeaderValue::from_str(etag) {
         h.insert(header::ETAG, v);
@@ -294,6 +306,18 @@ mod tests {
         let csp = sw.headers()[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
         assert!(csp.contains("worker-src 'self'") && csp.contains("manifest-src 'self'"), "{csp}");
         assert_eq!(serve(&Method::GET, "/icons/missing.png", None).unwrap().status(), StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn the_service_worker_is_served_with_this_builds_version() {
+        let r = serve(&Method::GET, "/sw.js", None).unwrap();
+        let etag = r.headers()[header::ETAG].to_str().unwrap().to_owned();
+        let sw = body(r).await;
+        assert!(!sw.contains(SW_VERSION), "the placeholder is filled in");
+        let version = sw.split("const VERSION = '").nth(1).and_then(|v| v.split('\'').next()).unwrap();
+        assert!(version.len() == 20 && version.chars().all(|c| c.is_ascii_hexdigit()), "{version}");
+        // The validator is the served bytes': a new version is a new worker to the browser.
+        assert_eq!(etag, format!("\"{}\"", digest_hex(sw.as_bytes())));
     }
 
     #[test]

@@ -1,10 +1,14 @@
 // The service worker: the app shell offline, and Web Push notifications.
 //
-// Shell: every asset of the client is cached at install. Requests for it go to the network
-// first (so an updated hub is seen at once; the hub answers 304 while nothing changed) and fall
-// back to the cache when the hub cannot be reached, so the app still opens and its own error
-// UI says the hub is unreachable. The API and the ACP socket are never cached or answered here:
-// they always reach the hub, or fail.
+// Shell: every asset of the client is cached at install, in a cache named after this build of
+// the client (the hub writes a fingerprint of its assets into VERSION when it serves this
+// file): a hub with another client serves another worker, which the browser installs (fetching
+// the new assets) and which drops the old cache. So the assets are served from the cache first,
+// and a start with no answering network (a dead tunnel, one that accepts and never answers, one
+// that answers its own "502" page) opens the app at once; its own error UI then says the hub
+// is unreachable. Only what is not in the shell goes to the network, and a response that is
+// not a 2xx is never kept. The API and the ACP socket are never cached or answered here: they
+// always reach the hub, or fail.
 //
 // Push: the hub sends a small JSON payload, {title, body, url, tag}; the `push` handler shows
 // it as a system notification, and a click opens (or focuses) the session it names. Nothing
@@ -15,7 +19,9 @@
 // holds the token the hub's route needs: every open window is told at once, and the renewal is
 // also kept in a small cache so a window opened later sends it (push.js).
 
-const CACHE = 'zcode-acp-shell-v1';
+/** This build of the client (written by the hub; the placeholder when served from elsewhere). */
+const VERSION = '__ZCODE_WEB_VERSION__';
+const CACHE = `zcode-acp-shell-${VERSION}`;
 /** What the worker hands to a page that opens later (a renewed subscription); kept across versions. */
 const STATE = 'zcode-acp-state';
 /** The key, in STATE, of a renewal no page has sent to the hub yet. */
@@ -49,10 +55,8 @@ const SHELL = [
   '/js/inbox.js',
   '/js/board.js',
   '/js/about.js',
+  '/js/saved.js',
 ];
-// How long a request for the shell waits for the hub before the cached copy is used (a tunnel
-// that hangs rather than refuses).
-const NETWORK_MS = 4000;
 
 self.addEventListener('install', (event) => {
   event.waitUntil((async () => {
@@ -84,27 +88,17 @@ self.addEventListener('fetch', (event) => {
   event.respondWith(shell(req, key));
 });
 
-/** The network's answer for `req`, kept as `key`; the cached copy when the hub is unreachable. */
+/**
+ * The cached copy of `key` (an asset of this build); the network's answer when there is none,
+ * kept only when it is a 2xx of this origin (never a tunnel's error page).
+ */
 async function shell(req, key) {
   const cache = await caches.open(CACHE);
-  let timer;
-  const late = new Promise((resolve) => { timer = setTimeout(resolve, NETWORK_MS, null); });
-  const net = fetch(req).then((resp) => {
-    if (resp.ok && resp.type === 'basic') cache.put(key, resp.clone()).catch(() => {});
-    return resp;
-  });
-  try {
-    const first = await Promise.race([net, late]);
-    if (first) return first;
-    const cached = await cache.match(key);
-    return cached || await net;
-  } catch (e) {
-    const cached = await cache.match(key);
-    if (cached) return cached;
-    throw e;
-  } finally {
-    clearTimeout(timer);
-  }
+  const cached = await cache.match(key);
+  if (cached) return cached;
+  const resp = await fetch(req);
+  if (resp.ok && resp.type === 'basic') await cache.put(key, resp.clone()).catch(() => {});
+  return resp;
 }
 
 /** The notification a push payload asks for; a payload that is not the hub's JSON still says something. */

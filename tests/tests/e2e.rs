@@ -34,6 +34,7 @@ mod journal_locked;
 mod lifecycle;
 mod listing;
 mod log_context;
+mod ping;
 mod projects;
 mod prompt_queue;
 mod python_sdk;

@@ -33,6 +33,10 @@ impl Router {
         if msg.method() == "initialize" {
             return self.on_initialize(client, &id, &msg);
         }
+        // A remote client's liveness check: answered here at once, whatever the agent does.
+        if msg.method() == "$/ping" {
+            return self.clients.reply(client, &id, Ok(json!({})));
+        }
         if c.init != Init::Done {
             let err = RpcError::new(
                 jsonrpc::INVALID_REQUEST,

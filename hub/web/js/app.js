@@ -55,19 +55,22 @@ export const app = {
    * The header's connection indicator: state open | connecting (also `idle`: not started
    * yet) | waiting | failed | unpaired. Every screen sets it: a session from its WebSocket,
    * home, files, settings, hooks and usage from their last request to the hub, pairing as
-   * `unpaired`.
+   * `unpaired`. `since`: when an open connection was lost (a session's), so the pill says
+   * "reconnecting…" and "offline since 12:03" rather than a fresh start's words.
    */
-  setConn(state, message, why) {
+  setConn(state, message, why, since = 0) {
     const c = $('#conn');
     c.dataset.state = state;
     c.dataset.why = why || '';
+    const at = since ? new Date(since).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', hourCycle: 'h23' }) : '';
     const label = state === 'open' ? 'online'
-      : state === 'connecting' || state === 'idle' ? 'connecting'
+      : state === 'connecting' || state === 'idle' ? (since ? 'reconnecting…' : 'connecting')
         : state === 'unpaired' ? 'not paired'
           : why === 'auth' ? 'token rejected'
             : why === 'gone' ? 'instance gone'
               : why === 'agent' ? 'agent down'
-              : why === 'down' ? 'hub offline' : 'offline';
+              // Short enough for a phone's header; the detail says why.
+              : at ? `offline since ${at}` : why === 'down' ? 'hub offline' : 'offline';
     c.textContent = label;
     c.dataset.detail = message || label;
     c.setAttribute('aria-label', `Connection: ${message || label}`);

@@ -2,10 +2,17 @@
 // `initialize` first. The token rides the subprotocol list (`zcode-acp`, and
 // `zcode-acp.token.<base64url of the token>`; the hub answers `zcode-acp`), never the URL: a
 // tunnel logs URLs, and a browser cannot set headers on a WebSocket. It reconnects by itself
-// with a backoff (0.5 s doubling to 15 s, reset by a successful initialize) and, when a
-// connection fails, asks the hub why: a stopped hub, an instance that is gone and a rejected
-// token each end in their own state. An `initialize` the bridge refuses (its agent cannot
-// start: "claude: command not found: …") is said in those words, and retried like the rest.
+// with a backoff (0.5 s doubling to 5 s while the page is visible, 15 s while hidden; reset by
+// a successful initialize; at once on the browser's `online` event and when the page shows
+// again) and, when a connection fails, asks the hub why: a stopped hub, an instance that is
+// gone and a rejected token each end in their own state. An `initialize` the bridge refuses
+// (its agent cannot start: "claude: command not found: …") is said in those words, and
+// retried like the rest.
+//
+// A stalled line (open, nothing moving) is noticed: while the page is visible and nothing has
+// arrived for a while, the client sends `$/ping` (the bridge answers `{}` at once, whatever its
+// agent does; any answer counts) and treats no answer within PING_TIMEOUT_MS as a drop. It
+// pings at once when the page becomes visible and on `online`.
 //
 // Replays: while a `session/load` or `session/load_earlier` is in flight, that session's
 // updates are collected rather than dispatched; the bridge sends the replay batch right before
@@ -21,6 +28,24 @@ const SUBPROTOCOL = 'zcode-acp';
 const TOKEN_PREFIX = 'zcode-acp.token.';
 const BACKOFF_MIN_MS = 500;
 const BACKOFF_MAX_MS = 15000;
+/** The longest wait between attempts while the page is visible. */
+const BACKOFF_VISIBLE_MS = 5000;
+/**
+ * How long a `$/ping` may wait for its answer before the line counts as dropped. Test-only:
+ * the browser tests shorten it with localStorage `zcode-acp.test.pingTimeoutMs`.
+ */
+const PING_TIMEOUT_MS = knob('zcode-acp.test.pingTimeoutMs', 10000);
+/** How long the line may stay quiet before it is checked (test-only knob: `zcode-acp.test.quietMs`). */
+const QUIET_MS = knob('zcode-acp.test.quietMs', Math.min(5000, PING_TIMEOUT_MS));
+
+/** A test-only number from localStorage (`fallback` when unset or not a positive number). */
+function knob(key, fallback) {
+  let v = NaN;
+  try { v = Number(localStorage.getItem(key)); } catch { /* no storage */ }
+  return Number.isFinite(v) && v > 0 ? v : fallback;
+}
+
+const visible = () => typeof document === 'undefined' || document.visibilityState !== 'hidden';
 /**
  * How long after the hub answers again an instance it does not list is still awaited: a hub
  * that (re)started knows its bridges only as they re-register, every 10 s (the contract).
@@ -68,6 +93,9 @@ export class Conn {
     this.retryAt = 0;
     this.hubLost = false; // the hub did not answer (or something else did) during this outage
     this.hubBack = 0; // when it answered again after that
+    this.downSince = 0; // when the last open connection was lost (0: not lost since)
+    this.heard = 0; // when the open connection last carried anything
+    this.pinging = false;
     this.ws = null;
     this.nextId = 1;
     this.calls = new Map();
@@ -146,6 +174,8 @@ export class Conn {
         this.attempt = 0;
         this.hubLost = false;
         this.hubBack = 0;
+        this.downSince = 0;
+        this.heard = Date.now();
         this.setState('open', 'Connected');
         for (const [sid, cwd] of this.watched) if (sid !== this.viewing) this.attachQuietly(sid, cwd);
         this.emit({ type: 'open' });
@@ -156,17 +186,43 @@ export class Conn {
           this.agentError = e.message;
           this.refused = true;
         }
-        ws.close();
+        this.lost(ws, 'the connection to the hub was lost');
       });
     };
-    ws.onmessage = (e) => this.receive(e.data);
-    ws.onclose = () => {
-      if (this.ws !== ws) return;
-      this.ws = null;
-      this.dropCalls(opened ? 'the connection to the hub was lost' : 'could not connect');
-      if (this.state === 'closed') return;
-      this.failed();
+    ws.onmessage = (e) => {
+      this.heard = Date.now();
+      this.receive(e.data);
     };
+    ws.onclose = () => this.lost(ws, opened ? 'the connection to the hub was lost' : 'could not connect');
+  }
+
+  /** `ws` is over (closed, or stalled): every call on it fails, and the next attempt starts. */
+  lost(ws, why) {
+    if (this.ws !== ws) return;
+    this.ws = null;
+    ws.onclose = null;
+    ws.onmessage = null;
+    // A stalled socket's close handshake may never end: it is not waited for.
+    try { ws.close(); } catch { /* closed already */ }
+    if (this.state === 'open' && !this.downSince) this.downSince = Date.now();
+    this.dropCalls(why);
+    if (this.state === 'closed') return;
+    this.failed();
+  }
+
+  /**
+   * Checks the open line: `$/ping`, a drop when no answer comes in time. `force`: even if
+   * something arrived lately (the page was hidden, the network came back).
+   */
+  check(force = false) {
+    const ws = this.ws;
+    if (this.state !== 'open' || !ws || this.pinging || !visible()) return;
+    if (!force && Date.now() - this.heard < QUIET_MS) return;
+    this.pinging = true;
+    this.call('$/ping', {}, PING_TIMEOUT_MS).catch((e) => {
+      // An error answer is an answer; only silence (or the call cut) says the line is gone.
+      if (e instanceof RpcError && e.code === -32098) this.lost(ws, 'the connection to the hub stalled');
+    }).finally(() => { this.pinging = false; });
   }
 
   /** The connection ended: find out why, then retry or give up. */
@@ -183,7 +239,7 @@ export class Conn {
     if (d.why === 'gone') return this.setState('failed', d.message, 'gone');
     const agent = this.refused && d.why !== 'down' && d.why !== 'garbage';
     if (!agent) this.agentError = '';
-    const delay = Math.min(BACKOFF_MAX_MS, BACKOFF_MIN_MS * 2 ** this.attempt);
+    const delay = Math.min(visible() ? BACKOFF_VISIBLE_MS : BACKOFF_MAX_MS, BACKOFF_MIN_MS * 2 ** this.attempt);
     this.attempt++;
     this.retryAt = Date.now() + delay;
     const why = agent ? `${this.agentText()}\n`
@@ -376,6 +432,16 @@ export class Conn {
 
 /** The connections of this page, one per instance. */
 export const pool = {
+  /** Checks every open line now, and retries every waiting one (the network is back, the page shows). */
+  wake() {
+    for (const c of this.conns.values()) {
+      if (c.state === 'open') c.check(true);
+      else if (c.state === 'waiting') {
+        c.attempt = 0;
+        c.retryNow();
+      }
+    }
+  },
   conns: new Map(),
   /** Called when any connection's pending requests change (set by push.js). */
   onPending: null,
@@ -396,3 +462,11 @@ export const pool = {
     this.conns.delete(String(id));
   },
 };
+
+// The line is checked while the page is visible, and at once when it shows again or the
+// browser says the network is back (a reconnect starts at once then, whatever the backoff).
+if (typeof window !== 'undefined') {
+  setInterval(() => { for (const c of pool.conns.values()) c.check(); }, Math.min(2500, Math.max(250, QUIET_MS / 2)));
+  window.addEventListener('online', () => pool.wake());
+  document.addEventListener('visibilitychange', () => { if (visible()) pool.wake(); });
+}

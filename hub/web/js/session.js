@@ -2,7 +2,9 @@
 // `session/load_earlier` when scrolled to the top, stream live updates, answer permissions and
 // elicitations, send, queue and cancel prompts, switch modes and config options, and rename,
 // close or delete the session. It re-attaches after every reconnect (see transcript.js for
-// how the re-attach avoids duplicates).
+// how the re-attach avoids duplicates). Its draft and its queued prompts are kept per session
+// in localStorage (across navigation and reload): a prompt sent while the line is down waits
+// in the queue ("will send when back", removable) and goes, in order, once re-attached.
 
 import { h, clear, toast, modal, $ } from './dom.js';
 import { pool, STATE_KINDS, TURN_END } from './conn.js';
@@ -10,8 +12,10 @@ import { api, postJson, query, ApiError } from './api.js';
 import { Transcript, stopStatus } from './transcript.js';
 import { composer } from './composer.js';
 import { render as markdown } from './md.js';
+import { savedCopy, saveCopy, forgetCopy } from './saved.js';
 
 const TAIL = 50;
+const TEXT_CHUNKS = new Set(['user_message_chunk', 'agent_message_chunk', 'agent_thought_chunk']);
 const PAGE = 50;
 // Whether another device's turn runs is seen from its echoed prompt, and its end from the
 // bridge's turn-end record (`_zcode/turn_end`); the status route is asked once per attach,
@@ -21,6 +25,28 @@ const PAGE = 50;
 function lastEnded(messages, turn) {
   const last = messages[messages.length - 1];
   return last && last.sessionUpdate === TURN_END ? turn : -1;
+}
+
+/**
+ * What the page keeps of a session across navigation and reload (localStorage): its draft, and
+ * the prompts queued while the line was down or a turn ran (sent in order once it is back).
+ */
+const keptKey = (kind, instance, sid) => `zcode-acp.${kind}.${instance}/${sid}`;
+
+function kept(key, fallback) {
+  try {
+    const v = JSON.parse(localStorage.getItem(key));
+    return typeof v === typeof fallback && Array.isArray(v) === Array.isArray(fallback) ? v : fallback;
+  } catch {
+    return fallback;
+  }
+}
+
+function keep(key, value) {
+  try {
+    if (!value || !value.length) localStorage.removeItem(key);
+    else localStorage.setItem(key, JSON.stringify(value));
+  } catch { /* storage full or refused: kept for this page only */ }
 }
 
 /** Human messages for the lifecycle routes' errors (the contract's status codes). */
@@ -58,6 +84,11 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   const queueBox = h('ul', { class: 'queue', 'aria-label': 'Queued prompts', hidden: true });
   const toolbar = h('div', { class: 'toolbar' });
   const comp = composer({ onSend: (text) => send(text), onCancel: () => cancelTurn() });
+  if (sid) {
+    st.queue = kept(keptKey('queue', instance, sid), []).filter((q) => typeof q === 'string');
+    comp.setText(kept(keptKey('draft', instance, sid), ''));
+  }
+  comp.input.addEventListener('input', () => keepDraft());
   const view = h('div', { class: 'session-view' }, toolbar, banner, scroller, said, requests, queueBox, comp.node);
   clear(root, view);
   app.setTitle(st.title || 'Session');
@@ -74,7 +105,21 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   resized.observe(scroller);
   let alive = true;
   renderToolbar();
+  renderQueue();
   if (prompt) send(prompt); // the first prompt of a session the new-session view created
+
+  function keepDraft() {
+    if (st.sid) keep(keptKey('draft', instance, st.sid), comp.input.value);
+  }
+
+  /**
+   * Whether Send takes a prompt: once attached (a prompt typed while the line is down waits in
+   * the queue), and after a first connection failed (a reload while offline); not while a
+   * first attach is still under way.
+   */
+  function sendable() {
+    return st.attached || st.everAttached || !['open', 'connecting', 'idle'].includes(conn.state);
+  }
 
   function filesUrl(path) {
     return `/f/${encodeURIComponent(instance)}/${encodeURIComponent(st.sid || '')}${query({ cwd: st.cwd, file: path })}`;
@@ -105,7 +150,35 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     if (ev.type === 'update' && ev.sid === st.sid) applyUpdate(ev.update);
   }
 
+  /** The saved copy of this conversation follows what is shown (saved a moment after). */
+  function logUpdate(u) {
+    if (!st.log) return;
+    const list = st.log.updates;
+    const last = list[list.length - 1];
+    // A streamed message's chunks are kept as one (as the journal merges them).
+    if (u && last && TEXT_CHUNKS.has(u.sessionUpdate) && u.sessionUpdate === last.sessionUpdate && u.messageId
+      && u.messageId === last.messageId && u.content?.type === 'text' && last.content?.type === 'text') {
+      list[list.length - 1] = { ...last, content: { ...last.content, text: last.content.text + u.content.text } };
+    } else if (u) list.push(u);
+    clearTimeout(st.saveTimer);
+    st.saveTimer = setTimeout(() => saveCopy(keptKey('copy', instance, st.sid), st.log.updates, st.log.meta), 1000);
+  }
+
+  /** Shows the saved copy while the line is down and nothing else is shown (read-only, marked). */
+  async function showSaved() {
+    if (!st.sid || st.attached || !t.empty || st.savedShown) return;
+    st.savedShown = true;
+    const copy = await savedCopy(keptKey('copy', instance, st.sid));
+    if (!alive || !copy || st.attached || !t.empty) return;
+    t.attach(copy.updates, copy.meta || {});
+    st.offlineCopy = copy.at;
+    st.follow = true;
+    stick();
+    setTop();
+  }
+
   function applyUpdate(u) {
+    if (!STATE_KINDS.has(u.sessionUpdate)) logUpdate(u);
     if (STATE_KINDS.has(u.sessionUpdate)) return applyState(u);
     if (u.sessionUpdate === TURN_END) return onTurnEnd(u);
     if (u.sessionUpdate === 'user_message_chunk' && !st.myTurn) st.running = true;
@@ -173,7 +246,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
 
   async function attach() {
     st.attached = false;
-    comp.setEnabled(false);
+    comp.setEnabled(sendable());
     try {
       if (!st.sid) {
         top.textContent = 'Starting a new session…';
@@ -191,16 +264,30 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
         applyResult(result);
         const meta = result.replayMeta || {};
         const messages = replay.filter((u) => !STATE_KINDS.has(u.sessionUpdate));
+        const first = t.empty || !!st.offlineCopy;
         const outcome = t.attach(messages, meta);
+        st.offlineCopy = 0;
+        st.log = { updates: messages.slice(), meta };
+        logUpdate(null);
         st.endedTurn = lastEnded(messages, t.turn);
         for (const u of replay) if (STATE_KINDS.has(u.sessionUpdate)) applyState(u);
         st.cursor = meta.cursor || null;
         st.hasMore = !!meta.hasMore;
-        if (outcome === 'changed') { st.follow = true; stick(); }
+        // A re-attach leaves a reader who scrolled up where they are (the nodes it keeps stay).
+        if (outcome === 'changed') {
+          if (first) st.follow = true;
+          stick();
+        }
         setTop();
       }
       await checkRunning();
       st.attached = true;
+      st.everAttached = true;
+      renderQueue();
+      if (st.cancelQueued) {
+        st.cancelQueued = false;
+        if (st.running || st.myTurn) cancelTurn();
+      }
       comp.setEnabled(true);
       renderRequests();
       updateButtons();
@@ -214,6 +301,11 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
 
   function setTop(text, isError) {
     clear(top);
+    if (!text && st.offlineCopy) {
+      const at = new Date(st.offlineCopy).toLocaleString([], { dateStyle: 'short', timeStyle: 'short', hourCycle: 'h23' });
+      top.append(h('span', { class: 'saved-copy', text: `Saved copy from ${at}, read-only until the hub answers.` }));
+      return;
+    }
     if (text) {
       top.append(h('span', { class: isError ? 'error' : '', text }));
       if (isError) top.append(' ', h('button', { type: 'button', onclick: () => attach() }, 'Retry'));
@@ -254,6 +346,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   }
 
   function send(text) {
+    keepDraft();
     if (!st.attached || st.myTurn || st.running || st.queue.length) {
       st.queue.push(text);
       renderQueue();
@@ -264,6 +357,9 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   }
 
   function start(text) {
+    st.cancelling = false;
+    // The bridge never echoes our own prompt to us: the saved copy gets it here.
+    logUpdate({ sessionUpdate: 'user_message_chunk', content: { type: 'text', text } });
     const item = t.localPrompt(text, 'sending…');
     st.myTurn = item;
     st.firstUpdatePending = true;
@@ -277,6 +373,8 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     }, (e) => {
       if (e.code === -32099) {
         t.setStatus(item, 'not confirmed: the connection dropped while it ran');
+        // The turn goes on at the bridge: Stop stays until the re-attach says it is over.
+        if (t.turn === item.turn) st.running = true;
       } else {
         t.setStatus(item, `not completed: ${e.message}`);
       }
@@ -295,14 +393,24 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   }
 
   function renderQueue() {
+    if (st.sid) keep(keptKey('queue', instance, st.sid), st.queue);
     clear(queueBox);
     queueBox.hidden = !st.queue.length;
+    const back = st.attached && conn.state === 'open';
     st.queue.forEach((text, i) => queueBox.append(h('li', { class: 'queued' },
-      h('span', { class: 'badge', text: 'queued' }), h('span', { class: 'plain', text }),
+      h('span', { class: 'badge', text: back ? 'queued' : 'will send when back' }), h('span', { class: 'plain', text }),
       h('button', { type: 'button', class: 'link', 'aria-label': 'Remove from the queue', onclick: () => { st.queue.splice(i, 1); renderQueue(); } }, '×'))));
   }
 
   function cancelTurn() {
+    if (conn.state !== 'open' || !st.attached) {
+      // Sent when the line is back (after the re-attach, if the turn still runs then).
+      st.cancelQueued = true;
+      st.cancelling = true;
+      updateButtons();
+      say('The turn stops when the connection is back.');
+      return;
+    }
     try {
       conn.notify('session/cancel', { sessionId: st.sid });
       // Said in place (the Stop button, the status region), not by a toast over the transcript.
@@ -333,7 +441,10 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     if (!alive || st.myTurn) return;
     st.running = running && !(st.endedTurn >= t.turn);
     if (st.running) t.reopenTurn();
-    else t.endTurn(null);
+    else {
+      t.endTurn(null);
+      st.cancelling = false;
+    }
     updateButtons();
   }
 
@@ -345,7 +456,12 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
 
   function showConn() {
     const s = conn.state;
-    app.setConn(s, conn.message, conn.why);
+    app.setConn(s, conn.message, conn.why, conn.downSince);
+    // Down, the view is not attached: a prompt typed now waits in the queue for the re-attach.
+    if (s !== 'open') st.attached = false;
+    if (s === 'waiting' || s === 'failed') showSaved();
+    comp.setEnabled(sendable());
+    renderQueue();
     banner.hidden = s === 'open' || s === 'idle';
     clear(banner);
     if (banner.hidden) return;
@@ -357,7 +473,6 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     }
     if (conn.why === 'auth') banner.append(' ', h('button', { type: 'button', onclick: () => app.pair(conn.message) }, 'Pair again'));
     if (conn.why === 'gone') banner.append(' ', h('button', { type: 'button', onclick: () => app.navigate('/') }, 'Back to the list'));
-    if (s !== 'open') comp.setEnabled(false);
   }
 
   function renderRequests() {
@@ -500,6 +615,11 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
           // Gone: leaving the view must not watch it (nor a reconnect re-attach it).
           st.deleted = true;
           conn.unwatch(st.sid);
+          // Nothing of it stays on this device either.
+          clearTimeout(st.saveTimer);
+          st.log = null;
+          forgetCopy(keptKey('copy', instance, st.sid));
+          for (const kind of ['draft', 'queue']) keep(keptKey(kind, instance, st.sid), '');
           toast('Session deleted.');
           app.navigate('/');
           return '';

@@ -5,8 +5,8 @@
 // Turn numbers are what make a re-attach exact: a tail replay covers the last `replayedTurns`
 // of `totalTurns` turns, so everything shown from turn `totalTurns - replayedTurns + 1` on is
 // replaced by the replay and everything older is kept: nothing is shown twice, whatever
-// happened while the connection was down. When `lastMessageId` and the turn count say nothing
-// changed, nothing is touched.
+// happened while the connection was down (a message streamed meanwhile included: it keeps its
+// id while it grows). When the replay shows exactly what is shown, nothing is touched.
 //
 // Live equals replay: items are merged by the journal's rules (docs/ARCHITECTURE.md, "Replay
 // equals the live stream"), so a turn watched live shows the same cards in the same order as
@@ -84,12 +84,13 @@ export class Transcript {
 
   /**
    * Shows a `session/load` replay: the first time, all of it; on a re-attach, the turns it
-   * covers replace what is shown of them. Returns 'same' when nothing had changed.
+   * covers replace what is shown of them (a message that grew while the line was down keeps
+   * its id, so the replay is always applied, never judged by its last id). An item the replay
+   * still has keeps its node, patched in place. Returns 'same' when nothing shown changed.
    */
   attach(updates, meta) {
     const total = Number(meta.totalTurns);
     const replayed = Number(meta.replayedTurns);
-    if (!this.empty && meta.lastMessageId && meta.lastMessageId === this.lastId && total === this.turn) return 'same';
     const built = build(updates);
     const firstIsUser = built.length > 0 && built[0].kind === 'user';
     const base = Number.isFinite(total) && Number.isFinite(replayed) ? total - replayed : 0;
@@ -101,12 +102,26 @@ export class Transcript {
     }
     const firstTurn = firstIsUser ? base + 1 : base;
     const keep = this.empty ? [] : this.items.filter((it) => it.turn < firstTurn && !built.some((b) => b.key === it.key));
-    for (const it of this.items) if (!keep.includes(it) && it.node) it.node.remove();
+    const old = new Map(this.items.filter((it) => !keep.includes(it)).map((it) => [it.key, it]));
+    const same = !this.empty && old.size === built.length
+      && built.every((b) => old.has(b.key) && shown(old.get(b.key)) === shown(b));
+    if (same) return 'same';
+    const reused = new Set(built.map((b) => old.get(b.key)).filter(Boolean));
+    for (const it of this.items) if (!keep.includes(it) && !reused.has(it) && it.node) it.node.remove();
     this.items = [];
     this.byKey.clear();
     this.tools.clear();
     for (const it of keep) this.index(it);
-    for (const it of built) this.push(it);
+    for (const it of built) {
+      const was = old.get(it.key);
+      if (was && was.node && was.node.isConnected) {
+        this.dirty.delete(was);
+        it.node = morph(was.node, renderItem(it, this));
+        this.items.push(it);
+        this.index(it);
+        this.box.append(it.node); // in replay order (a kept node moves, it is not redrawn)
+      } else this.push(it);
+    }
     this.run = built.run || null;
     this.seen = new Map();
     for (const it of this.items) if (it.kind === 'tool') this.seen.set(`${it.turn}:${it.id}`, it.rep + 1);
@@ -284,6 +299,11 @@ function build(updates) {
   for (const it of scratch.items) if (it.kind === 'plan' && it.turn < last && !it.ended) it.ended = 'ended';
   scratch.items.run = scratch.run;
   return scratch.items;
+}
+
+/** What an item shows, as a string: two items with the same one look the same. */
+function shown(it) {
+  return JSON.stringify([it.kind, it.text, it.blocks, it.data, it.status || '', it.stop || '', it.ended || null, it.local || false]);
 }
 
 /** A new turn starts: the plan of the one before it is over (`changed`: it was re-marked). */

@@ -1,0 +1,339 @@
+// Continuity on a phone's line (issue 31), with a proxy the test controls between a phone-size
+// chromium and the hub: a message streamed while the line was cut is shown whole once it is
+// back (as a fresh load shows it), Stop stays while the turn runs; a stalled line (open,
+// nothing moving) is noticed and the client reconnects; the installed app opens on its cached
+// shell when the link answers a tunnel's 502 page or never answers at all.
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import path from 'node:path';
+import { Stack, launchBrowser, watchConsole, until, SHOTS, WAIT } from './harness.mjs';
+import { LineProxy } from './proxy.mjs';
+
+const PHONE = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 };
+/** The client's ping timeout, shortened (a test-only knob: localStorage). */
+const PING_MS = '1000';
+
+/** The transcript as its messages' texts, in order (what "the same" means). */
+function structure(page) {
+  return page.$$eval('#transcript > .msg', (nodes) => nodes.map((n) => {
+    const c = n.classList;
+    if (c.contains('user')) return `user ${(n.querySelector('.plain')?.textContent || '').trim()}`;
+    if (c.contains('agent')) return `agent ${(n.querySelector('.md')?.textContent || '').trim()}`;
+    if (c.contains('thought')) return `thought ${(n.querySelector('.md')?.textContent || '').trim()}`;
+    return n.className;
+  }));
+}
+
+/** Whether the editor (the bridge's stdio) has seen the agent stream chunk `text` in `sid`. */
+function streamed(ed, sid, text) {
+  return ed.notes.some((n) => n.params?.sessionId === sid && n.params?.update?.content?.text === text);
+}
+
+/**
+ * A tunnel in front of the hub (plain HTTP, WebSockets passed through) that can answer its own
+ * 502 page, or accept and never answer (`mode`: up | 502 | hang). `asked` lists the paths it
+ * was asked for while not up.
+ */
+async function tunnel(port) {
+  const t = { mode: 'up', asked: [], held: new Set() };
+  const server = http.createServer((req, res) => {
+    if (t.mode !== 'up') t.asked.push(new URL(req.url, 'http://x').pathname);
+    if (t.mode === '502') {
+      res.writeHead(502, { 'Content-Type': 'text/html' });
+      res.end('<!doctype html><html><body><h1>Error 502</h1><p>Bad gateway: the origin is down.</p></body></html>');
+      return;
+    }
+    if (t.mode === 'hang') {
+      t.held.add(res);
+      return;
+    }
+    const up = http.request({ host: '127.0.0.1', port, path: req.url, method: req.method, headers: req.headers }, (r) => {
+      res.writeHead(r.statusCode, r.headers);
+      r.pipe(res);
+    });
+    up.on('error', () => { res.writeHead(502); res.end(); });
+    req.pipe(up);
+  });
+  server.on('upgrade', (req, socket, head) => {
+    if (t.mode !== 'up') return socket.destroy();
+    const up = net.connect(port, '127.0.0.1', () => {
+      up.write(`${req.method} ${req.url} HTTP/1.1\r\n${Object.entries(req.headers).map(([k, v]) => `${k}: ${v}`).join('\r\n')}\r\n\r\n`);
+      up.write(head);
+      socket.pipe(up).pipe(socket);
+    });
+    const end = () => { socket.destroy(); up.destroy(); };
+    up.on('error', end);
+    socket.on('error', end);
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.base = `http://127.0.0.1:${server.address().port}`;
+  t.close = () => {
+    for (const res of t.held) res.destroy();
+    server.closeAllConnections();
+    return new Promise((resolve) => server.close(resolve));
+  };
+  return t;
+}
+
+describe('continuity on a bad line', { timeout: 180000 }, () => {
+  let stack; let browser; let ed; let proxy;
+
+  before(async () => {
+    [stack, browser] = await Promise.all([Stack.start(), launchBrowser()]);
+    ed = await stack.bridge();
+    proxy = await LineProxy.start(stack.port);
+    fs.mkdirSync(SHOTS, { recursive: true });
+  });
+
+  after(async () => {
+    await proxy?.close();
+    await browser?.close();
+    await stack?.stop();
+  });
+
+  /**
+   * A phone-size page with the token and the shortened ping timeout in its storage (`quietMs`:
+   * how long a quiet line goes unchecked, when a test wants only its own events to check it).
+   */
+  async function phonePage(quietMs = '') {
+    const context = await browser.newContext(PHONE);
+    context.setDefaultTimeout(WAIT);
+    await context.addInitScript(([t, ping, quiet]) => {
+      if (!localStorage.getItem('zcode-acp.token')) localStorage.setItem('zcode-acp.token', t);
+      localStorage.setItem('zcode-acp.test.pingTimeoutMs', ping);
+      if (quiet) localStorage.setItem('zcode-acp.test.quietMs', quiet);
+    }, [stack.token, PING_MS, quietMs]);
+    const page = await context.newPage();
+    return { context, page, errors: watchConsole(page) };
+  }
+
+  async function openSession(page, base, sid) {
+    proxy.restore(); // whatever a test that failed left it in
+    await page.goto(`${base}/s/${encodeURIComponent(ed.id)}/${encodeURIComponent(sid)}?cwd=${encodeURIComponent(stack.project)}`);
+    await page.locator('#prompt').waitFor();
+    await until('the session to be attached', async () => !(await page.locator('#send').isDisabled()));
+  }
+
+  it('a message streamed while the line was cut is shown whole once it is back, and Stop stays meanwhile', async () => {
+    const sid = await ed.newSession(stack.project);
+    await ed.prompt(sid, 'before the cut');
+    const { context, page, errors } = await phonePage();
+    await openSession(page, proxy.base, sid);
+    await page.fill('#prompt', 'long stream please');
+    await page.click('#send');
+    await page.locator('#transcript .msg.agent', { hasText: 'tick 60 ' }).waitFor();
+
+    proxy.cut();
+    await page.locator('#conn:not([data-state="open"])').waitFor();
+    const stopWhileCut = await page.locator('#cancel').isVisible();
+    await page.screenshot({ path: path.join(SHOTS, 'continuity-cut-390.png') });
+    // The stream goes on without the page; the line comes back well after.
+    await until('the stream to move on', () => streamed(ed, sid, 'tick 200 '));
+    proxy.restore();
+    await page.locator('#conn[data-state="open"]').waitFor();
+    await until('the turn to end', () => streamed(ed, sid, 'tick 600 '));
+    await page.locator('#cancel').waitFor({ state: 'hidden' });
+    await page.locator('#transcript .msg.agent', { hasText: 'tick 600 ' }).waitFor();
+    const live = await structure(page);
+
+    const fresh = await phonePage();
+    await openSession(fresh.page, stack.base, sid);
+    await fresh.page.locator('#transcript .msg.agent', { hasText: 'tick 600 ' }).waitFor();
+    const loaded = await structure(fresh.page);
+    const ticks = (s) => (s.join(' ').match(/tick \d+/g) || []).length;
+    assert.equal(ticks(live), ticks(loaded), 'every chunk is shown, none twice');
+    assert.deepEqual(live, loaded, 'the page shows what a fresh load shows');
+    assert.ok(stopWhileCut, 'Stop stays while the turn runs, connected or not');
+    await page.screenshot({ path: path.join(SHOTS, 'continuity-back-390.png') });
+    assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
+    await fresh.context.close();
+    await context.close();
+  });
+
+  it('a Stop pressed while the line is cut is sent when it is back', async () => {
+    const sid = await ed.newSession(stack.project);
+    const { context, page } = await phonePage();
+    await openSession(page, proxy.base, sid);
+    await page.fill('#prompt', 'long stream please');
+    await page.click('#send');
+    await page.locator('#transcript .msg.agent', { hasText: 'tick 20 ' }).waitFor();
+    proxy.cut();
+    await page.locator('#conn:not([data-state="open"])').waitFor();
+    await page.click('#cancel');
+    await page.locator('#cancel', { hasText: 'Stopping…' }).waitFor();
+    proxy.restore();
+    await page.locator('#transcript .msg.agent .stop-mark', { hasText: 'stopped' }).waitFor();
+    await page.locator('#cancel').waitFor({ state: 'hidden' });
+    assert.ok(!streamed(ed, sid, 'tick 600 '), 'the turn was stopped, not run to its end');
+    await context.close();
+  });
+
+  it('a stalled line (open, nothing moving) is noticed, said, and the client reconnects', async () => {
+    const sid = await ed.newSession(stack.project);
+    await ed.prompt(sid, 'before the stall');
+    const { context, page, errors } = await phonePage();
+    await openSession(page, proxy.base, sid);
+    await page.locator('#conn[data-state="open"]').waitFor();
+    assert.ok(proxy.stall() > 0, 'the page had its connections open');
+    // The pill leaves "online" and says what is true.
+    await page.locator('#conn:not([data-state="open"])').waitFor();
+    await page.locator('#conn', { hasText: /reconnecting…|offline since \d\d:\d\d/ }).waitFor();
+    await page.screenshot({ path: path.join(SHOTS, 'continuity-stalled-390.png') });
+    await page.locator('#conn[data-state="open"]').waitFor();
+    await page.fill('#prompt', 'after the stall');
+    await page.click('#send');
+    await page.locator('#transcript .msg.agent', { hasText: 'You said: "after the stall"' }).waitFor();
+    assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
+    await context.close();
+  });
+
+  it('the line is checked at once when the browser says the network is back, and when the page shows again', async () => {
+    const sid = await ed.newSession(stack.project);
+    await ed.prompt(sid, 'before the stall');
+    // A quiet line is never checked by the timer here: only the events can notice the stall.
+    const { context, page } = await phonePage('3600000');
+    await openSession(page, proxy.base, sid);
+    await page.locator('#conn[data-state="open"]').waitFor();
+    for (const fire of [
+      () => context.setOffline(true).then(() => context.setOffline(false)),
+      () => page.evaluate(() => document.dispatchEvent(new Event('visibilitychange'))),
+    ]) {
+      assert.ok(proxy.stall() > 0, 'the page had its connections open');
+      await fire();
+      await page.locator('#conn:not([data-state="open"])').waitFor();
+      await page.locator('#conn[data-state="open"]').waitFor();
+    }
+    await page.fill('#prompt', 'after the checks');
+    await page.click('#send');
+    await page.locator('#transcript .msg.agent', { hasText: 'You said: "after the checks"' }).waitFor();
+    await context.close();
+  });
+
+  it('prompts sent while the line is down are queued, survive a reload, and go in order when it is back; the draft stays', async () => {
+    const sid = await ed.newSession(stack.project);
+    const { context, page, errors } = await phonePage();
+    await openSession(page, proxy.base, sid);
+    // Installed: the page reloads from the worker's cache while the line is down.
+    await until('the service worker to control the page', () => page.evaluate(() => Boolean(navigator.serviceWorker.controller)));
+    proxy.cut();
+    await page.locator('#conn:not([data-state="open"])').waitFor();
+    for (const text of ['first queued', 'dropped one', 'second queued']) {
+      await page.fill('#prompt', text);
+      await page.click('#send');
+    }
+    const queued = page.locator('.queue .queued');
+    await until('three queued prompts', async () => (await queued.count()) === 3);
+    assert.match(await queued.first().textContent(), /will send when back/);
+    await queued.filter({ hasText: 'dropped one' }).locator('button').click();
+    await page.fill('#prompt', 'half a thought');
+    await page.reload();
+    await until('the queue after the reload', async () => (await queued.allTextContents()).map((q) => q.replace(/×$/, '')).join('|')
+      === 'will send when backfirst queued|will send when backsecond queued');
+    assert.equal(await page.inputValue('#prompt'), 'half a thought', 'the draft survives the reload');
+    await page.screenshot({ path: path.join(SHOTS, 'continuity-queued-390.png') });
+    proxy.restore();
+    await page.locator('#transcript .msg.agent', { hasText: 'You said: "second queued"' }).waitFor();
+    const users = await page.locator('#transcript .msg.user .plain').allTextContents();
+    assert.deepEqual(users, ['first queued', 'second queued']);
+    await page.locator('.queue').waitFor({ state: 'hidden' });
+    assert.equal(await page.inputValue('#prompt'), 'half a thought');
+    assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
+    await context.close();
+  });
+
+  it('a conversation opened before is shown from its saved copy while the line is down, marked read-only', async () => {
+    const sid = await ed.newSession(stack.project);
+    await ed.prompt(sid, 'from the editor');
+    const { context, page, errors } = await phonePage();
+    await openSession(page, proxy.base, sid);
+    await until('the service worker to control the page', () => page.evaluate(() => Boolean(navigator.serviceWorker.controller)));
+    await page.fill('#prompt', 'from the phone');
+    await page.click('#send');
+    await page.locator('#transcript .msg.agent', { hasText: 'You said: "from the phone"' }).waitFor();
+    await page.locator('#cancel').waitFor({ state: 'hidden' });
+    const live = await structure(page);
+    // What streamed is saved a moment after it arrived (up to the phone's turn's end record).
+    await until('the saved copy', () => page.evaluate(() => new Promise((resolve) => {
+      const r = indexedDB.open('zcode-acp');
+      // Not there yet: this look must not create it.
+      r.onupgradeneeded = () => r.transaction.abort();
+      r.onsuccess = () => {
+        try {
+          const q = r.result.transaction('conversations').objectStore('conversations').getAll();
+          q.onsuccess = () => { r.result.close(); resolve(q.result.some((c) => c.updates.filter((u) => u.sessionUpdate === '_zcode/turn_end').length === 2)); };
+          q.onerror = () => { r.result.close(); resolve(false); };
+        } catch {
+          r.result.close();
+          resolve(false);
+        }
+      };
+      r.onerror = () => resolve(false);
+    })));
+
+    proxy.cut();
+    await page.reload();
+    await page.locator('.top-note .saved-copy', { hasText: 'read-only until the hub answers' }).waitFor();
+    await page.locator('#transcript .msg.agent', { hasText: 'You said: "from the phone"' }).waitFor();
+    assert.deepEqual(await structure(page), live, 'the saved copy shows what was shown');
+    await page.screenshot({ path: path.join(SHOTS, 'continuity-saved-copy-390.png') });
+
+    proxy.restore();
+    await page.locator('#conn[data-state="open"]').waitFor();
+    await page.locator('.top-note .saved-copy').waitFor({ state: 'detached' });
+    assert.deepEqual(await structure(page), live, 'the re-attach shows the same, nothing twice');
+
+    // A deleted session leaves nothing on the device.
+    await page.fill('#prompt', 'a draft of a doomed session');
+    await page.click('#more summary');
+    await page.click('#delete-btn');
+    await page.click('dialog button[value="ok"]');
+    await page.waitForURL((u) => new URL(u).pathname === '/');
+    await until('the saved copy and the draft gone', () => page.evaluate((key) => new Promise((resolve) => {
+      if (Object.keys(localStorage).some((k) => k.endsWith(key))) return resolve(false);
+      const r = indexedDB.open('zcode-acp');
+      r.onsuccess = () => {
+        const q = r.result.transaction('conversations').objectStore('conversations').getAllKeys();
+        q.onsuccess = () => { r.result.close(); resolve(!q.result.some((k) => k.endsWith(key))); };
+        q.onerror = () => { r.result.close(); resolve(false); };
+      };
+      r.onerror = () => resolve(false);
+    }), `/${sid}`));
+    assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
+    await context.close();
+  });
+
+  it('the installed app opens on its cached shell when the link answers 502 or never answers', async () => {
+    const t = await tunnel(stack.port);
+    const { context, page } = await phonePage();
+    try {
+      await page.goto(`${t.base}/`);
+      await until('the service worker to control the page', () => page.evaluate(() => Boolean(navigator.serviceWorker.controller)));
+      await page.locator('#instances h2', { hasText: 'Live sessions' }).waitFor();
+
+      // The hub behind the tunnel is down: the tunnel answers its own error page.
+      t.mode = '502';
+      await page.reload();
+      await page.locator('#bar').waitFor();
+      await page.locator('#instances .error').waitFor();
+      assert.doesNotMatch(await page.evaluate(() => document.body.innerText), /Error 502/);
+      await page.screenshot({ path: path.join(SHOTS, 'continuity-502-390.png') });
+
+      // A link that accepts and never answers: the app's own files never wait for it.
+      t.mode = 'hang';
+      t.asked.length = 0;
+      await page.reload({ waitUntil: 'commit' });
+      await page.locator('#bar').waitFor();
+      await page.locator('#instances').waitFor();
+      const shell = t.asked.filter((p) => !p.startsWith('/api/') && p !== '/sw.js');
+      assert.deepEqual(shell, [], 'the shell comes from the cache, not the silent link');
+    } finally {
+      t.mode = 'up';
+      await context.close();
+      await t.close();
+    }
+  });
+});
