@@ -20,9 +20,10 @@ const LIMIT_MIB: &str = "1";
 /// A scripted ACP agent: `bigline N` writes one `session/update` line of N MiB (then a small
 /// update and the answer), `bigreply N` answers with a line of N MiB, `flood N` streams N MiB
 /// of 16 KiB updates (each its own message) from a thread, its other messages (another
-/// session's prompt) written between them; anything else is answered `pong: TEXT`.
+/// session's prompt) written between them; `deaf` stops reading stdin; anything else is
+/// answered `pong: TEXT`.
 const AGENT: &str = r#"
-import collections, json, sys, threading
+import collections, json, sys, threading, time
 out = sys.stdout.buffer
 write_lock = threading.Lock()
 state = threading.Lock()
@@ -97,6 +98,8 @@ for line in sys.stdin.buffer:
         elif word == "bigreply":
             head = '{"jsonrpc":"2.0","id":%s,"result":{"stopReason":"end_turn","pad":"' % json.dumps(rid)
             big_line(head.encode(), int(arg), b'"}}')
+        elif word == "deaf":
+            time.sleep(3600)
         elif word == "flood":
             with state:
                 flooding = True
@@ -194,6 +197,42 @@ fn an_editor_line_over_the_limit_gets_an_error_and_the_stream_goes_on() {
     let (answer, updates) = b.editor.call("session/prompt", prompt(&sid, "after"));
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
     assert_eq!(agent_text(&updates), "pong: after");
+}
+
+#[test]
+fn an_agent_that_leaves_its_input_unread_past_the_limit_is_stopped_and_its_requests_fail() {
+    let home = Home::new();
+    let (mut b, log) =
+        Bridge::start_logged(&home, &agent(&home), &[("ZCODE_ACP_MAX_MESSAGE_MIB", LIMIT_MIB)]);
+    initialize(&mut b.editor, json!({}));
+    let sessions: Vec<String> = (0..4).map(|_| new_session(&mut b.editor, home.path())).collect();
+    // The agent stops reading its stdin; 2.1 MiB of prompts follow (each under the limit, one
+    // per session, so none waits behind another's turn in the bridge).
+    let deaf = b.editor.request("session/prompt", prompt(&sessions[0], "deaf"));
+    let text = "w".repeat(700 << 10);
+    let big: Vec<Value> =
+        sessions[1..].iter().map(|s| b.editor.request("session/prompt", prompt(s, &text))).collect();
+    // Every prompt is answered (in any order): the ones the agent had fail with the reason
+    // (one sent after its stop may reach the restarted agent instead).
+    let mut waiting: Vec<Value> = std::iter::once(deaf.clone()).chain(big.iter().cloned()).collect();
+    let mut failed = vec![];
+    while !waiting.is_empty() {
+        let (answer, _) = b.editor.until("the answers to the prompts the agent left unread", |m| {
+            m.get("method").is_none() && waiting.contains(&m["id"])
+        });
+        waiting.retain(|id| *id != answer["id"]);
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        if message.contains("stopped reading its input (over 1 MiB waited for it)") {
+            failed.push(answer["id"].clone());
+        }
+    }
+    assert!(failed.contains(&deaf) && failed.contains(&big[0]), "failed with the reason: {failed:?}");
+    wait_log(&log, "of input unread: stopping it as hung", 1);
+    // The agent starts again on the next request.
+    let sid = new_session(&mut b.editor, home.path());
+    let (answer, updates) = b.editor.call("session/prompt", prompt(&sid, "again"));
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_eq!(agent_text(&updates), "pong: again");
 }
 
 /// The flood's size, MiB (`ZCODE_TEST_FLOOD_MIB`: `scripts/soak flood` sets 1024).

@@ -520,6 +520,22 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_editors_outbox_counts_its_live_bytes_in_the_gate_the_agents_reader_waits_on() {
+        let gate = &crate::bounds::EDITOR;
+        let before = gate.bytes();
+        let (out, mut reader) = Outbox::editor();
+        assert!(out.send(Bytes::from_static(b"12345")) && out.send(Bytes::from_static(b"678")));
+        assert!(out.send_batch(lines(3, 10)), "a replay is not live: not counted");
+        assert_eq!(gate.bytes(), before + 8);
+        assert_eq!(reader.recv().await, Some(Bytes::from_static(b"12345")));
+        assert_eq!(gate.bytes(), before + 3, "taken bytes no longer count");
+        drop(reader);
+        assert_eq!(gate.bytes(), before, "what a gone writer never took no longer counts");
+        assert!(!out.send(Bytes::from_static(b"x")));
+        assert_eq!(gate.bytes(), before, "nor what was refused");
+    }
+
+    #[tokio::test]
     async fn the_writer_ends_after_what_was_queued_and_a_gone_writer_takes_nothing() {
         let (out, mut reader) = Outbox::new(Some(100));
         assert!(out.send(Bytes::from_static(b"last")));
