@@ -18,7 +18,8 @@ use zcode_tests::{Bridge, Home, Peer, TEST_TOKEN, agent_text, initialize, new_se
 const LIMIT_MIB: &str = "1";
 
 /// A scripted ACP agent: `bigline N` writes one `session/update` line of N MiB (then a small
-/// update and the answer), `bigreply N` answers with a line of N MiB, `flood N` streams N MiB
+/// update and the answer), `bigreply N` answers with a line of N MiB, `bigrequest N` asks the
+/// client a request of N MiB (and reports its answer), `flood N` streams N MiB
 /// of 16 KiB updates (each its own message) from a thread, its other messages (another
 /// session's prompt) written between them; `deaf` stops reading stdin; anything else is
 /// answered `pong: TEXT`.
@@ -77,10 +78,15 @@ def flood(sid, rid, mib):
     write(json.dumps({"jsonrpc": "2.0", "id": rid, "result": {"stopReason": "end_turn"}}).encode())
 
 sessions = 0
+asked = None
 for line in sys.stdin.buffer:
     msg = json.loads(line)
     method, rid = msg.get("method"), msg.get("id")
-    if method == "initialize":
+    if method is None and rid == "big-request":
+        sid, prompt_id = asked
+        send(update(sid, "answered: " + json.dumps(msg.get("error", msg.get("result")))))
+        send({"jsonrpc": "2.0", "id": prompt_id, "result": {"stopReason": "end_turn"}})
+    elif method == "initialize":
         send({"jsonrpc": "2.0", "id": rid, "result": {"protocolVersion": 1, "agentCapabilities": {}}})
     elif method == "session/new":
         sessions += 1
@@ -95,6 +101,10 @@ for line in sys.stdin.buffer:
             big_line(head.encode(), int(arg), b'"}}}}')
             send(update(sid, "after the big line"))
             send(end)
+        elif word == "bigrequest":
+            asked = (sid, rid)
+            head = '{"jsonrpc":"2.0","id":"big-request","method":"fs/write_text_file","params":{"sessionId":"%s","path":"big.txt","content":"' % sid
+            big_line(head.encode(), int(arg), b'"}}')
         elif word == "bigreply":
             head = '{"jsonrpc":"2.0","id":%s,"result":{"stopReason":"end_turn","pad":"' % json.dumps(rid)
             big_line(head.encode(), int(arg), b'"}}')
@@ -163,13 +173,20 @@ fn an_agent_line_over_the_limit_is_refused_unread_and_the_bridge_goes_on() {
         "{message}"
     );
 
-    // The next message works; the bridge never held either line.
+    // A 200 MiB request of the agent's: answered with an error, which the agent hears.
+    let (answer, updates) = b.editor.call("session/prompt", prompt(&sid, "bigrequest 200"));
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let heard = agent_text(&updates);
+    assert!(heard.contains(r#""code": -32600"#), "{heard}");
+    assert!(heard.contains("zcode-acp: a message of over 1 MiB was refused (200.0 MiB)"), "{heard}");
+
+    // The next message works; the bridge never held any of the lines.
     let (answer, updates) = b.editor.call("session/prompt", prompt(&sid, "hello"));
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
     assert_eq!(agent_text(&updates), "pong: hello");
     let peak = status_kib(b.editor.pid(), "VmHWM") / 1024;
-    assert!(peak < PEAK_BOUND_MIB, "the bridge's peak RSS is {peak} MiB after two 200 MiB lines");
-    eprintln!("bridge VmHWM after two 200 MiB agent lines: {peak} MiB");
+    assert!(peak < PEAK_BOUND_MIB, "the bridge's peak RSS is {peak} MiB after three 200 MiB lines");
+    eprintln!("bridge VmHWM after three 200 MiB agent lines: {peak} MiB");
 }
 
 #[test]
