@@ -388,3 +388,54 @@ fn a_flood_to_an_editor_that_reads_slowly_keeps_the_bridge_bounded_and_other_ses
 fn log_has(log: &Path, needle: &str) -> bool {
     std::fs::read_to_string(log).unwrap_or_default().contains(needle)
 }
+
+/// Another process holding the store's write lock (`BEGIN EXCLUSIVE`) until it is killed.
+fn hold_store_lock(home: &Home) -> Child {
+    let script = "import sqlite3,sys,time\n\
+                  c=sqlite3.connect(sys.argv[1],isolation_level=None,timeout=20)\n\
+                  c.execute('BEGIN EXCLUSIVE')\n\
+                  print('locked',flush=True); time.sleep(600)";
+    let mut c = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(home.path().join("data").join("zcode-acp.sqlite3"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    BufReader::new(c.stdout.take().expect("stdout")).read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "locked");
+    c
+}
+
+#[test]
+fn a_flood_while_the_store_is_locked_keeps_the_journal_bounded_and_reports_the_loss() {
+    let home = Home::new();
+    let env = [("ZCODE_ACP_MAX_MESSAGE_MIB", LIMIT_MIB), ("ZCODE_ACP_TEST_JOURNAL_BUSY_MS", "50")];
+    let (mut b, log) = Bridge::start_logged(&home, &agent(&home), &env);
+    initialize(&mut b.editor, json!({}));
+    let sid = new_session(&mut b.editor, home.path());
+    let pid = b.editor.pid();
+    let before = status_kib(pid, "VmRSS") / 1024;
+    let mut lock = hold_store_lock(&home);
+    // 64 MiB of updates, read as fast as they come: only the journal cannot keep them.
+    let id = b.editor.request("session/prompt", prompt(&sid, "flood 64"));
+    let mut updates = 0;
+    loop {
+        let line = b.editor.recv_raw("the flood");
+        if line.contains(&format!(r#""id":{id}"#)) && !line.contains(r#""method""#) {
+            assert!(line.contains("end_turn"), "{line}");
+            break;
+        }
+        updates += usize::from(line.contains("flood-"));
+    }
+    assert_eq!(updates, 64 * 64, "the editor gets the whole flood");
+    let peak = status_kib(pid, "VmHWM") / 1024;
+    let _ = lock.kill();
+    let _ = lock.wait();
+    eprintln!("flood with the store locked: bridge RSS {before} MiB before, peak {peak} MiB");
+    assert!(
+        peak < before + 32,
+        "the bridge's peak RSS grew from {before} MiB to {peak} MiB while 64 MiB of updates waited for a locked store"
+    );
+    wait_log(&log, "writes dropped", 1);
+}
