@@ -6,6 +6,7 @@
 //!
 //! - [`router`]: the one task that owns routing state (clients, sessions, the agent link).
 //! - [`upstream`]: the agent process.
+//! - [`bounds`]: the message limit, bounded line reads, the byte gates on the agent's reader.
 //! - [`journal`]: session history in the machine's SQLite store (one writer thread), replays.
 //! - [`stdio`]: the editor's connection; [`server`]: the loopback WebSocket + HTTP server,
 //!   bounded by [`slots`] (connections) and [`stall`] (a remote client's writes); [`remote`]:
@@ -22,6 +23,7 @@
 //! - [`demo`]: the built-in scripted ACP agent (the embedded default and the tests' fixture).
 //! - [`usage`]: token usage recorded from ACP, and `/settings/usage`.
 
+pub mod bounds;
 pub mod chat;
 pub mod demo;
 pub mod files;

@@ -1,16 +1,19 @@
-//! The editor's connection: JSON-RPC lines on this process's stdin and stdout.
+//! The editor's connection: JSON-RPC lines on this process's stdin and stdout. A line over
+//! [`crate::bounds::max_message`] is refused unread: the editor gets a `-32600` error (id
+//! null) and the lines after it are read as usual.
 
+use crate::bounds::{Line, LineReader};
 use crate::router::{EDITOR, Event, Outbox, OutboxReader};
-use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
-use zcode_shared::jsonrpc::RawMessage;
+use zcode_shared::jsonrpc::{ParseError, RawMessage};
 
 /// Connects the editor: registers it with the router, then reads stdin (EOF closes the
 /// editor, which ends the bridge) and writes its outbox to stdout.
 pub async fn connect_editor(events: mpsc::Sender<Event>, tracker: &TaskTracker) {
-    let (outbox, reader) = Outbox::new(None);
+    let (outbox, reader) = Outbox::editor();
     let _ = events
         .send(Event::Connected { client: EDITOR, kind: crate::router::ClientKind::Editor, outbox })
         .await;
@@ -20,27 +23,36 @@ pub async fn connect_editor(events: mpsc::Sender<Event>, tracker: &TaskTracker) 
         None => tracker.spawn(write_stdout(tokio::io::stdout(), reader).instrument(span.clone())),
     };
     let reading = async move {
-        let mut lines = BufReader::new(tokio::io::stdin()).lines();
+        let limit = crate::bounds::max_message();
+        let mut lines = LineReader::new(tokio::io::stdin(), limit);
         loop {
-            match lines.next_line().await {
-                Ok(Some(line)) if line.trim().is_empty() => continue,
-                Ok(Some(line)) => {
-                    let msg = RawMessage::parse(&line);
-                    if events.send(Event::Frame { client: EDITOR, msg }).await.is_err() {
-                        return;
-                    }
-                }
+            let msg = match lines.next().await {
+                Ok(Some(Line::Text(line))) if line.trim().is_empty() => continue,
+                Ok(Some(Line::Text(line))) => RawMessage::parse(&line),
+                Ok(Some(Line::TooLong { size, head })) => Err(refused(size, &head, limit)),
                 Ok(None) => break,
                 Err(e) => {
                     tracing::warn!("reading the editor's stdin failed: {e}");
                     break;
                 }
+            };
+            if events.send(Event::Frame { client: EDITOR, msg }).await.is_err() {
+                return;
             }
         }
         tracing::info!("the editor closed stdin: shutting down");
         let _ = events.send(Event::Closed { client: EDITOR }).await;
     };
     tracker.spawn(reading.instrument(span));
+}
+
+/// The error a line of `size` bytes over `limit` gets (id null: its id, if the start of the
+/// line gave one, is named in the message), logged.
+fn refused(size: usize, head: &[u8], limit: usize) -> ParseError {
+    let id = crate::bounds::head_id(head).id.map(|id| format!(", id {id}")).unwrap_or_default();
+    let (size, limit) = (crate::bounds::size_text(size), crate::bounds::size_text(limit));
+    tracing::warn!("the editor sent a message of {size}{id}, over the {limit} limit: refused unread");
+    ParseError::TooLarge(format!("zcode-acp: a message of over {limit} was refused ({size}{id})"))
 }
 
 /// The most bytes gathered into one write to stdout.

@@ -6,6 +6,7 @@ mod acp_negotiation;
 mod acpx_demo;
 mod agent_failures;
 mod agents_pick;
+mod bounds;
 mod bridge_acpx;
 mod bridge_failures;
 mod bridge_multi;

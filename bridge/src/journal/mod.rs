@@ -47,6 +47,8 @@ const REPORT_AFTER: u32 = 2;
 /// A batch kept through failures is dropped past this many writes (memory stays bounded in
 /// a store that never comes back); the loss is logged and stays reported until a commit works.
 const PENDING_MAX: usize = 200_000;
+/// …or past this many times the message limit in update bytes ([`crate::bounds`]).
+const PENDING_MESSAGES: usize = 4;
 
 /// Where a read's answer goes.
 pub type Reply = Box<dyn FnOnce(Result<Slice, ReadError>) + Send>;
@@ -164,8 +166,15 @@ impl Journal {
 
     /// Records one `session/update` line. `seed`: it is the agent's replay of a session being
     /// loaded, kept only if the journal has nothing for that session yet.
+    /// Its bytes count in [`crate::bounds::JOURNAL`] until the thread takes it: the agent's
+    /// reader waits while more than the message limit is queued (a journal that falls behind
+    /// slows the agent down instead of growing without bound).
     pub fn update(&self, session: &str, line: Bytes, seed: bool) {
-        let _ = self.send(Op::Update { session: session.into(), line, seed });
+        let len = line.len();
+        crate::bounds::JOURNAL.add(len);
+        if self.send(Op::Update { session: session.into(), line, seed }).is_err() {
+            crate::bounds::JOURNAL.sub(len);
+        }
     }
 
     /// The agent's replay of `session` is over.
@@ -282,6 +291,9 @@ struct Worker {
     bodies: HashMap<(String, u64), String>,
     /// When the oldest write of the batch was sent.
     since: Option<Instant>,
+    /// The update bytes taken into the batch: it is committed early at the message limit
+    /// (its merged bodies are held until then).
+    batch_bytes: usize,
     /// When the op being handled was sent.
     sent: Instant,
     prefix: String,
@@ -304,6 +316,7 @@ impl Worker {
             batch: vec![],
             bodies: HashMap::new(),
             since: None,
+            batch_bytes: 0,
             sent: Instant::now(),
             prefix,
             made: 0,
@@ -328,6 +341,17 @@ impl Worker {
     /// then takes what came meanwhile; an op someone waits for ([`Op::awaited`]) unparks it.
     fn run(mut self, rx: &mpsc::Receiver<(Instant, Op)>) {
         loop {
+            // A kept batch at its bound takes nothing more until its retry: the channel fills,
+            // and the agent's reader waits on it ([`crate::bounds::JOURNAL`]).
+            if let Some(f) = &self.failing
+                && self.batch_bytes >= PENDING_MESSAGES * crate::bounds::max_message()
+            {
+                match f.at.checked_duration_since(Instant::now()).filter(|left| !left.is_zero()) {
+                    Some(left) => std::thread::park_timeout(left),
+                    None => self.commit(),
+                }
+                continue;
+            }
             let op = match self.due() {
                 None => rx.recv().map_err(|_| mpsc::TryRecvError::Disconnected),
                 Some(due) => match rx.try_recv() {
@@ -344,6 +368,7 @@ impl Worker {
             match op {
                 Ok((at, op)) => {
                     self.sent = at;
+                    self.taken(&op);
                     self.handle(op)
                 }
                 Err(_) => {
@@ -361,20 +386,32 @@ impl Worker {
                 // A stream of updates keeps the channel busy: a retry is not put off by it.
                 Some(f) => Instant::now() >= f.at,
                 None => {
-                    self.batch.len() >= BATCH_MAX || self.since.is_some_and(|t| t.elapsed() >= COMMIT_AFTER)
+                    self.batch.len() >= BATCH_MAX
+                        || self.batch_bytes >= crate::bounds::max_message()
+                        || self.since.is_some_and(|t| t.elapsed() >= COMMIT_AFTER)
                 }
             };
             if due {
                 // Everything already queued goes in this commit: a journal that fell behind
                 // (a slow commit, a starved thread) catches up in big batches, not in one
                 // commit per write that is already due.
-                while self.batch.len() < BATCH_MAX {
+                while self.batch.len() < BATCH_MAX && self.batch_bytes < crate::bounds::max_message() {
                     let Ok((at, op)) = rx.try_recv() else { break };
                     self.sent = at;
+                    self.taken(&op);
                     self.handle(op);
                 }
                 self.commit();
             }
+        }
+    }
+
+    /// An op is out of the channel: an update's bytes leave the journal's gate and join the
+    /// batch's.
+    fn taken(&mut self, op: &Op) {
+        if let Op::Update { line, .. } = op {
+            crate::bounds::JOURNAL.sub(line.len());
+            self.batch_bytes += line.len();
         }
     }
 
@@ -495,6 +532,7 @@ impl Worker {
     fn commit(&mut self) {
         if self.batch.is_empty() {
             self.since = None;
+            self.batch_bytes = 0;
             return;
         }
         let batch = std::mem::take(&mut self.batch);
@@ -555,6 +593,7 @@ impl Worker {
             return;
         }
         self.since = None;
+        self.batch_bytes = 0;
         if let Some(f) = self.failing.take() {
             tracing::info!("journal commit succeeded after {} failed tries", f.count);
         }
@@ -586,10 +625,13 @@ impl Worker {
         self.bodies.extend(newer);
         batch.append(&mut self.batch);
         self.batch = batch;
-        if self.batch.len() > PENDING_MAX {
+        if self.batch.len() > PENDING_MAX
+            || self.batch_bytes >= PENDING_MESSAGES * crate::bounds::max_message()
+        {
             tracing::error!("journal commit failed {count} times, {} writes dropped: {e}", self.batch.len());
             self.report(Some(format!("{} journal writes lost: {e}", self.batch.len())));
             self.batch.clear();
+            self.batch_bytes = 0;
             self.bodies.clear();
             self.since = None;
             self.failing = None;

@@ -59,6 +59,9 @@ struct Shared {
     queued: AtomicUsize,
     /// Replay bytes waiting (batches the writer has not started).
     replay: AtomicUsize,
+    /// The editor's: its live bytes are counted in this gate too, which the agent's reader
+    /// waits on ([`crate::bounds::EDITOR`]).
+    gate: Option<&'static crate::bounds::Gate>,
 }
 
 #[derive(Debug, Default)]
@@ -97,10 +100,18 @@ impl Shared {
 }
 
 impl Outbox {
-    /// A new outbox; `limit` bounds the queued bytes (`None`: the editor, never dropped).
+    /// A new outbox; `limit` bounds the queued bytes (`None`: never dropped).
     pub fn new(limit: Option<usize>) -> (Outbox, OutboxReader) {
         let shared = Arc::new(Shared::default());
         (Outbox { shared: shared.clone(), limit }, OutboxReader { shared, batch: None })
+    }
+
+    /// The editor's outbox: never dropped, and bounded instead by the agent's reader, which
+    /// stops reading the agent while more than [`crate::bounds::max_message`] bytes wait here
+    /// ([`crate::bounds::EDITOR`]).
+    pub fn editor() -> (Outbox, OutboxReader) {
+        let shared = Arc::new(Shared { gate: Some(&crate::bounds::EDITOR), ..Shared::default() });
+        (Outbox { shared: shared.clone(), limit: None }, OutboxReader { shared, batch: None })
     }
 
     /// The live-bytes limit (`None`: never dropped).
@@ -114,7 +125,14 @@ impl Outbox {
         if self.limit.is_some_and(|l| total > l) {
             return false;
         }
-        self.shared.push(Item::Line(line))
+        let Some(gate) = self.shared.gate else { return self.shared.push(Item::Line(line)) };
+        let len = line.len();
+        gate.add(len);
+        let queued = self.shared.push(Item::Line(line));
+        if !queued {
+            gate.sub(len);
+        }
+        queued
     }
 
     /// Queues a replay batch (its lines and the answer), written in one piece and paced by the
@@ -237,6 +255,9 @@ impl OutboxReader {
         match item {
             Item::Line(line) => {
                 self.shared.queued.fetch_sub(line.len(), Ordering::Relaxed);
+                if let Some(gate) = self.shared.gate {
+                    gate.sub(line.len());
+                }
                 Some(line)
             }
             Item::Batch(lines) => {
@@ -254,7 +275,10 @@ impl Drop for OutboxReader {
         let mut q = self.shared.lock();
         q.gone = true;
         // What was queued for a writer that is gone is freed now, not with the router's entry.
-        q.items = VecDeque::new();
+        let items = std::mem::take(&mut q.items);
+        if let Some(gate) = self.shared.gate {
+            gate.sub(items.iter().map(|i| if let Item::Line(l) = i { l.len() } else { 0 }).sum());
+        }
     }
 }
 
@@ -493,6 +517,22 @@ mod tests {
         tokio::task::yield_now().await;
         assert!(out.send(Bytes::from_static(b"again")));
         assert_eq!(woken.await.unwrap(), Some(Bytes::from_static(b"again")));
+    }
+
+    #[tokio::test]
+    async fn the_editors_outbox_counts_its_live_bytes_in_the_gate_the_agents_reader_waits_on() {
+        let gate = &crate::bounds::EDITOR;
+        let before = gate.bytes();
+        let (out, mut reader) = Outbox::editor();
+        assert!(out.send(Bytes::from_static(b"12345")) && out.send(Bytes::from_static(b"678")));
+        assert!(out.send_batch(lines(3, 10)), "a replay is not live: not counted");
+        assert_eq!(gate.bytes(), before + 8);
+        assert_eq!(reader.recv().await, Some(Bytes::from_static(b"12345")));
+        assert_eq!(gate.bytes(), before + 3, "taken bytes no longer count");
+        drop(reader);
+        assert_eq!(gate.bytes(), before, "what a gone writer never took no longer counts");
+        assert!(!out.send(Bytes::from_static(b"x")));
+        assert_eq!(gate.bytes(), before, "nor what was refused");
     }
 
     #[tokio::test]

@@ -34,6 +34,10 @@ pub enum ParseError {
     /// JSON, but not a JSON-RPC message (answer `-32600`).
     #[error("invalid request: {0}")]
     Envelope(EnvelopeError),
+    /// A line over the reader's size limit, refused unread: what to tell its sender (answer
+    /// `-32600`).
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 impl ParseError {
@@ -41,7 +45,7 @@ impl ParseError {
     pub fn code(&self) -> i64 {
         match self {
             ParseError::Json(_) => super::PARSE_ERROR,
-            ParseError::Envelope(_) => super::INVALID_REQUEST,
+            ParseError::Envelope(_) | ParseError::TooLarge(_) => super::INVALID_REQUEST,
         }
     }
 }
