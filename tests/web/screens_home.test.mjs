@@ -183,25 +183,36 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
   });
 
   it('does not poll while the page is hidden, and polls at once when shown', async () => {
-    await page.goto(`${stack.base}/`);
-    await page.locator(`[data-instance="${ed.id}"]`).waitFor();
-    let polls = 0;
-    const count = (r) => { if (r.url().includes('/api/instances')) polls++; };
-    page.on('request', count);
-    await page.evaluate(() => {
+    // A page of its own on a clock the test moves: two poll periods pass without waiting them
+    // out. The page counts its own requests for the list as it makes them.
+    const context = await phone('light');
+    await context.addInitScript(() => {
+      const fetch = window.fetch;
+      window.polls = 0;
+      window.fetch = (url, init) => {
+        if (String(url).includes('/api/instances')) window.polls++;
+        return fetch(url, init);
+      };
+    });
+    const p = await context.newPage();
+    await p.clock.install();
+    await p.goto(`${stack.base}/`);
+    await p.locator(`[data-instance="${ed.id}"]`).waitFor();
+    const polls = () => p.evaluate(() => window.polls);
+    const hidden = await p.evaluate(() => {
       Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => 'hidden' });
       document.dispatchEvent(new Event('visibilitychange'));
+      return window.polls;
     });
-    polls = 0;
     // Two poll periods (4 s each) with the page hidden.
-    await new Promise((r) => setTimeout(r, 9000));
-    assert.equal(polls, 0, 'a hidden home screen polled the hub');
-    await page.evaluate(() => {
+    await p.clock.runFor(9000);
+    assert.equal(await polls(), hidden, 'a hidden home screen polled the hub');
+    await p.evaluate(() => {
       Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => 'visible' });
       document.dispatchEvent(new Event('visibilitychange'));
     });
-    await until('a poll when shown', () => polls > 0);
-    page.off('request', count);
+    await until('a poll when shown', async () => (await polls()) > hidden);
+    await context.close();
   });
 
   it('labels the instance `zcode-acp up` runs as "up", not "serve"', async () => {
