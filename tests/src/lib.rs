@@ -1,6 +1,7 @@
 //! Helpers for the end-to-end suite: the real `zcode-acp` binary, a private `ZCODE_ACP_HOME`,
 //! and a raw JSON-RPC peer over a child's stdio. [`hub`]: the hub's helpers; [`net`]: sockets
-//! from chosen loopback addresses; [`history`]: big session histories for replay tests.
+//! from chosen loopback addresses; [`history`]: big session histories for replay tests;
+//! [`world`]: a hub with projects, agents and a private tmux server.
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
@@ -676,6 +677,7 @@ pub fn http_with_body(
 pub mod history;
 pub mod hub;
 pub mod net;
+pub mod world;
 
 /// The resident memory of process `pid`, in KiB (0 if unknown).
 pub fn rss_kib(pid: u32) -> u64 {
