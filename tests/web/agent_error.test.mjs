@@ -5,7 +5,7 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { Stack, BIN, launchBrowser, until } from './harness.mjs';
+import { BIN, until, startStack, stopStack } from './harness.mjs';
 import { phonePage, looksRight } from './look.mjs';
 
 const WANT = 'zcode-acpp: command not found: zcode-acpp';
@@ -14,14 +14,10 @@ describe('an agent that cannot start', () => {
   let stack; let browser;
 
   before(async () => {
-    browser = await launchBrowser();
-    stack = await Stack.start();
+    [stack, browser] = await startStack();
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   it('is named on home, on a new session and on a session, in the bridge\'s words', async () => {
     const ed = await stack.bridge(['zcode-acpp']);

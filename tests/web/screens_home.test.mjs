@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
-import { Stack, BIN, SHOTS, launchBrowser, watchConsole, until, settledHome } from './harness.mjs';
+import { Stack, BIN, SHOTS, launchBrowser, watchConsole, until, settledHome, stopStack } from './harness.mjs';
 
 const PHONE = { width: 390, height: 844 };
 // "null", "nullnull", "undefined", "NaN" as words (not inside "nullable"), "[object Object]".
@@ -41,10 +41,7 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
     errors = watchConsole(page);
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   async function phone(colorScheme) {
     const c = await browser.newContext({ viewport: PHONE, deviceScaleFactor: 2, colorScheme, isMobile: true, hasTouch: true });
