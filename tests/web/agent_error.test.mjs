@@ -43,7 +43,9 @@ describe('an agent that cannot start', () => {
         (await problem.isVisible()) && (await problem.innerText()).includes(WANT));
       assert.match(await problem.innerText(), /^The agent could not start: zcode-acpp: command not found: zcode-acpp\./);
       assert.doesNotMatch(await problem.innerText(), /restarts on the next request/);
-      assert.equal(await page.locator('#conn').innerText(), 'agent down');
+      // The indicator follows from the same refusal, a moment later on a loaded machine (it
+      // was read still 'connecting' once).
+      await until('the indicator to say the agent is down', async () => (await page.locator('#conn').innerText()) === 'agent down');
       await looksRight(page, 'agent-error-new-session');
 
       // A session of it (a link from before it broke): the banner says the same.
