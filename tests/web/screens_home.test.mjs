@@ -142,13 +142,18 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
     // A brand-new session, listed only once its first turn starts.
     const fresh = await ed.newSession(stack.project);
     const turn = ed.prompt(fresh, 'please ask permission');
+    // Once the editor has the request the session waits: a page shown again polls at once
+    // (instead of the test idling until the next 4 s poll).
+    const pollNow = () => page.evaluate(() => document.dispatchEvent(new Event('visibilitychange')));
+    const ask = await ed.request((r) => r.method === 'session/request_permission' && r.params.sessionId === fresh);
+    await pollNow();
     const waiting = page.locator('#waiting a', { hasText: 'asks permission' });
     await waiting.waitFor();
     assert.match(await waiting.getAttribute('href'), new RegExp(encodeURIComponent(fresh)));
     await look(page, 'screens-home-waiting-light');
-    const ask = await ed.request((r) => r.method === 'session/request_permission' && r.params.sessionId === fresh);
     ed.answer(ask.id, { outcome: { outcome: 'selected', optionId: 'allow' } });
     await turn;
+    await pollNow();
     await waiting.waitFor({ state: 'detached' });
   });
 
