@@ -22,6 +22,7 @@ mod editor_stdio;
 mod fanout_load;
 mod files;
 mod glance;
+mod harness;
 mod hooks;
 mod hooks_settings;
 mod hub_http;
