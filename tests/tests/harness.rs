@@ -14,7 +14,8 @@ fn plain_cargo_build() {
             cmd.env(k, v);
         }
     }
-    let status = cmd.args(["build", "--quiet", "--bin", "zcode-acp"]).current_dir(root).status().expect("cargo");
+    let status =
+        cmd.args(["build", "--quiet", "--bin", "zcode-acp"]).current_dir(root).status().expect("cargo");
     assert!(status.success(), "cargo build --bin zcode-acp failed");
 }
 
