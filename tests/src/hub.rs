@@ -90,6 +90,38 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
 /// The `Authorization` header with [`TEST_TOKEN`].
 pub const AUTH: (&str, &str) = ("Authorization", "Bearer zcode-test-token-0123456789abcdef");
 
+/// `GET path` on `hub` with [`AUTH`].
+pub fn get(hub: &Hub, path: &str) -> Reply {
+    http(hub.port, "GET", path, &[AUTH], b"")
+}
+
+/// `POST path` on `hub` with [`AUTH`] and `body` as JSON.
+pub fn post(hub: &Hub, path: &str, body: &Value) -> Reply {
+    http(hub.port, "POST", path, &[AUTH, ("Content-Type", "application/json")], body.to_string().as_bytes())
+}
+
+/// Stops (SIGTERM) the serve bridges the hub on `port` lists and waits until they are gone: a
+/// test's serve bridges must not outlive it (each would start a hub of its own in the removed
+/// home).
+pub fn stop_serve_bridges(port: u16) {
+    let r = http(port, "GET", "/api/instances", &[AUTH], b"");
+    let list = if r.status == 200 { r.json() } else { Value::Null };
+    let serve: Vec<u32> = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["origin"] == "serve")
+        .filter_map(|i| i["pid"].as_u64().and_then(|p| u32::try_from(p).ok()))
+        .collect();
+    for &pid in &serve {
+        let pid = nix::unistd::Pid::from_raw(pid as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    }
+    for pid in serve {
+        wait_gone(pid, crate::WAIT);
+    }
+}
+
 /// A loopback port that refuses connections for as long as it is held: a socket bound to it
 /// that never listens. (A port bound and released could be taken meanwhile by any process,
 /// which would then answer.)

@@ -1,6 +1,7 @@
 //! Helpers for the end-to-end suite: the real `zcode-acp` binary, a private `ZCODE_ACP_HOME`,
 //! and a raw JSON-RPC peer over a child's stdio. [`hub`]: the hub's helpers; [`net`]: sockets
-//! from chosen loopback addresses; [`history`]: big session histories for replay tests.
+//! from chosen loopback addresses; [`history`]: big session histories for replay tests;
+//! [`world`]: a hub with projects, agents and a private tmux server.
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
@@ -17,13 +18,36 @@ pub const WAIT: Duration = Duration::from_secs(20);
 /// stale one. `ZCODE_ACP_BIN` names another build (the benchmarks use the release one).
 pub fn bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(path) = std::env::var_os("ZCODE_ACP_BIN") {
-            return PathBuf::from(path);
-        }
+    BIN.get_or_init(|| match std::env::var_os("ZCODE_ACP_BIN") {
+        Some(path) => PathBuf::from(path),
+        None => build_bin(),
+    })
+}
+
+/// Builds the debug `zcode-acp` (`cargo build --bin zcode-acp` in the workspace, as a person
+/// runs it) and returns its path.
+pub fn build_bin() -> PathBuf {
+    {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_owned();
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
+        let mut build = Command::new(cargo);
+        // Without what cargo sets for this test process (its package's manifest and names):
+        // ring's build script reruns when `CARGO_MANIFEST_DIR` differs, and with it rustls, the
+        // bridge and the hub were rebuilt on every run (40-50 s before the first test could
+        // start a process, and again at the next plain `cargo build`).
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy();
+            if k.starts_with("CARGO_PKG_")
+                || ["CARGO_MANIFEST_DIR", "CARGO_MANIFEST_PATH", "CARGO_CRATE_NAME", "CARGO_PRIMARY_PACKAGE"]
+                    .contains(&k.as_ref())
+                || k.starts_with("CARGO_BIN_")
+                || k == "CARGO_TARGET_TMPDIR"
+                || k == "CARGO_RUSTC_CURRENT_DIR"
+            {
+                build.env_remove(k.as_ref());
+            }
+        }
+        let status = build
             .args(["build", "--quiet", "--bin", "zcode-acp"])
             .current_dir(&root)
             .status()
@@ -31,7 +55,7 @@ pub fn bin() -> &'static Path {
         assert!(status.success(), "cargo build --bin zcode-acp failed");
         let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
         target.join("debug").join("zcode-acp")
-    })
+    }
 }
 
 /// A private `ZCODE_ACP_HOME` for one test, removed when dropped.
@@ -676,6 +700,7 @@ pub fn http_with_body(
 pub mod history;
 pub mod hub;
 pub mod net;
+pub mod world;
 
 /// The resident memory of process `pid`, in KiB (0 if unknown).
 pub fn rss_kib(pid: u32) -> u64 {

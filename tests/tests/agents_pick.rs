@@ -12,16 +12,8 @@
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use zcode_tests::hub::{AUTH, Hub, Reply, http, wait_instances};
+use zcode_tests::hub::{Hub, get, post, wait_instances};
 use zcode_tests::{Bridge, Home, TEST_TOKEN, bin, initialize, new_session, prompt};
-
-fn get(hub: &Hub, path: &str) -> Reply {
-    http(hub.port, "GET", path, &[AUTH], b"")
-}
-
-fn post(hub: &Hub, path: &str, body: &Value) -> Reply {
-    http(hub.port, "POST", path, &[AUTH, ("Content-Type", "application/json")], body.to_string().as_bytes())
-}
 
 /// A home with the agents `demo` (default) and `alt`, a project root with one project, and a
 /// hub that starts bridges headless.
@@ -35,22 +27,7 @@ struct World {
 impl Drop for World {
     /// Serve bridges the hub started go with the test.
     fn drop(&mut self) {
-        let r = get(&self.hub, "/api/instances");
-        let list = if r.status == 200 { r.json() } else { Value::Null };
-        let serve: Vec<u32> = list
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|i| i["origin"] == "serve")
-            .filter_map(|i| i["pid"].as_u64().and_then(|p| u32::try_from(p).ok()))
-            .collect();
-        for &pid in &serve {
-            let pid = nix::unistd::Pid::from_raw(pid as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        }
-        for pid in serve {
-            zcode_tests::hub::wait_gone(pid, zcode_tests::WAIT);
-        }
+        zcode_tests::hub::stop_serve_bridges(self.hub.port);
     }
 }
 

@@ -9,78 +9,20 @@
 
 #![allow(clippy::unwrap_used)] // Setup helpers outside #[test] fns: a failed unwrap is a failed test.
 
-use serde_json::{Value, json};
+use serde_json::json;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use zcode_tests::hub::{AUTH, Hub, http, wait_instances};
-use zcode_tests::{Home, TEST_TOKEN, WAIT, bin, initialize, prompt};
+use zcode_tests::hub::{AUTH, http, wait_instances};
+use zcode_tests::world::{World, demo};
+use zcode_tests::{TEST_TOKEN, WAIT, initialize, prompt};
 
 /// A home whose default agent is the demo agent, a project root, a private tmux directory and
 /// a hub (`extra`: more of its environment).
-struct World {
-    home: Home,
-    root: tempfile::TempDir,
-    tmux_tmp: tempfile::TempDir,
-    hub: Hub,
-}
-
 fn world(extra: &[(&str, &str)]) -> World {
-    let home = Home::new();
-    let demo = json!({"command": bin(), "args": ["demo-agent", "--delay-ms", "0"]});
-    let config = json!({"agents": {"default": "demo", "demo": demo}});
-    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
-    let root = tempfile::tempdir().unwrap();
-    let tmux_tmp = tempfile::tempdir().unwrap();
-    let (roots, tmp) = (root.path().display().to_string(), tmux_tmp.path().display().to_string());
-    let mut env = vec![
-        ("ZCODE_ACP_PROJECT_ROOTS", roots.as_str()),
-        ("ZCODE_ACP_REMOTE_PORT", "0"),
-        ("ZCODE_ACP_HEARTBEAT_MS", "200"),
-        ("ZCODE_ACP_HUB_TERMINAL", "0"),
-        ("ZCODE_ACP_SERVE_IDLE_MS", "5000"),
-        ("TMUX_TMPDIR", tmp.as_str()),
-        ("TMUX", ""),
-    ];
-    env.extend_from_slice(extra);
-    let hub = Hub::start(&home, &env);
-    World { home, root, tmux_tmp, hub }
-}
-
-impl World {
-    fn project(&self, name: &str) -> PathBuf {
-        let p = self.root.path().join(name);
-        std::fs::create_dir_all(&p).unwrap();
-        std::fs::canonicalize(&p).unwrap()
-    }
-
-    fn tmux(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux")
-            .arg("-S")
-            .arg(self.home.path().join("run").join("tmux.sock"))
-            .args(args)
-            .env("TMUX_TMPDIR", self.tmux_tmp.path())
-            .env_remove("TMUX")
-            .output()
-            .expect("tmux");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        // Whatever happened, the bridges the hub knows and this test's tmux server go with it.
-        let list = http(self.hub.port, "GET", "/api/instances", &[AUTH], b"");
-        let list: Value = serde_json::from_slice(&list.body).unwrap_or_default();
-        for i in list.as_array().into_iter().flatten() {
-            if let Some(pid) = i["id"].as_str().and_then(|s| s.parse::<u32>().ok()) {
-                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            }
-        }
-        let _ = self.tmux(&["kill-server"]);
-    }
+    World::start(json!({"default": "demo", "demo": demo()}), extra)
 }
 
 /// `zcode-acp chat --cwd DIR [ARGS]` with its stdout on a pipe: (child, its output so far).

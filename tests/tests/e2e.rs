@@ -1,6 +1,8 @@
 //! The end-to-end suite as one test binary (one link instead of one per file): each file of
 //! `tests/tests/` is a module, so a test is named `FILE::test_name` and `scripts/test FILE`
-//! selects one file.
+//! selects one file. The test harness starts tests in the order of their names: the browser
+//! tests, the longest by far (one test running all of `tests/web/`), are `browser::` so that
+//! they start among the first and the rest runs beside them, not before them.
 
 mod acp_negotiation;
 mod acpx_demo;
@@ -10,6 +12,7 @@ mod bounds;
 mod bridge_acpx;
 mod bridge_failures;
 mod bridge_multi;
+mod browser;
 mod chat;
 mod cli;
 mod cli_stop;
@@ -20,6 +23,7 @@ mod editor_stdio;
 mod fanout_load;
 mod files;
 mod glance;
+mod harness;
 mod hooks;
 mod hooks_settings;
 mod hub_http;
@@ -53,5 +57,4 @@ mod structure;
 mod tombstones;
 mod turn_end;
 mod usage;
-mod web_client;
 mod web_push;

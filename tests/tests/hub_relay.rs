@@ -322,12 +322,21 @@ impl Write for SlowLink {
     }
 }
 
-/// Watches the largest receive queue of the hub's sockets to a bridge (the bytes the bridge
-/// sent that the hub has not read yet), from `/proc/net/tcp`, until stopped or dropped (a
-/// failing test does not leave it polling beside the binary's other tests).
+/// Watches the hub's sockets to a bridge (`ss`, every 20 ms) until stopped or dropped (a
+/// failing test does not leave it polling beside the binary's other tests): the most bytes the
+/// bridge sent that the hub had not read yet, and each socket's receive buffer, first and
+/// largest seen.
 struct Backlog {
     stop: Arc<AtomicBool>,
-    watcher: Option<std::thread::JoinHandle<u64>>,
+    watcher: Option<std::thread::JoinHandle<Watched>>,
+}
+
+#[derive(Default)]
+struct Watched {
+    /// The largest receive queue.
+    most: u64,
+    /// Per socket (its local address): its receive buffer when first seen and at its largest.
+    buffers: std::collections::BTreeMap<String, (u64, u64)>,
 }
 
 impl Backlog {
@@ -335,21 +344,25 @@ impl Backlog {
         let stop = Arc::new(AtomicBool::new(false));
         let done = stop.clone();
         let watcher = std::thread::spawn(move || {
-            let mut most = 0;
+            let mut seen = Watched::default();
+            let filter = format!("dport = :{bridge_port}");
             while !done.load(Ordering::Relaxed) {
-                let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-                most = most.max(unread_from(&table, bridge_port));
+                let out = std::process::Command::new("ss").args(["-tmnH", &filter]).output().expect("run ss");
+                for (local, queue, buffer) in sockets(&String::from_utf8_lossy(&out.stdout)) {
+                    seen.most = seen.most.max(queue);
+                    let b = seen.buffers.entry(local).or_insert((buffer, buffer));
+                    b.1 = b.1.max(buffer);
+                }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            most
+            seen
         });
         Backlog { stop, watcher: Some(watcher) }
     }
 
-    /// The largest queue seen.
-    fn stop(mut self) -> u64 {
+    fn stop(mut self) -> Watched {
         self.stop.store(true, Ordering::Relaxed);
-        self.watcher.take().map_or(0, |w| w.join().expect("the watcher"))
+        self.watcher.take().map(|w| w.join().expect("the watcher")).unwrap_or_default()
     }
 }
 
@@ -359,39 +372,39 @@ impl Drop for Backlog {
     }
 }
 
-/// The largest receive queue in a `/proc/net/tcp` table among sockets connected to `port`.
-fn unread_from(table: &str, port: u16) -> u64 {
-    let remote = format!(":{port:04X}");
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            // sl local remote st tx_queue:rx_queue ...
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if !f.get(2)?.ends_with(&remote) {
-                return None;
-            }
-            u64::from_str_radix(f.get(4)?.split(':').nth(1)?, 16).ok()
-        })
-        .max()
-        .unwrap_or(0)
+/// The sockets of `ss -tmnH` output: (local address, receive queue, receive buffer `rb`).
+fn sockets(ss: &str) -> Vec<(String, u64, u64)> {
+    let mut out = vec![];
+    let mut lines = ss.lines();
+    while let Some(line) = lines.next() {
+        // State Recv-Q Send-Q Local Peer, then an indented line `skmem:(r0,rb131072,…)`.
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(queue), Some(local)) = (f.get(1).and_then(|q| q.parse().ok()), f.get(3)) else { continue };
+        let buffer = lines
+            .next()
+            .and_then(|m| m.split(['(', ',']).find_map(|w| w.strip_prefix("rb")?.parse().ok()))
+            .unwrap_or(0);
+        out.push(((*local).to_owned(), queue, buffer));
+    }
+    out
 }
 
 #[test]
-fn unread_from_reads_the_receive_queue_of_sockets_to_the_port() {
-    let table =
-        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 0100007F:B0C5 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1
-   1: 0100007F:D2F2 0100007F:B0C5 01 00000000:0001F4C8 00:00000000 00000000     0        0 2 1
-   2: 0100007F:B0C5 0100007F:D2F2 01 0003FF00:00000000 00:00000000 00000000     0        0 3 1
-   3: 0100007F:D2F4 0100007F:B0C5 01 00000000:00000010 00:00000000 00000000     0        0 4 1";
-    assert_eq!(unread_from(table, 0xB0C5), 0x1F4C8);
-    assert_eq!(unread_from(table, 0xD2F2), 0);
+fn sockets_reads_the_queue_and_buffer_of_each_socket() {
+    let ss = "ESTAB 128000 0      127.0.0.1:45678 127.0.0.1:40051
+\t skmem:(r131072,rb131072,t0,tb2626560,f0,w0,o0,bl0,d0)
+ESTAB 0      0      127.0.0.1:45680 127.0.0.1:40051
+\t skmem:(r0,rb6291456,t0,tb2626560,f0,w0,o0,bl0,d0)
+";
+    assert_eq!(
+        sockets(ss),
+        [("127.0.0.1:45678".to_owned(), 128000, 131072), ("127.0.0.1:45680".to_owned(), 0, 6291456)]
+    );
 }
 
 /// The slow reader's replay: `ZCODE_TEST_SLOW_MB` MiB read at `ZCODE_TEST_SLOW_KIBPS` KiB/s.
 /// The default suite reads 2 MiB at 256 KiB/s (seconds; with the hub before `cd0218e` it
-/// held 0.95-1.4 MB of the bridge's output unread, against 160 KiB allowed); `scripts/soak` reads 20 MiB at
+/// held 0.95-1.4 MB of the bridge's output unread); `scripts/soak` reads 20 MiB at
 /// 50 KiB/s (minutes, the phone on a bad line the bound was found with).
 fn slow_replay() -> (usize, u64) {
     let knob = |name: &str, default| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
@@ -410,9 +423,9 @@ fn a_slow_reader_gets_a_whole_replay_through_the_hub_and_stays_connected() {
     // replay's first burst) the hub held ~0.5 MB of the bridge's output unread, the window
     // it offered reopened only once a few hundred KiB of that had been drained (receiver-side
     // silly window avoidance), and the bridge's writes stood still 6–9 s at a time (seen with
-    // `ss` and a packet capture), once past 10 s. So the hub's unread backlog on the bridge
-    // leg is watched here (`/proc/net/tcp`'s receive queue): bounded by the small buffer the
-    // hub sets on that leg (`hub::upstream`), it reopens every ~64 KiB drained.
+    // `ss` and a packet capture), once past 10 s. So the hub's socket on the bridge leg is
+    // watched here (`ss`): the small buffer the hub sets on it (`hub::upstream`) must hold,
+    // not be autotuned; bounded so, the window reopens every ~64 KiB drained.
     let (mb, kib_per_s) = slow_replay();
     let home = Home::new();
     // The hub first: the bridge that makes the history would otherwise start one of its own.
@@ -477,11 +490,18 @@ fn a_slow_reader_gets_a_whole_replay_through_the_hub_and_stays_connected() {
     send(&mut ws, json!({"jsonrpc": "2.0", "id": 1, "method": "session/load", "params": load}));
     let (r, updates, bytes) = answer(&mut ws, 1);
     assert!(bytes >= mb << 20, "{bytes} bytes");
-    // 128 KiB is what the kernel gives for the 64 KiB asked (160 KiB leaves room to spare);
-    // unbounded, it was ~400 KB to 1.3 MB.
-    let most = backlog.stop();
-    assert!(most > 0, "the hub's socket to the bridge was never seen with data to read");
-    assert!(most <= 160 << 10, "the hub held {most} bytes of the bridge's output unread (at most 160 KiB)");
+    // The buffer the hub set holds (the kernel does not autotune a buffer a program set); left
+    // to the kernel, it grew past 1 MiB in the first burst. How much it held is a figure of the
+    // kernel's (128 KiB for the 64 KiB asked, ~400 KB to 1.3 MB unbounded): printed, and
+    // measured in docs/PERFORMANCE.md, never asserted.
+    let seen = backlog.stop();
+    assert!(seen.most > 0, "the hub's socket to the bridge was never seen with data to read");
+    let grown: Vec<_> = seen.buffers.iter().filter(|(_, (first, most))| most > first).collect();
+    assert!(
+        grown.is_empty(),
+        "the hub's receive buffer on the bridge leg grew during the replay (first, largest): {grown:?}"
+    );
+    eprintln!("the hub held at most {} bytes of the bridge's output unread", seen.most);
     // Complete: every update the journal has, the filler whole and in order.
     let meta = &r["result"]["replayMeta"];
     assert_eq!(meta["hasMore"], false, "{r}");

@@ -7,18 +7,10 @@
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use zcode_tests::hub::{Hub, Reply, http, wait_instances};
+use zcode_tests::hub::{Hub, get, http, post, wait_instances};
 use zcode_tests::{Bridge, Home, TEST_TOKEN, bin, initialize, new_session, prompt};
 
 const AUTH: (&str, &str) = ("Authorization", "Bearer zcode-test-token-0123456789abcdef");
-
-fn get(hub: &Hub, path: &str) -> Reply {
-    http(hub.port, "GET", path, &[AUTH], b"")
-}
-
-fn post(hub: &Hub, path: &str, body: &Value) -> Reply {
-    http(hub.port, "POST", path, &[AUTH, ("Content-Type", "application/json")], body.to_string().as_bytes())
-}
 
 fn enc(p: &Path) -> String {
     let mut out = String::new();
@@ -43,22 +35,7 @@ impl Drop for World {
     /// The serve bridges still listed go with the test (some tests keep them from idling out
     /// for minutes): left running, each would start a hub of its own in the removed home.
     fn drop(&mut self) {
-        let r = http(self.hub.port, "GET", "/api/instances", &[AUTH], b"");
-        let list = if r.status == 200 { r.json() } else { Value::Null };
-        let serve: Vec<u32> = list
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|i| i["origin"] == "serve")
-            .filter_map(|i| i["pid"].as_u64().and_then(|p| u32::try_from(p).ok()))
-            .collect();
-        for &pid in &serve {
-            let pid = nix::unistd::Pid::from_raw(pid as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        }
-        for pid in serve {
-            zcode_tests::hub::wait_gone(pid, zcode_tests::WAIT);
-        }
+        zcode_tests::hub::stop_serve_bridges(self.hub.port);
     }
 }
 

@@ -295,6 +295,8 @@ fn watch_mode_refreshes_until_interrupted() {
     let home = Home::new();
     let (glm, ollama) = (glm_vendor(Duration::ZERO), refusing());
     let mut cmd = home.command(&["quota", "glm", "-w", "-i", "10"]);
+    // A refresh 200 ms after the last instead of the 10 s `-i` asks for.
+    cmd.env("ZCODE_ACP_TEST_QUOTA_PERIOD_MS", "200");
     for (k, v) in env(&glm, &ollama) {
         match v.is_empty() {
             true => cmd.env_remove(k),
@@ -305,7 +307,7 @@ fn watch_mode_refreshes_until_interrupted() {
     let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
     let first = lines.next().and_then(Result::ok);
     assert_eq!(first.as_deref(), Some("GLM Coding Plan (pro)"));
-    // The second card comes after the shortest period (`-i 10`), from a new query.
+    // The second card comes after the period, from a new query.
     let again = lines.by_ref().map_while(Result::ok).find(|l| l == "GLM Coding Plan (pro)");
     assert!(again.is_some(), "a second card");
     assert_eq!(glm.hits.load(Ordering::SeqCst), 2, "each refresh asks the vendor again");

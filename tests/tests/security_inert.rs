@@ -15,110 +15,31 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use zcode_tests::hub::{AUTH, Hub, Reply, http};
+use zcode_tests::hub::{AUTH, get, http, post};
+use zcode_tests::world::{World, demo};
 use zcode_tests::{Bridge, Home, TEST_TOKEN, WAIT, bin, initialize, new_session, prompt};
 
-fn get(hub: &Hub, path: &str) -> Reply {
-    http(hub.port, "GET", path, &[AUTH], b"")
-}
-
-fn post(hub: &Hub, path: &str, body: &Value) -> Reply {
-    http(hub.port, "POST", path, &[AUTH, ("Content-Type", "application/json")], body.to_string().as_bytes())
-}
-
-/// A home whose default agent is the demo agent (or `agent`), a project root, and a hub.
-struct World {
-    home: Home,
-    root: tempfile::TempDir,
-    /// `TMUX_TMPDIR` of everything here: where a default tmux server would put its socket.
-    tmux_tmp: tempfile::TempDir,
-    hub: Hub,
-}
-
+/// A home whose default agent is the demo agent (or `agent`), a project root, a private tmux
+/// directory and a hub.
 fn world(agent: Option<Value>, extra: &[(&str, &str)]) -> World {
-    let home = Home::new();
-    let demo = json!({"command": bin(), "args": ["demo-agent", "--delay-ms", "0"]});
-    let config = json!({"agents": {"default": "a", "a": agent.unwrap_or(demo)}});
-    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
-    let root = tempfile::tempdir().unwrap();
-    let tmux_tmp = tempfile::tempdir().unwrap();
-    let roots = root.path().display().to_string();
-    let tmp = tmux_tmp.path().display().to_string();
-    let mut env = vec![
-        ("ZCODE_ACP_PROJECT_ROOTS", roots.as_str()),
-        ("ZCODE_ACP_REMOTE_PORT", "0"),
-        ("ZCODE_ACP_HEARTBEAT_MS", "200"),
-        ("ZCODE_ACP_HUB_TERMINAL", "0"),
-        ("ZCODE_ACP_SERVE_IDLE_MS", "5000"),
-        ("TMUX_TMPDIR", tmp.as_str()),
-        ("TMUX", ""),
-    ];
-    env.extend_from_slice(extra);
-    let hub = Hub::start(&home, &env);
-    World { home, root, tmux_tmp, hub }
+    World::start(json!({"default": "a", "a": agent.unwrap_or_else(demo)}), extra)
 }
 
-impl World {
-    /// The tmux socket the hub uses for this home.
-    fn socket(&self) -> PathBuf {
-        self.home.path().join("run").join("tmux.sock")
-    }
-
-    /// `tmux -S <home socket> {args}`: its stdout.
-    fn tmux(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux")
-            .arg("-S")
-            .arg(self.socket())
-            .args(args)
-            .env("TMUX_TMPDIR", self.tmux_tmp.path())
-            .env_remove("TMUX")
-            .output()
-            .expect("tmux");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Marker files a payload would have created (`pwned-*` where a command could run: each
-    /// payload changes to the home first, or to `$HOME` if the variable were missing).
-    fn markers(&self) -> Vec<PathBuf> {
-        let mut dirs = vec![self.home.path().to_owned(), self.root.path().to_owned()];
-        dirs.extend(std::env::current_dir().ok());
-        dirs.extend(std::env::var_os("HOME").map(PathBuf::from));
-        let mut found = vec![];
-        for d in dirs {
-            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-                if e.file_name().as_bytes().starts_with(b"pwned-") {
-                    found.push(e.path());
-                }
+/// Marker files a payload would have created (`pwned-*` where a command could run: each
+/// payload changes to the home first, or to `$HOME` if the variable were missing).
+fn markers(w: &World) -> Vec<PathBuf> {
+    let mut dirs = vec![w.home.path().to_owned(), w.root.path().to_owned()];
+    dirs.extend(std::env::current_dir().ok());
+    dirs.extend(std::env::var_os("HOME").map(PathBuf::from));
+    let mut found = vec![];
+    for d in dirs {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_name().as_bytes().starts_with(b"pwned-") {
+                found.push(e.path());
             }
         }
-        found
     }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        // The bridges the hub started go with the test (a live one would start another hub).
-        let list = http(self.hub.port, "GET", "/api/instances", &[AUTH], b"");
-        let list: Value = serde_json::from_slice(&list.body).unwrap_or_default();
-        for i in list.as_array().into_iter().flatten() {
-            if let Some(pid) = i["id"].as_str().and_then(|s| s.parse::<u32>().ok()) {
-                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            }
-        }
-        // Whatever happened, this test's tmux servers (and the chats in them) go with it.
-        let _ = Command::new("tmux")
-            .arg("-S")
-            .arg(self.socket())
-            .arg("kill-server")
-            .stderr(Stdio::null())
-            .status();
-        let _ = Command::new("tmux")
-            .arg("kill-server")
-            .env("TMUX_TMPDIR", self.tmux_tmp.path())
-            .env_remove("TMUX")
-            .stderr(Stdio::null())
-            .status();
-    }
+    found
 }
 
 /// Control characters (C0 but newline and tab, DEL, C1) in `s`.
@@ -246,7 +167,7 @@ fn hostile_names_titles_and_session_ids_run_nothing_in_tmux() {
     }
     let _ = client.kill();
     let _ = client.wait();
-    let found = w.markers();
+    let found = markers(&w);
     assert!(found.is_empty(), "a payload ran a command: {found:?}");
     for t in &renamed {
         assert!(controls(t).is_empty(), "rename kept control characters: {t:?}");

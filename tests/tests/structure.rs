@@ -659,3 +659,80 @@ fn the_router_reads_no_file_on_its_task() {
     }
     assert!(wrong.is_empty(), "file access on the router's task:\n{}", wrong.join("\n"));
 }
+
+/// No test waits out wall-clock time it does not need: no fixed sleep over 100 ms in the
+/// end-to-end suite (`tests/tests/`, `tests/src/`; the benchmarks of `tests/src/bin/` aside) or
+/// the browser tests (`tests/web/`). A production period is shortened with a timing knob; an
+/// event, a socket's or a page's state is waited for with the suite's deadline; a page's timers
+/// are moved with playwright's clock.
+#[test]
+fn no_test_sleeps_over_100_ms() {
+    let tests = workspace().join("tests");
+    let mut files = vec![];
+    sources(&tests.join("tests"), &mut files);
+    for dir in ["src", "web"] {
+        for e in std::fs::read_dir(tests.join(dir)).expect("a test directory").flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "rs" || x == "mjs") {
+                files.push(p);
+            }
+        }
+    }
+    let mut wrong = vec![];
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("a test file");
+        // (The rule's own examples below aside.)
+        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.contains("fixed_sleep_ms(")) {
+            if let Some(ms) = fixed_sleep_ms(line).filter(|ms| *ms > 100) {
+                let at = f.strip_prefix(workspace()).unwrap_or(f).display();
+                wrong.push(format!("{at}:{}: {ms} ms: {}", i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(files.len() > 50, "only {} test files found", files.len());
+    assert!(
+        wrong.is_empty(),
+        "fixed sleeps over 100 ms (wait for an event or a state, or shorten the period with a timing knob):\n{}",
+        wrong.join("\n")
+    );
+    // The rule sees each spelling it is meant to, and not a wait with a deadline.
+    assert_eq!(fixed_sleep_ms("std::thread::sleep(Duration::from_secs(2));"), Some(2000));
+    assert_eq!(fixed_sleep_ms("    tokio::time::sleep(Duration::from_millis(1_500)).await;"), Some(1500));
+    assert_eq!(fixed_sleep_ms("    await new Promise((r) => setTimeout(r, 9000));"), Some(9000));
+    assert_eq!(fixed_sleep_ms("await page.waitForTimeout(500);"), Some(500));
+    assert_eq!(fixed_sleep_ms("std::thread::sleep(Duration::from_millis(20));"), Some(20));
+    assert_eq!(
+        fixed_sleep_ms("await Promise.race([this.exited, new Promise((r) => setTimeout(r, 3000))]);"),
+        None
+    );
+    assert_eq!(fixed_sleep_ms("// std::thread::sleep(Duration::from_secs(2));"), None);
+}
+
+/// The milliseconds `line` sleeps when it is a fixed sleep: Rust's `sleep(Duration::from_millis(N))`
+/// or `sleep(Duration::from_secs(N))`, JavaScript's `await new Promise((r) => setTimeout(r, N))`
+/// or `waitForTimeout(N)`. A commented-out line sleeps nothing.
+fn fixed_sleep_ms(line: &str) -> Option<u64> {
+    let line = line.trim_start();
+    if line.starts_with("//") {
+        return None;
+    }
+    let number = |s: &str| -> Option<u64> {
+        let digits: String =
+            s.chars().take_while(|c| c.is_ascii_digit() || *c == '_').filter(|c| *c != '_').collect();
+        digits.parse().ok()
+    };
+    let after = |marker: &str| line.find(marker).map(|at| &line[at + marker.len()..]);
+    if let Some(arg) = after("sleep(Duration::from_millis(") {
+        return number(arg);
+    }
+    if let Some(arg) = after("sleep(Duration::from_secs(") {
+        return number(arg).map(|s| s * 1000);
+    }
+    if let Some(arg) = after("waitForTimeout(") {
+        return number(arg);
+    }
+    if line.contains("await new Promise(") {
+        return after("setTimeout(r, ").and_then(number);
+    }
+    None
+}

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
-import { Stack, Editor, BIN, SHOTS, launchBrowser, watchConsole, until, settledHome, WAIT } from './harness.mjs';
+import { Stack, Editor, BIN, SHOTS, launchBrowser, until, settledHome, stopStack, pairedPage } from './harness.mjs';
 
 describe('web client agent picker', () => {
   let stack; let browser; let page; let errors;
@@ -45,17 +45,10 @@ describe('web client agent picker', () => {
       const r = await stack.fetch('/api/agents', { headers: { Authorization: `Bearer ${stack.token}` } });
       return r.status === 404 || (await r.json()).default === 'demo';
     });
-    const context = await browser.newContext({ viewport: { width: 390, height: 844 } });
-    context.setDefaultTimeout(WAIT);
-    await context.addInitScript((t) => localStorage.setItem('zcode-acp.token', t), stack.token);
-    page = await context.newPage();
-    errors = watchConsole(page);
+    ({ page, errors } = await pairedPage(browser, stack, { viewport: { width: 390, height: 844 } }));
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   const project = () => page.locator(`#projects .project[data-path="${stack.project}"]`);
 

@@ -7,14 +7,14 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Stack, launchBrowser, watchConsole, until, settledHome, SHOTS, WAIT } from './harness.mjs';
+import { watchConsole, until, settledHome, SHOTS, WAIT, startStack, stopStack } from './harness.mjs';
 
 describe('web client', () => {
   let stack; let browser; let context; let page; let errors; let ed; let sid;
   const wsUrls = [];
 
   before(async () => {
-    [stack, browser] = await Promise.all([Stack.start(), launchBrowser()]);
+    [stack, browser] = await startStack();
     const lines = Array.from({ length: 450 }, (_, i) => `log line ${i + 1}`).join('\n');
     fs.writeFileSync(path.join(stack.project, 'notes.txt'), `${lines}\n`);
     // A 2×2 PNG.
@@ -30,10 +30,7 @@ describe('web client', () => {
     errors = watchConsole(page);
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   const transcript = () => page.locator('#transcript');
   const agentSaid = (text) => transcript().locator('.msg.agent', { hasText: text });

@@ -6,7 +6,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Stack, launchBrowser, watchConsole, settledHome, SHOTS, WAIT } from './harness.mjs';
+import { settledHome, SHOTS, startStack, stopStack, pairedPage } from './harness.mjs';
 
 const PHONE = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 };
 
@@ -14,8 +14,7 @@ describe('deleting a session from the phone', () => {
   let stack; let browser; let page; let errors; let ed; let doomed; let kept;
 
   before(async () => {
-    browser = await launchBrowser();
-    stack = await Stack.start({ env: (home) => ({ ZCODE_ACP_PROJECT_ROOTS: home, ZCODE_ACP_HUB_TERMINAL: '0', HOME: home }) });
+    [stack, browser] = await startStack({ env: (home) => ({ ZCODE_ACP_PROJECT_ROOTS: home, ZCODE_ACP_HUB_TERMINAL: '0', HOME: home }) });
     // An editor's bridge that stays up all along: whatever the phone sends after the delete
     // reaches it (a serve bridge would leave after its last close).
     ed = await stack.bridge();
@@ -24,17 +23,10 @@ describe('deleting a session from the phone', () => {
     await stack.api(`/api/instances/${ed.id}/sessions/${kept}/close`, { method: 'POST', body: '{}' });
     doomed = await ed.newSession(stack.project);
     await ed.prompt(doomed, 'a conversation to delete');
-    const context = await browser.newContext(PHONE);
-    context.setDefaultTimeout(WAIT);
-    await context.addInitScript((t) => localStorage.setItem('zcode-acp.token', t), stack.token);
-    page = await context.newPage();
-    errors = watchConsole(page);
+    ({ page, errors } = await pairedPage(browser, stack, PHONE));
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   it('is gone from the history, the project count, the live list and session/list', async () => {
     await page.goto(`${stack.base}/s/${ed.id}/${doomed}?cwd=${encodeURIComponent(stack.project)}`);

@@ -6,7 +6,7 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { Stack, BIN, launchBrowser, until, settledHome } from './harness.mjs';
+import { Stack, BIN, launchBrowser, until, settledHome, stopStack } from './harness.mjs';
 import { phonePage, looksRight } from './look.mjs';
 
 describe('home: inbox, board, idle serve bridges', () => {
@@ -18,10 +18,7 @@ describe('home: inbox, board, idle serve bridges', () => {
     stack = await Stack.start({ env: () => ({ ZCODE_ACP_SERVE_IDLE_MS: '8000' }) });
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   it('answers a permission from the inbox in place and shows the turn on the board', async () => {
     const ed = await stack.bridge();
@@ -87,10 +84,7 @@ describe('About: versions and "Update hub"', () => {
     stack = await Stack.start({ env: () => ({ ZCODE_ACP_TEST_VERSION: '0.0.1' }) });
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   it('shows the versions and updates the hub when the disk binary is newer', async () => {
     const page = await phonePage(browser, 'light', stack.token);

@@ -51,6 +51,33 @@ export function launchBrowser() {
   });
 }
 
+/**
+ * A test file's stack (`opts` as for `Stack.start`) and its one browser, started together in
+ * its `before`; `stopStack` in its `after` closes them (the browser first: its pages stop
+ * talking to the stack).
+ */
+export function startStack(opts) {
+  return Promise.all([Stack.start(opts), launchBrowser()]);
+}
+
+export async function stopStack(stack, browser) {
+  await browser?.close();
+  await stack?.stop();
+}
+
+/**
+ * A page in a new context of `browser` (`options`: the context's) paired with `stack` (its
+ * token in localStorage), whose waits time out at `WAIT`: { context, page, errors } (`errors`:
+ * its console errors, see `watchConsole`).
+ */
+export async function pairedPage(browser, stack, options = {}) {
+  const context = await browser.newContext(options);
+  context.setDefaultTimeout(WAIT);
+  await context.addInitScript((t) => localStorage.setItem('zcode-acp.token', t), stack.token);
+  const page = await context.newPage();
+  return { context, page, errors: watchConsole(page) };
+}
+
 /** The test's own end of a bridge: its editor, speaking JSON-RPC over the bridge's stdio. */
 export class Editor {
   constructor(child) {

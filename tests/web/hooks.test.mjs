@@ -6,7 +6,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Stack, launchBrowser, watchConsole, until, SHOTS } from './harness.mjs';
+import { watchConsole, until, SHOTS, startStack, stopStack } from './harness.mjs';
 
 const PHONE = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 };
 
@@ -14,7 +14,7 @@ describe('hooks in the session view', () => {
   let stack; let browser; let demo;
 
   before(async () => {
-    [stack, browser] = await Promise.all([Stack.start(), launchBrowser()]);
+    [stack, browser] = await startStack();
     // Written before the bridge starts: its agent reads the tree when it starts.
     const block = 'grep -q production && { echo "no prompts about production" >&2; exit 2; }; exit 0';
     fs.writeFileSync(path.join(stack.home, 'config.json'), JSON.stringify({ hooks: { events: {
@@ -24,10 +24,7 @@ describe('hooks in the session view', () => {
     demo = await stack.bridge();
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   it('shows each hook run as a line, and a refused prompt with the reason', async () => {
     const context = await browser.newContext(PHONE);

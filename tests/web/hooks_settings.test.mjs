@@ -7,7 +7,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Stack, launchBrowser, watchConsole, until, SHOTS } from './harness.mjs';
+import { watchConsole, until, SHOTS, startStack, stopStack } from './harness.mjs';
 import { phonePage, looksRight } from './look.mjs';
 
 const PHONE = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 };
@@ -17,7 +17,7 @@ describe('hooks settings', () => {
   const read = () => JSON.parse(fs.readFileSync(file, 'utf8'));
 
   before(async () => {
-    [stack, browser] = await Promise.all([Stack.start(), launchBrowser()]);
+    [stack, browser] = await startStack();
     file = path.join(stack.home, 'config.json');
     fs.writeFileSync(file, JSON.stringify({ custom: 1, hooks: { timeoutMs: 5000, events: {
       PreToolUse: [{ matcher: '^read$', hooks: [{ type: 'command', command: 'echo pre', note: 'kept' }] }],
@@ -25,10 +25,7 @@ describe('hooks settings', () => {
     } } }));
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   it('shows the tree and edits what the contract allows', async () => {
     const context = await browser.newContext(PHONE);

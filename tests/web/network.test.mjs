@@ -6,7 +6,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import net from 'node:net';
-import { Stack, launchBrowser, watchConsole, until, WAIT } from './harness.mjs';
+import { watchConsole, until, WAIT, startStack, stopStack } from './harness.mjs';
 
 /** Listens on the hub's port with `server` (taking the port from a hub a bridge started). */
 async function holdPort(stack, server) {
@@ -52,7 +52,7 @@ describe('web client on a bad network', () => {
   let stack; let browser; let page; let errors; let ed; let sid;
 
   before(async () => {
-    [stack, browser] = await Promise.all([Stack.start(), launchBrowser()]);
+    [stack, browser] = await startStack();
     ed = await stack.bridge();
     sid = await ed.newSession(stack.project);
     await ed.prompt(sid, 'before the storm');
@@ -64,10 +64,7 @@ describe('web client on a bad network', () => {
     errors = watchConsole(page);
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   const banner = () => page.locator('.conn-banner');
 

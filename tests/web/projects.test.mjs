@@ -6,7 +6,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Stack, launchBrowser, watchConsole, until, settledHome, WAIT } from './harness.mjs';
+import { Stack, launchBrowser, until, settledHome, stopStack, pairedPage } from './harness.mjs';
 
 describe('web client projects', () => {
   let stack; let browser; let page; let errors; let ed; let closed;
@@ -22,17 +22,10 @@ describe('web client projects', () => {
     closed = await ed.newSession(stack.project);
     await ed.prompt(closed, 'an old conversation');
     await ed.close();
-    const context = await browser.newContext({ viewport: { width: 420, height: 860 } });
-    context.setDefaultTimeout(WAIT);
-    await context.addInitScript((t) => localStorage.setItem('zcode-acp.token', t), stack.token);
-    page = await context.newPage();
-    errors = watchConsole(page);
+    ({ page, errors } = await pairedPage(browser, stack, { viewport: { width: 420, height: 860 } }));
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   const project = () => page.locator(`#projects .project[data-path="${stack.project}"]`);
 

@@ -14,7 +14,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { createRequire } from 'node:module';
-import { Stack, launchBrowser, watchConsole, until, SHOTS, ROOT, CHROMIUM, WAIT } from './harness.mjs';
+import { watchConsole, until, SHOTS, ROOT, CHROMIUM, WAIT, startStack, stopStack } from './harness.mjs';
 
 const { chromium } = createRequire(path.join(ROOT, 'tests/peers/package.json'))('playwright-core');
 
@@ -77,14 +77,11 @@ describe('installable web app', { timeout: 120000 }, () => {
   let stack; let browser;
 
   before(async () => {
-    [stack, browser] = await Promise.all([Stack.start(), launchBrowser()]);
+    [stack, browser] = await startStack();
     fs.mkdirSync(SHOTS, { recursive: true });
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   it('serves the manifest, its icons and the service worker', async () => {
     const r = await stack.fetch('/manifest.webmanifest');

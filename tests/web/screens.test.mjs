@@ -9,7 +9,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Stack, launchBrowser, until } from './harness.mjs';
+import { Stack, launchBrowser, until, stopStack } from './harness.mjs';
 import { looksRight, phonePage } from './look.mjs';
 
 const SCHEMES = ['light', 'dark'];
@@ -64,10 +64,7 @@ describe('web client screens at phone size, light and dark', () => {
     for (const scheme of SCHEMES) pages[scheme] = await phonePage(browser, scheme, stack.token);
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   const sessionUrl = () => `${stack.base}/s/${ed.id}/${sid}?cwd=${encodeURIComponent(stack.project)}`;
   const filesUrl = (q = '') => `${stack.base}/f/${ed.id}/${sid}?cwd=${encodeURIComponent(stack.project)}${q}`;

@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
-import { Stack, BIN, SHOTS, launchBrowser, watchConsole, until, settledHome } from './harness.mjs';
+import { Stack, BIN, SHOTS, launchBrowser, watchConsole, until, settledHome, stopStack } from './harness.mjs';
 
 const PHONE = { width: 390, height: 844 };
 // "null", "nullnull", "undefined", "NaN" as words (not inside "nullable"), "[object Object]".
@@ -41,10 +41,7 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
     errors = watchConsole(page);
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   async function phone(colorScheme) {
     const c = await browser.newContext({ viewport: PHONE, deviceScaleFactor: 2, colorScheme, isMobile: true, hasTouch: true });
@@ -145,13 +142,18 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
     // A brand-new session, listed only once its first turn starts.
     const fresh = await ed.newSession(stack.project);
     const turn = ed.prompt(fresh, 'please ask permission');
+    // Once the editor has the request the session waits: a page shown again polls at once
+    // (instead of the test idling until the next 4 s poll).
+    const pollNow = () => page.evaluate(() => document.dispatchEvent(new Event('visibilitychange')));
+    const ask = await ed.request((r) => r.method === 'session/request_permission' && r.params.sessionId === fresh);
+    await pollNow();
     const waiting = page.locator('#waiting a', { hasText: 'asks permission' });
     await waiting.waitFor();
     assert.match(await waiting.getAttribute('href'), new RegExp(encodeURIComponent(fresh)));
     await look(page, 'screens-home-waiting-light');
-    const ask = await ed.request((r) => r.method === 'session/request_permission' && r.params.sessionId === fresh);
     ed.answer(ask.id, { outcome: { outcome: 'selected', optionId: 'allow' } });
     await turn;
+    await pollNow();
     await waiting.waitFor({ state: 'detached' });
   });
 
@@ -183,25 +185,36 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
   });
 
   it('does not poll while the page is hidden, and polls at once when shown', async () => {
-    await page.goto(`${stack.base}/`);
-    await page.locator(`[data-instance="${ed.id}"]`).waitFor();
-    let polls = 0;
-    const count = (r) => { if (r.url().includes('/api/instances')) polls++; };
-    page.on('request', count);
-    await page.evaluate(() => {
+    // A page of its own on a clock the test moves: two poll periods pass without waiting them
+    // out. The page counts its own requests for the list as it makes them.
+    const context = await phone('light');
+    await context.addInitScript(() => {
+      const fetch = window.fetch;
+      window.polls = 0;
+      window.fetch = (url, init) => {
+        if (String(url).includes('/api/instances')) window.polls++;
+        return fetch(url, init);
+      };
+    });
+    const p = await context.newPage();
+    await p.clock.install();
+    await p.goto(`${stack.base}/`);
+    await p.locator(`[data-instance="${ed.id}"]`).waitFor();
+    const polls = () => p.evaluate(() => window.polls);
+    const hidden = await p.evaluate(() => {
       Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => 'hidden' });
       document.dispatchEvent(new Event('visibilitychange'));
+      return window.polls;
     });
-    polls = 0;
     // Two poll periods (4 s each) with the page hidden.
-    await new Promise((r) => setTimeout(r, 9000));
-    assert.equal(polls, 0, 'a hidden home screen polled the hub');
-    await page.evaluate(() => {
+    await p.clock.runFor(9000);
+    assert.equal(await polls(), hidden, 'a hidden home screen polled the hub');
+    await p.evaluate(() => {
       Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => 'visible' });
       document.dispatchEvent(new Event('visibilitychange'));
     });
-    await until('a poll when shown', () => polls > 0);
-    page.off('request', count);
+    await until('a poll when shown', async () => (await polls()) > hidden);
+    await context.close();
   });
 
   it('labels the instance `zcode-acp up` runs as "up", not "serve"', async () => {

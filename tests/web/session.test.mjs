@@ -11,7 +11,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Stack, launchBrowser, watchConsole, until, SHOTS, SDK_AGENT } from './harness.mjs';
+import { watchConsole, until, SHOTS, SDK_AGENT, startStack, stopStack } from './harness.mjs';
 
 const PHONE = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 };
 
@@ -52,14 +52,11 @@ describe('session screen', () => {
   let stack; let browser; let demo; let sdk;
 
   before(async () => {
-    [stack, browser] = await Promise.all([Stack.start(), launchBrowser()]);
+    [stack, browser] = await startStack();
     [demo, sdk] = await Promise.all([stack.bridge(), stack.bridge(SDK_AGENT)]);
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   async function phonePage() {
     const context = await browser.newContext(PHONE);

@@ -10,7 +10,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Stack, launchBrowser, until, ROOT } from './harness.mjs';
+import { until, ROOT, startStack, stopStack } from './harness.mjs';
 import { phonePage, looksRight } from './look.mjs';
 
 const SCRIPTED = path.join(ROOT, 'tests/peers/scripted_agent.py');
@@ -19,8 +19,7 @@ describe('web client settings', () => {
   let stack; let browser; let ed; let log; let user;
 
   before(async () => {
-    browser = await launchBrowser();
-    stack = await Stack.start({ env: (home) => ({ HOME: path.join(home, 'user') }) });
+    [stack, browser] = await startStack({ env: (home) => ({ HOME: path.join(home, 'user') }) });
     user = path.join(stack.home, 'user');
     fs.mkdirSync(path.join(user, '.claude/agents'), { recursive: true });
     fs.mkdirSync(path.join(user, '.claude/skills/pdf'), { recursive: true });
@@ -30,10 +29,7 @@ describe('web client settings', () => {
     ed = await stack.bridge(['python3', SCRIPTED, '--log', log, '--models', 'fast,smart']);
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   const config = () => JSON.parse(fs.readFileSync(path.join(stack.home, 'config.json'), 'utf8'));
   const agentLog = () => (fs.existsSync(log) ? fs.readFileSync(log, 'utf8').trim().split('\n').map((l) => JSON.parse(l)) : []);

@@ -9,7 +9,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
-import { Stack, Editor, BIN, ROOT, launchBrowser, settledHome } from './harness.mjs';
+import { Editor, BIN, ROOT, settledHome, startStack, stopStack } from './harness.mjs';
 import { phonePage, looksRight } from './look.mjs';
 
 const DAY_MS = 86400000;
@@ -20,14 +20,10 @@ describe('web client token usage', () => {
   let stack; let browser;
 
   before(async () => {
-    browser = await launchBrowser();
-    stack = await Stack.start();
+    [stack, browser] = await startStack();
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   /** A bridge on the usage agent whose records are stamped `daysAgo` days back, as its editor. */
   async function bridge(daysAgo) {

@@ -8,7 +8,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Stack, launchBrowser, until } from './harness.mjs';
+import { Stack, launchBrowser, until, stopStack } from './harness.mjs';
 import { phonePage, looksRight } from './look.mjs';
 
 const TITLE = 'Refactor the settings screen so that every card keeps its distance and the restart dialog speaks plainly to whoever holds the phone';
@@ -30,10 +30,7 @@ describe('counts and words on a phone', () => {
     await stack.listed(ed.id, sid);
   });
 
-  after(async () => {
-    await browser?.close();
-    await stack?.stop();
-  });
+  after(() => stopStack(stack, browser));
 
   const sessionUrl = () => `${stack.base}/s/${ed.id}/${encodeURIComponent(sid)}?cwd=${encodeURIComponent(stack.project)}`;
   const filesUrl = (q) => `${stack.base}/f/${ed.id}/${encodeURIComponent(sid)}?cwd=${encodeURIComponent(stack.project)}${q}`;

@@ -1,6 +1,6 @@
 //! The web client's browser tests (`tests/web/*.test.mjs`, Node's test runner driving Debian's
 //! chromium through the pinned playwright-core) run as part of `cargo test`: this test builds
-//! the binary, runs `node --test tests/web/` against it and fails when any of them fails. Their
+//! the binary, runs `node --test` on every file of `tests/web/` (the largest first) against it and fails when any of them fails. Their
 //! output goes straight to the terminal; screenshots land in `target/web-screenshots/`.
 //! `ZCODE_WEB_TESTS="session delete"` runs only `tests/web/session.test.mjs` and
 //! `delete.test.mjs` (what `scripts/test web session delete` sets).
@@ -30,7 +30,19 @@ fn the_web_client_passes_its_browser_tests() {
     let only = std::env::var("ZCODE_WEB_TESTS").unwrap_or_default();
     let mut files: Vec<String> = only.split_whitespace().map(|f| format!("tests/web/{f}.test.mjs")).collect();
     if files.is_empty() {
-        files.push("tests/web/".to_owned());
+        // Every file, the largest first: node starts them in this order, two at a time, and
+        // the longest (the largest, roughly) started last would run on alone at the end.
+        let mut all: Vec<(u64, String)> = std::fs::read_dir(root.join("tests/web"))
+            .expect("tests/web")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".test.mjs"))
+            .map(|e| {
+                let size = e.metadata().map_or(0, |m| m.len());
+                (size, format!("tests/web/{}", e.file_name().to_string_lossy()))
+            })
+            .collect();
+        all.sort_by(|a, b| b.cmp(a));
+        files = all.into_iter().map(|(_, f)| f).collect();
     }
     let status = Command::new("node")
         // Two files at a time: most of a file's time is spent waiting on the hub, bridges and
