@@ -5,10 +5,12 @@
 //! ever runs on an async worker. Reads are read transactions ([`Store::read`]), which in WAL
 //! mode never wait for the bridges' journal writes; the hub's one write (project delete) takes
 //! the write lock like any writer. If the store cannot be opened (a corrupt or foreign file),
-//! the routes answer 503 with the reason and the next query tries again.
+//! the routes answer 503 with the reason and the next query tries again. The thread runs SQL
+//! only: the catalog's file-system checks ([`shown`], [`creatable`], a path's realpath) run on
+//! the blocking pool (`structure::the_hub_store_thread_runs_sql_only`).
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use tokio::sync::oneshot;
 use zcode_shared::config::Config;
 use zcode_shared::store::{Store, StoreError};
@@ -100,25 +102,36 @@ fn hidden(cfg: &Config, p: &Path) -> bool {
 /// A known project: (workspace, sessions, last active in epoch ms).
 pub type Project = (String, i64, i64);
 
-/// The known projects: workspaces that ran a session, filtered, newest first. Runs on the
-/// store thread (it also looks at the file system).
-pub fn known_projects(st: &Store, cfg: &Config) -> Result<Vec<Project>, StoreError> {
-    Ok(st
-        .read(|st| st.projects())?
-        .into_iter()
-        .filter(|r| {
-            let p = Path::new(&r.workspace);
-            p.is_dir() && !hidden(cfg, p)
-        })
-        .map(|r| (r.workspace, r.sessions, r.last_active))
-        .collect())
+/// Every workspace that ran a session, newest first, as the store has it: SQL only, for the
+/// store thread ([`shown`] and [`creatable`] then look at the file system, off it).
+pub fn project_rows(st: &mut Store) -> Result<Vec<Project>, StoreError> {
+    Ok(st.read(|st| st.projects())?.into_iter().map(|r| (r.workspace, r.sessions, r.last_active)).collect())
 }
 
-/// Whether a new session may start in `p` (a realpath): a known project or under a root.
-pub fn creatable(st: &Store, cfg: &Config, p: &Path) -> Result<bool, StoreError> {
+/// The known projects, newest first: [`project_rows`] read on the store thread, then filtered
+/// ([`shown`]) on the blocking pool. `Err` says why the store is unavailable.
+pub async fn known_projects(store: &Catalog, cfg: Arc<Config>) -> Result<Vec<Project>, String> {
+    let rows = store.run(project_rows).await?.map_err(|e| e.to_string())?;
+    tokio::task::spawn_blocking(move || shown(rows, &cfg)).await.map_err(|e| e.to_string())
+}
+
+/// Of `rows`, the projects a list shows: directories that exist and are not hidden. Looks at
+/// the file system: for the blocking pool, never the store thread (SQL only).
+pub fn shown(rows: Vec<Project>, cfg: &Config) -> Vec<Project> {
+    rows.into_iter()
+        .filter(|(w, _, _)| {
+            let p = Path::new(w);
+            p.is_dir() && !hidden(cfg, p)
+        })
+        .collect()
+}
+
+/// Whether a new session may start in `p` (a realpath): under a root, or a known project (one
+/// of `rows` that [`shown`] keeps). Looks at the file system: for the blocking pool.
+pub fn creatable(rows: &[Project], cfg: &Config, p: &Path) -> bool {
     if under_root(cfg, p) {
-        return Ok(true);
+        return true;
     }
     let s = p.display().to_string();
-    Ok(known_projects(st, cfg)?.iter().any(|(w, _, _)| *w == s))
+    rows.iter().any(|(w, _, _)| *w == s) && p.is_dir() && !hidden(cfg, p)
 }

@@ -736,3 +736,49 @@ fn fixed_sleep_ms(line: &str) -> Option<u64> {
     }
     None
 }
+
+/// Issue 30, point 14: the hub's store thread runs SQL only. What a route hands to
+/// `store.run(…)` names no file-system call (a slow disk or mount would stall every query
+/// behind it); the catalog's checks of the file system run on the blocking pool.
+#[test]
+fn the_hub_store_thread_runs_sql_only() {
+    let mut files = vec![];
+    sources(&workspace().join("hub/src"), &mut files);
+    let forbidden = ["std::fs", "canonicalize", "is_dir", "metadata(", "read_dir", "creatable(", "shown("];
+    let mut wrong = vec![];
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("a source file");
+        // `store.run(` or `store` then `.run(` on the next line: the argument, by its parentheses.
+        let flat = text.replace("store\n", "store ");
+        let mut rest = flat.as_str();
+        while let Some(at) = rest.find(".run(") {
+            let before = rest[..at].trim_end();
+            let args = &rest[at + ".run(".len()..];
+            rest = args;
+            if !before.ends_with("store") {
+                continue;
+            }
+            let mut depth = 1;
+            let end = args
+                .char_indices()
+                .find(|&(_, c)| {
+                    depth += match c {
+                        '(' => 1,
+                        ')' => -1,
+                        _ => 0,
+                    };
+                    depth == 0
+                })
+                .map_or(args.len(), |(i, _)| i);
+            let body = &args[..end];
+            for needle in forbidden.iter().filter(|n| body.contains(**n)) {
+                wrong.push(format!(
+                    "{}: `{needle}` handed to the store thread: {}",
+                    f.display(),
+                    body.trim()
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "file-system work on the hub's store thread:\n{}", wrong.join("\n\n"));
+}

@@ -44,30 +44,36 @@ pub async fn create(req: Request<Incoming>, hub: &Arc<Hub>) -> Resp {
         }
     };
     let (ws, sid, chosen) = (ws.to_owned(), session.clone(), agent.is_some());
-    // The path checks and the store's answers, off the async workers.
-    let checked = hub
+    // The store's answers on the store thread (SQL only), the path checks on the blocking pool.
+    let answers = hub
         .store
         .run(move |st| {
-            let path = std::fs::canonicalize(&ws).ok().filter(|p| p.is_dir())?;
-            let creatable = catalog::creatable(st, &cfg, &path);
+            let rows = catalog::project_rows(st);
             let deleted = sid.as_ref().map(|s| st.read(|st| st.is_deleted(s)));
             // A resume runs the agent that made the session, unless told otherwise.
             let recorded = match (chosen, &sid) {
                 (false, Some(s)) => st.read(|st| st.session_agent(s)).ok().flatten(),
                 _ => None,
             };
-            Some((path, creatable, deleted, recorded.filter(|a| cfg.agents.knows(a))))
+            (rows, deleted, recorded)
         })
         .await;
-    let (path, agent) = match checked {
+    let (rows, deleted, recorded) = match answers {
         Err(e) => return store_unavailable(e),
+        Ok((Err(e), _, _)) => return store_unavailable(e),
+        Ok((Ok(rows), deleted, recorded)) => (rows, deleted, recorded.filter(|a| cfg.agents.knows(a))),
+    };
+    let checked = tokio::task::spawn_blocking(move || {
+        let path = std::fs::canonicalize(&ws).ok().filter(|p| p.is_dir())?;
+        catalog::creatable(&rows, &cfg, &path).then_some(path)
+    })
+    .await;
+    let (path, agent) = match checked {
+        Err(_) => {
+            return say(StatusCode::INTERNAL_SERVER_ERROR, "the project check failed (see the hub's log)");
+        }
         Ok(None) => return say(StatusCode::FORBIDDEN, "unknown project"),
-        Ok(Some((path, creatable, deleted, recorded))) => {
-            match creatable {
-                Ok(true) => {}
-                Ok(false) => return say(StatusCode::FORBIDDEN, "unknown project"),
-                Err(e) => return store_unavailable(e),
-            }
+        Ok(Some(path)) => {
             match deleted {
                 Some(Ok(Some(true))) => return say(StatusCode::NOT_FOUND, "session deleted"),
                 Some(Err(e)) => return store_unavailable(e),

@@ -17,9 +17,8 @@ use std::sync::Arc;
 
 /// `GET /api/projects`.
 pub async fn list(hub: &Hub) -> Resp {
-    let cfg = hub.config();
-    match hub.store.run(move |st| catalog::known_projects(st, &cfg)).await {
-        Ok(Ok(rows)) => json(
+    match catalog::known_projects(&hub.store, hub.config()).await {
+        Ok(rows) => json(
             StatusCode::OK,
             &Value::Array(
                 rows.into_iter()
@@ -27,7 +26,6 @@ pub async fn list(hub: &Hub) -> Resp {
                     .collect(),
             ),
         ),
-        Ok(Err(e)) => store_unavailable(e),
         Err(e) => store_unavailable(e),
     }
 }
@@ -42,13 +40,13 @@ pub async fn delete(req: Request<Incoming>, hub: &Hub) -> Resp {
         return say(StatusCode::BAD_REQUEST, "workspacePath required");
     };
     let ws = ws.to_owned();
-    let deleted = hub
-        .store
-        .run(move |st| {
-            let ws = std::fs::canonicalize(&ws).map(|p| p.display().to_string()).unwrap_or(ws);
-            st.write(|w| w.delete_project(&ws))
-        })
-        .await;
+    let resolved = tokio::task::spawn_blocking(move || {
+        std::fs::canonicalize(&ws).map(|p| p.display().to_string()).unwrap_or(ws)
+    });
+    let Ok(ws) = resolved.await else {
+        return say(StatusCode::INTERNAL_SERVER_ERROR, "the path check failed (see the hub's log)");
+    };
+    let deleted = hub.store.run(move |st| st.write(|w| w.delete_project(&ws))).await;
     match deleted {
         Ok(Ok(n)) => json(StatusCode::OK, &json!({"ok": true, "deletedTasks": n})),
         Ok(Err(e)) => store_unavailable(e),
@@ -83,11 +81,15 @@ pub async fn fs_list(req: &Request<Incoming>, hub: &Hub) -> Resp {
         Ok(None) => return say(StatusCode::NOT_FOUND, "directory not found"),
         Ok(Some(l)) => l,
     };
-    let at = path.clone();
-    let creatable = match hub.store.run(move |st| catalog::creatable(st, &cfg, &at)).await {
-        Ok(Ok(c)) => c,
+    let rows = match hub.store.run(catalog::project_rows).await {
+        Ok(Ok(rows)) => rows,
         Ok(Err(e)) => return store_unavailable(e),
         Err(e) => return store_unavailable(e),
+    };
+    let at = path.clone();
+    let creatable = tokio::task::spawn_blocking(move || catalog::creatable(&rows, &cfg, &at)).await;
+    let Ok(creatable) = creatable else {
+        return say(StatusCode::INTERNAL_SERVER_ERROR, "the project check failed (see the hub's log)");
     };
     let truncated = names.len() > 2000;
     names.truncate(2000);
@@ -130,20 +132,13 @@ pub async fn sessions(req: &Request<Incoming>, hub: &Arc<Hub>) -> Resp {
         },
         (None, Some(_)) => return say(StatusCode::BAD_REQUEST, "invalid before: beforeId needs before"),
     };
-    let cfg = hub.config();
-    let known = hub
-        .store
-        .run(move |st| {
-            let path = std::fs::canonicalize(&ws).ok()?;
-            let path_s = path.display().to_string();
-            Some(catalog::known_projects(st, &cfg).map(|k| (k.iter().any(|(w, _, _)| *w == path_s), path)))
-        })
-        .await;
-    let path = match known {
+    let known = match catalog::known_projects(&hub.store, hub.config()).await {
+        Ok(known) => known,
         Err(e) => return store_unavailable(e),
-        Ok(Some(Err(e))) => return store_unavailable(e),
-        Ok(None) | Ok(Some(Ok((false, _)))) => return say(StatusCode::FORBIDDEN, "unknown project"),
-        Ok(Some(Ok((true, path)))) => path,
+    };
+    let path = tokio::task::spawn_blocking(move || std::fs::canonicalize(&ws).ok()).await.ok().flatten();
+    let Some(path) = path.filter(|p| known.iter().any(|(w, _, _)| *w == p.display().to_string())) else {
+        return say(StatusCode::FORBIDDEN, "unknown project");
     };
     let path_s = path.display().to_string();
     // The headless serve bridge that serves this project's history (incubated if none runs).
