@@ -1,7 +1,8 @@
 //! What bounds the bridge's memory by bytes: the largest message ([`max_message`],
 //! `ZCODE_ACP_MAX_MESSAGE_MIB`, 64 MiB), the line reader that refuses a longer line without
 //! holding it ([`LineReader`]), and the byte gates the agent's stdout reader waits on
-//! ([`EDITOR`]: the editor's outbox; [`JOURNAL`]: the journal's channel). The agent's stdin
+//! ([`EDITOR`]: the editor's outbox; [`JOURNAL`]: the journal's channel), and the one every
+//! reader feeding the router waits on ([`ROUTER`]: its event channel). The agent's stdin
 //! queue is bounded in [`crate::upstream`], a remote client's outbox by
 //! [`crate::router::REMOTE_QUEUE_LIMIT`].
 //!
@@ -12,7 +13,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::Notify;
-use zcode_shared::jsonrpc::Id;
+use zcode_shared::jsonrpc::{Id, ParseError, RawMessage};
 
 /// The default of `ZCODE_ACP_MAX_MESSAGE_MIB`.
 pub const DEFAULT_MAX_MESSAGE_MIB: usize = 64;
@@ -61,6 +62,11 @@ pub static EDITOR: Gate = Gate::new();
 /// The journal's channel: `session/update` bytes sent to the journal thread and not yet taken.
 pub static JOURNAL: Gate = Gate::new();
 
+/// The router's event channel: the bytes of the messages the editor's, the remote clients' and
+/// the agent's readers sent to the router and it has not taken yet ([`Gate::message_taken`]).
+/// Its count of events alone would let 4096 messages of up to the limit each wait.
+pub static ROUTER: Gate = Gate::new();
+
 impl Gate {
     const fn new() -> Gate {
         Gate { bytes: AtomicUsize::new(0), waiting: AtomicBool::new(false), notify: Notify::const_new() }
@@ -85,8 +91,25 @@ impl Gate {
         self.bytes.load(Ordering::SeqCst)
     }
 
-    fn over(&self) -> bool {
+    /// More than [`max_message`] bytes wait.
+    pub fn over(&self) -> bool {
         self.bytes() > max_message()
+    }
+
+    /// The bytes of a message a reader sends on (0 for one that did not parse).
+    pub fn message_size(msg: &Result<RawMessage, ParseError>) -> usize {
+        msg.as_ref().map_or(0, RawMessage::size)
+    }
+
+    /// Waits while over the limit, then counts `msg` in: for a reader about to send it.
+    pub async fn admit(&self, msg: &Result<RawMessage, ParseError>) {
+        self.below().await;
+        self.add(Self::message_size(msg));
+    }
+
+    /// The router took `msg` (or it was never delivered): counted out.
+    pub fn message_taken(&self, msg: &Result<RawMessage, ParseError>) {
+        self.sub(Self::message_size(msg));
     }
 
     /// Returns once at most [`max_message`] bytes wait (at once when they do: two atomic loads).

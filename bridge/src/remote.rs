@@ -120,7 +120,7 @@ where
             Then::Next => continue,
             Then::End(code) => break code,
         };
-        let sent = match forward(events, Event::Frame { client, msg }) {
+        let sent = match forward(events, msg, client) {
             Ok(sent) => sent,
             Err(waiting) => waiting.await,
         };
@@ -176,15 +176,36 @@ fn then(step: Step, client: ClientId, limit: Duration) -> Then {
 #[allow(clippy::type_complexity)]
 fn forward(
     events: &mpsc::Sender<Event>,
-    event: Event,
+    msg: Result<RawMessage, ParseError>,
+    client: ClientId,
 ) -> Result<bool, Pin<Box<impl Future<Output = bool> + '_>>> {
-    match events.try_send(event) {
-        Ok(()) => Ok(true),
-        Err(mpsc::error::TrySendError::Closed(_)) => Ok(false),
-        Err(mpsc::error::TrySendError::Full(event)) => {
-            Err(Box::pin(async move { events.send(event).await.is_ok() }))
+    let gate = &crate::bounds::ROUTER;
+    let size = crate::bounds::Gate::message_size(&msg);
+    let mut event = Event::Frame { client, msg };
+    // Over the router's byte bound: wait (below) before counting it in; else counted in now.
+    let over = gate.over();
+    if !over {
+        gate.add(size);
+        match events.try_send(event) {
+            Ok(()) => return Ok(true),
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                gate.sub(size);
+                return Ok(false);
+            }
+            Err(mpsc::error::TrySendError::Full(back)) => event = back,
         }
     }
+    Err(Box::pin(async move {
+        if over {
+            gate.below().await;
+            gate.add(size);
+        }
+        let sent = events.send(event).await.is_ok();
+        if !sent {
+            gate.sub(size);
+        }
+        sent
+    }))
 }
 
 /// The end of a client: the router is told `Closed`, then (unless the socket broke) what was
@@ -371,6 +392,30 @@ mod tests {
         client.send(Message::Close(None)).await.unwrap();
         assert!(matches!(got.recv().await, Some(Event::Closed { client: 7 })));
         task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_frame_waits_while_the_routers_channel_holds_more_than_the_limit_in_bytes() {
+        let gate = &crate::bounds::ROUTER;
+        let (events, mut got) = mpsc::channel(8);
+        let msg = RawMessage::parse(r#"{"jsonrpc":"2.0","method":"m","params":{"x":"0123456789"}}"#);
+        let size = crate::bounds::Gate::message_size(&msg);
+        assert!(size > 10, "{size}");
+        // Messages of other readers wait, over the limit (other tests of this binary share the
+        // gate: theirs wait a moment too).
+        let held = crate::bounds::max_message() + 1;
+        gate.add(held);
+        let Err(mut waiting) = forward(&events, msg, 3) else {
+            panic!("sent while the router was over its bound")
+        };
+        let polled = std::future::poll_fn(|cx| Poll::Ready(waiting.as_mut().poll(cx))).await;
+        assert!(polled.is_pending(), "the frame went on over the bound");
+        assert!(got.try_recv().is_err(), "nothing reached the router");
+        // The router takes them: the frame goes on, counted in until the router takes it.
+        gate.sub(held);
+        assert!(waiting.await, "sent");
+        let Some(Event::Frame { client: 3, msg }) = got.recv().await else { panic!("the frame") };
+        gate.message_taken(&msg);
     }
 
     #[tokio::test]

@@ -36,7 +36,11 @@ pub async fn connect_editor(events: mpsc::Sender<Event>, tracker: &TaskTracker) 
                     break;
                 }
             };
-            if events.send(Event::Frame { client: EDITOR, msg }).await.is_err() {
+            crate::bounds::ROUTER.admit(&msg).await;
+            if let Err(unsent) = events.send(Event::Frame { client: EDITOR, msg }).await {
+                if let Event::Frame { msg, .. } = unsent.0 {
+                    crate::bounds::ROUTER.message_taken(&msg);
+                }
                 return;
             }
         }

@@ -236,6 +236,7 @@ impl AgentProcess {
                 // Not a line more while the editor's outbox or the journal's channel is full.
                 crate::bounds::EDITOR.below().await;
                 crate::bounds::JOURNAL.below().await;
+                crate::bounds::ROUTER.below().await;
                 let msg = match lines.next().await {
                     Ok(Some(Line::Text(line))) if line.trim().is_empty() => continue,
                     Ok(Some(Line::Text(line))) => RawMessage::parse(&line),
@@ -245,7 +246,10 @@ impl AgentProcess {
                     }
                     Ok(None) | Err(_) => break,
                 };
+                crate::bounds::ROUTER.admit(&msg).await;
+                let size = crate::bounds::Gate::message_size(&msg);
                 if reader_events.send(UpstreamEvent::Line { generation, msg }.into()).await.is_err() {
+                    crate::bounds::ROUTER.sub(size);
                     break;
                 }
             }

@@ -323,6 +323,9 @@ impl Router {
                 None => self.events.recv().await,
             };
             let Some(event) = event else { break };
+            if let Event::Frame { msg, .. } | Event::Agent { msg, .. } = &event {
+                crate::bounds::ROUTER.message_taken(msg);
+            }
             // Handled inside its client's, session's or agent's span; synchronously: the guard
             // is never held across an await.
             let span = spans.of(&event);

@@ -139,6 +139,13 @@ impl RawMessage {
         serde_json::from_str(self.result.as_deref()?.get()).ok()
     }
 
+    /// Its size in bytes, near enough to bound a queue by (the method and the raw members).
+    pub fn size(&self) -> usize {
+        let raw = [&self.params, &self.result, &self.error];
+        self.method.as_ref().map_or(0, String::len)
+            + raw.iter().filter_map(|r| r.as_ref()).map(|r| r.get().len()).sum::<usize>()
+    }
+
     /// The `sessionId` in the params, if any.
     pub fn session_id(&self) -> Option<String> {
         #[derive(Deserialize)]
