@@ -297,6 +297,10 @@ impl Scan<'_> {
     }
 }
 
+/// Unit tests that count on [`EDITOR`]'s exact figure take turns.
+#[cfg(test)]
+pub static EDITOR_GATE_TESTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[cfg(test)]
 mod tests {
     use super::*;

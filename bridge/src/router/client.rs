@@ -521,6 +521,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_editors_outbox_counts_its_live_bytes_in_the_gate_the_agents_reader_waits_on() {
+        let _one = crate::bounds::EDITOR_GATE_TESTS.lock().await;
         let gate = &crate::bounds::EDITOR;
         let before = gate.bytes();
         let (out, mut reader) = Outbox::editor();

@@ -88,10 +88,15 @@ impl Clients {
     pub fn send_to(&mut self, client: ClientId, line: Bytes) {
         let Some(c) = self.map.get_mut(&client) else { return };
         if c.holds > 0 {
-            c.held_bytes += line.len();
+            let len = line.len();
+            c.held_bytes += len;
             c.held.push(line);
-            if c.outbox.limit().is_some_and(|l| c.held_bytes > l) {
-                self.drop_slow(client);
+            match c.outbox.limit() {
+                Some(limit) if c.held_bytes > limit => self.drop_slow(client),
+                Some(_) => {}
+                // The editor, never dropped: what is held for it counts like its outbox, in the
+                // gate the agent's reader waits on.
+                None => crate::bounds::EDITOR.add(len),
             }
             return;
         }
@@ -119,6 +124,9 @@ impl Clients {
         let Some(c) = self.map.get_mut(&client) else { return };
         c.holds = c.holds.saturating_sub(1);
         if c.holds == 0 {
+            if c.outbox.limit().is_none() {
+                crate::bounds::EDITOR.sub(c.held_bytes);
+            }
             c.held_bytes = 0;
             let held = std::mem::take(&mut c.held);
             for line in held {
@@ -162,5 +170,27 @@ impl Clients {
     /// Answers `id` with a result already serialised (passed byte for byte).
     pub fn reply_raw(&mut self, client: ClientId, id: &Id, result: &serde_json::value::RawValue) {
         self.send_to(client, Bytes::from(jsonrpc::response_line(id, Ok(result))));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn what_is_held_for_the_editor_during_a_replay_counts_in_the_gate_the_agents_reader_waits_on() {
+        let _one = crate::bounds::EDITOR_GATE_TESTS.lock().await;
+        let gate = &crate::bounds::EDITOR;
+        let before = gate.bytes();
+        let (out, mut reader) = Outbox::editor();
+        let mut clients = Clients::default();
+        clients.connect(EDITOR, ClientKind::Editor, out);
+        clients.get_mut(&EDITOR).expect("the editor").holds += 1;
+        clients.send_to(EDITOR, Bytes::from_static(b"held while the replay is read"));
+        assert_eq!(gate.bytes(), before + 29, "held bytes count");
+        clients.release_hold(EDITOR);
+        assert_eq!(gate.bytes(), before + 29, "counted once, now in the outbox");
+        assert_eq!(reader.recv().await, Some(Bytes::from_static(b"held while the replay is read")));
+        assert_eq!(gate.bytes(), before, "taken");
     }
 }
