@@ -197,3 +197,46 @@ fn another_devices_prompt_has_its_own_line_and_its_turn_ends_with_a_fresh_prompt
     drop(stdin);
     let _ = child.wait();
 }
+
+/// Issue 30 point 12: `chat` reads its stdin bounded like the bridge does. A piped line over the
+/// message limit (`ZCODE_ACP_MAX_MESSAGE_MIB`, 1 here) is refused, not held and sent; the
+/// chat goes on with the next line. (It was read whole and sent as a prompt.)
+#[test]
+fn a_piped_line_over_the_message_limit_is_refused_and_the_chat_goes_on() {
+    let w = world(&[]);
+    let p = w.project("bounded");
+    let dir = p.display().to_string();
+    let mut cmd = w.home.command(&["chat", "--cwd", &dir]);
+    cmd.env("ZCODE_ACP_REMOTE_PORT", "0")
+        .env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN)
+        .env("ZCODE_ACP_MAX_MESSAGE_MIB", "1");
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let out = Arc::new(Mutex::new(Vec::new()));
+    for (mut from, sink) in [
+        (Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, out.clone()),
+        (Box::new(child.stderr.take().unwrap()), out.clone()),
+    ] {
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = from.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+    }
+    wait_output(&out, "the prompt", |s| s.contains("type a prompt"));
+    let mut stdin = child.stdin.take().unwrap();
+    let mut long = vec![b'x'; 2 << 20];
+    long.push(b'\n');
+    stdin.write_all(&long).unwrap();
+    stdin.write_all(b"a short one after it\n").unwrap();
+    let text = wait_output(&out, "the reply to the short line", |s| {
+        s.contains("You said: \"a short one after it\"")
+    });
+    assert!(text.contains("zcode-acp chat: a line of 2 MiB is over the 1 MiB limit: not sent"), "{text}");
+    assert!(!text.contains("xxxxxxxxxxxxxxxx"), "the long line went to the agent");
+    drop(stdin);
+    let _ = child.wait();
+}

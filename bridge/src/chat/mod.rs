@@ -11,13 +11,14 @@
 
 mod render;
 
+use crate::bounds::{Line, LineReader};
 use render::Renderer;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use zcode_shared::jsonrpc::{self, Id, RawMessage, RpcError};
 use zcode_shared::text::strip_controls as inert;
@@ -97,8 +98,13 @@ pub async fn run(opts: ChatOptions) -> std::io::Result<i32> {
     );
     let (msg_tx, mut msgs) = mpsc::channel::<RawMessage>(256);
     tokio::spawn(async move {
-        let mut lines = BufReader::new(from_bridge).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
+        // Bounded like the bridge's own reads: a line over the message limit is skipped unread.
+        let mut lines = LineReader::new(from_bridge, crate::bounds::max_message());
+        while let Ok(Some(line)) = lines.next().await {
+            let Line::Text(line) = line else {
+                tracing::warn!("the bridge sent a message over the size limit: skipped");
+                continue;
+            };
             if let Ok(m) = RawMessage::parse(&line) {
                 if msg_tx.send(m).await.is_err() {
                     break;
@@ -108,18 +114,19 @@ pub async fn run(opts: ChatOptions) -> std::io::Result<i32> {
     });
     let (line_tx, mut lines) = mpsc::channel::<String>(16);
     tokio::spawn(async move {
-        // Bytes, not `lines()`: a line that is not UTF-8 is shown lossily, it does not end the
-        // chat.
-        let mut stdin = BufReader::new(tokio::io::stdin());
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            match stdin.read_until(b'\n', &mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            let line = String::from_utf8_lossy(&buf);
-            let line = line.trim_end_matches(['\n', '\r']).to_owned();
+        // Read lossily (a line that is not UTF-8 does not end the chat) and bounded (a line
+        // over the message limit, piped in, is refused, said on stderr).
+        let limit = crate::bounds::max_message();
+        let mut stdin = LineReader::new(tokio::io::stdin(), limit);
+        while let Ok(Some(line)) = stdin.next().await {
+            let line = match line {
+                Line::Text(line) => line.trim_end_matches(['\n', '\r']).to_owned(),
+                Line::TooLong { size, .. } => {
+                    let (size, limit) = (crate::bounds::size_text(size), crate::bounds::size_text(limit));
+                    eprintln!("zcode-acp chat: a line of {size} is over the {limit} limit: not sent");
+                    continue;
+                }
+            };
             if line_tx.send(line).await.is_err() {
                 break;
             }
