@@ -103,6 +103,15 @@ impl Router {
             (_, Err(e)) => return self.clients.reply(client, &id, Err(e)),
         };
         let mode = ReadMode::Load { limit };
+        let resume = match super::backlog::resume_of(&params) {
+            Ok(r) => r.filter(|_| msg.method() == "session/load"),
+            Err(e) => return self.clients.reply(client, &id, Err(e)),
+        };
+        // Taken by the replay this load ends in (`begin_replay`).
+        if let (Some(r), Some(c)) = (resume, self.clients.get_mut(&client)) {
+            c.resumes.retain(|(i, _)| *i != id);
+            c.resumes.push((id.clone(), r));
+        }
         // A metadata-only attach (a client watching for its pending requests) is not use: it
         // never lifts a tombstone. A resume or a load with history is (an editor's or CLI's).
         let real_use = contract_method(msg.method()) == "session/resume" || limit != Some(0);
