@@ -80,7 +80,7 @@ fn remote_messages_are_numbered_the_editor_gets_none_and_a_resume_repeats_them_e
     live.retain(|m| seq(m) > Some(before));
     assert!(live.iter().any(is_chunk), "{live:?}");
     assert_contiguous(&live, before + 1, &epoch);
-    let last = seq(live.last().unwrap()).unwrap();
+    let last = seq(live.last().expect("a message")).expect("numbered");
 
     // A resume from the phone's number gives the same messages, byte for byte in meaning.
     let mut again = b.remote();
@@ -115,7 +115,7 @@ fn resume_mid_stream(home: &Home, b: &mut Bridge, sid: &str, connect: &dyn Fn() 
         assert!(!turn_end(&m), "the turn ended before the phone left: {m}");
         got.push(m);
     }
-    let after = seq(got.last().unwrap()).expect("numbered");
+    let after = seq(got.last().expect("a message")).expect("numbered");
     phone.hang_up();
 
     let mut back = connect();
@@ -205,7 +205,7 @@ fn a_resume_it_cannot_fill_falls_back_to_the_tail_replay_and_says_why() {
         json!({"sessionId": sid, "cwd": home.path(), "mcpServers": [], "_meta": {"zcode": {"afterSeq": "3"}}}),
     );
     assert_eq!(r["error"]["code"], -32602, "{r}");
-    assert!(r["error"]["message"].as_str().unwrap().contains("afterSeq"), "{r}");
+    assert!(r["error"]["message"].as_str().expect("a message").contains("afterSeq"), "{r}");
 }
 
 #[test]
@@ -242,7 +242,7 @@ fn a_pending_permission_is_delivered_again_on_resume_and_answering_it_ends_the_t
     third.send(&json!({"jsonrpc": "2.0", "id": ask["id"], "result": answer}));
     let rest = numbered_until_turn_end(&mut third, "the turn's end after the answer");
     assert!(zcode_tests::agent_text(&rest).contains("Permission granted"), "{rest:?}");
-    assert_eq!(rest.last().unwrap()["params"]["stopReason"], "end_turn");
+    assert_eq!(rest.last().expect("the turn end")["params"]["stopReason"], "end_turn");
     assert!(rest.iter().all(|m| m["method"] != "session/request_permission"), "delivered twice: {rest:?}");
     assert_contiguous(&rest, n + 1, &epoch);
 }
