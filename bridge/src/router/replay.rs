@@ -9,7 +9,7 @@
 //! [`super::backlog`]) is served from the session's backlog instead, at once, when it holds
 //! what follows; otherwise it gets the tail replay with `resumed: false` and the reason.
 
-use super::backlog::{self, Fallback};
+use super::backlog;
 use super::client::ClientKind;
 use super::{ClientId, Event, Router};
 use crate::journal::{MAX_LIMIT, ReadError, ReadMode, Slice};
@@ -86,9 +86,6 @@ impl Router {
                 extra.insert("resumed".into(), Value::Bool(false));
                 extra.insert("reason".into(), Value::from(why.reason()));
             }
-        } else if ask.is_some() && base.is_some() {
-            extra.insert("resumed".into(), Value::Bool(false));
-            extra.insert("reason".into(), Value::from(Fallback::Epoch.reason()));
         }
         if base.is_some() {
             self.attach(client, sid);
