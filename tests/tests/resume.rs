@@ -108,7 +108,8 @@ fn resume_mid_stream(home: &Home, b: &mut Bridge, sid: &str, connect: &dyn Fn() 
     let (r, _) = load(&mut phone, sid, home.path(), json!({"limit": 0}));
     let (epoch, _) = numbering(&r);
 
-    let id = b.editor.request("session/prompt", prompt(sid, "long stream please"));
+    // `hold`: the turn ends only on a cancel, so the resume lands in the middle of it.
+    let id = b.editor.request("session/prompt", prompt(sid, "long stream then hold"));
     let mut got = Vec::new();
     while got.iter().filter(|m| is_chunk(m)).count() < 40 {
         let m = phone.recv("the long turn on the phone");
@@ -123,6 +124,8 @@ fn resume_mid_stream(home: &Home, b: &mut Bridge, sid: &str, connect: &dyn Fn() 
     let (r, mut resumed) = load(&mut back, sid, home.path(), json!({"afterSeq": after, "epoch": epoch}));
     assert_eq!(r["replayMeta"]["resumed"], true, "{r}");
     assert!(r["replayMeta"].get("reason").is_none(), "{r}");
+    assert!(!resumed.iter().any(turn_end), "the turn ended before the resume");
+    b.editor.notify("session/cancel", json!({"sessionId": sid}));
     resumed.extend(numbered_until_turn_end(&mut back, "the rest of the turn after the resume"));
     assert_contiguous(&resumed, after + 1, &epoch);
 
@@ -137,7 +140,7 @@ fn resume_mid_stream(home: &Home, b: &mut Bridge, sid: &str, connect: &dyn Fn() 
     );
     assert_eq!(resumed, expected, "the resumed stream differs from the live one");
     let (answer, _) = b.editor.response_to(&id);
-    assert!(answer["result"].is_object(), "{answer}");
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
 }
 
 #[test]
