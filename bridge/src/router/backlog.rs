@@ -170,7 +170,7 @@ impl Backlog {
 /// `line` with `_meta.zcode.seq` and `.epoch` in its `params`. Spliced in front of the other
 /// fields when `params` has no `_meta` (the common case: no re-encoding); merged otherwise.
 pub fn numbered(line: &[u8], seq: u64, epoch: &str) -> String {
-    let text = std::str::from_utf8(line).unwrap_or_default();
+    let Ok(text) = std::str::from_utf8(line) else { return String::from_utf8_lossy(line).into_owned() };
     let Ok(msg) = RawMessage::parse(text.trim_end()) else { return text.to_owned() };
     let zcode = format!(r#"{{"seq":{seq},"epoch":{}}}"#, Value::from(epoch));
     let params = msg.params.as_deref().map_or("{}", RawValue::get);
