@@ -40,6 +40,7 @@ pub const TEST_KNOBS: &[&str] = &[
     "ZCODE_ACP_TEST_JOURNAL_BUSY_MS",
     "ZCODE_ACP_TEST_HOLD_DIR",
     "ZCODE_ACP_TEST_QUOTA_PERIOD_MS",
+    "ZCODE_ACP_TEST_BACKLOG",
 ];
 
 /// Test knob `name` from `env` in a debug build; `None` in a release build.

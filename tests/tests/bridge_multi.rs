@@ -272,7 +272,11 @@ fn an_elicitation_goes_to_every_client_and_the_first_answer_wins() {
     let id = remote.request("session/prompt", prompt(&sid, "elicit"));
     let (ereq, _) = b.editor.until("the elicitation on the editor", |m| m["method"] == "elicitation/create");
     let (rreq, _) = remote.until("the elicitation on the remote", |m| m["method"] == "elicitation/create");
-    assert_eq!(ereq["params"], rreq["params"]);
+    // The same request; the remote's copy carries its number (`_meta.zcode.seq`, resume.rs).
+    let mut numbered = rreq["params"].clone();
+    assert!(numbered["_meta"]["zcode"]["seq"].is_u64(), "{rreq}");
+    numbered.as_object_mut().expect("params").remove("_meta");
+    assert_eq!(ereq["params"], numbered);
     b.editor.send(&json!({"jsonrpc": "2.0", "id": ereq["id"], "result": {"action": "accept", "content": {"name": "Ada"}}}));
     let (cancel, _) = remote.until("$/cancel_request on the remote", |m| m["method"] == "$/cancel_request");
     assert_eq!(cancel["params"]["requestId"], rreq["id"]);

@@ -46,6 +46,7 @@ mod python_sdk;
 mod quota;
 mod readme_hooks;
 mod replay_backpressure;
+mod resume;
 mod router_nonblocking;
 mod security_bridge;
 mod security_confine;

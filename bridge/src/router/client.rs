@@ -387,6 +387,8 @@ pub struct Client {
     pub held: Vec<Bytes>,
     /// Their bytes, bounded like the live queue.
     pub held_bytes: usize,
+    /// Its loads in flight that asked to resume by number (`_meta.zcode.afterSeq`).
+    pub resumes: Vec<(Id, super::backlog::Resume)>,
 }
 
 impl Client {
@@ -403,6 +405,7 @@ impl Client {
             holds: 0,
             held: Vec::new(),
             held_bytes: 0,
+            resumes: Vec::new(),
         }
     }
 }

@@ -246,6 +246,10 @@ impl Router {
         let key = self.requests.insert(upstream_id, self.agent.generation, session.clone(), msg, true);
         if let Some(s) = known.and_then(|s| self.sessions.get_mut(s)) {
             s.requests.push(key);
+            if let Some(req) = self.requests.get_mut(&key) {
+                let line = req.msg.line_with_id(Some(&Id::from(key)));
+                req.numbered = Some(s.backlog.number(line.as_bytes(), Some(key)));
+            }
         }
         // Nobody attached: it waits on the session for the next client that attaches.
         for c in targets {
@@ -343,16 +347,20 @@ impl Router {
                 // An elicitation notification only to clients that advertised elicitations.
                 let line = Bytes::from(msg.to_line());
                 let (method, params) = (msg.method(), msg.params_value());
-                let targets: Vec<ClientId> = match msg.session_id().and_then(|s| self.sessions.get(&s)) {
+                let sid = msg.session_id().filter(|s| self.sessions.contains_key(s));
+                let targets: Vec<ClientId> = match sid.as_ref().and_then(|s| self.sessions.get(s)) {
                     Some(s) => s.attached.iter().copied().collect(),
                     None => {
                         self.clients.iter().filter(|(_, c)| c.init == Init::Done).map(|(id, _)| *id).collect()
                     }
                 };
-                for c in targets {
-                    if self.clients.get(&c).is_some_and(|c| c.caps.accepts(method, &params)) {
-                        self.clients.send_to(c, line.clone());
-                    }
+                let targets: Vec<ClientId> = targets
+                    .into_iter()
+                    .filter(|c| self.clients.get(c).is_some_and(|c| c.caps.accepts(method, &params)))
+                    .collect();
+                match sid {
+                    Some(sid) => self.emit(&sid, &line, targets),
+                    None => self.clients.send_all(targets, &line),
                 }
             }
         }

@@ -103,6 +103,20 @@ impl Router {
             (_, Err(e)) => return self.clients.reply(client, &id, Err(e)),
         };
         let mode = ReadMode::Load { limit };
+        let resume = match super::backlog::resume_of(&params) {
+            Ok(r) => r.filter(|_| msg.method() == "session/load"),
+            Err(e) => return self.clients.reply(client, &id, Err(e)),
+        };
+        // Taken by the replay this load ends in (`begin_replay`); a remote's only (the editor
+        // gets no numbers). A load that fails leaves its ask: a few are kept, the oldest go.
+        let remote = self.clients.get(&client).is_some_and(|c| c.kind == super::ClientKind::Remote);
+        if let (Some(r), Some(c), true) = (resume, self.clients.get_mut(&client), remote) {
+            c.resumes.retain(|(i, _)| *i != id);
+            if c.resumes.len() >= RESUME_ASKS {
+                c.resumes.remove(0);
+            }
+            c.resumes.push((id.clone(), r));
+        }
         // A metadata-only attach (a client watching for its pending requests) is not use: it
         // never lifts a tombstone. A resume or a load with history is (an editor's or CLI's).
         let real_use = contract_method(msg.method()) == "session/resume" || limit != Some(0);
@@ -432,6 +446,9 @@ impl Router {
         }
     }
 }
+
+/// Resume asks one client may have in flight (loads waiting for the agent).
+const RESUME_ASKS: usize = 16;
 
 /// The ACP protocol version the bridge speaks, to clients and to the agent.
 pub(super) const PROTOCOL_VERSION: u64 = 1;

@@ -341,7 +341,8 @@ impl Router {
                 continue;
             }
             self.record(sid, &line);
-            self.clients.send_all(self.sessions.attached(sid, Some(EDITOR)), &line);
+            let targets = self.sessions.attached(sid, Some(EDITOR));
+            self.emit(sid, &line, targets);
         }
     }
 }

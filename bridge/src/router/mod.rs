@@ -9,6 +9,7 @@
 
 mod account;
 mod agent;
+mod backlog;
 pub mod client;
 mod clients;
 mod from_agent;
@@ -104,6 +105,8 @@ pub enum Event {
         session: String,
         /// The load's result to carry `replayMeta` (`None`: load_earlier).
         base: Option<Value>,
+        /// Fields `replayMeta` gets besides the journal's (numbering, a resume's fallback).
+        extra: serde_json::Map<String, Value>,
         /// The slice.
         result: Result<Slice, ReadError>,
     },
@@ -344,8 +347,8 @@ impl Router {
                 Event::Local { generation, id, method, result } => {
                     self.on_local_done(generation, &id, &method, result);
                 }
-                Event::Replay { client, id, session, base, result } => {
-                    self.on_replay(client, &id, &session, base, result);
+                Event::Replay { client, id, session, base, extra, result } => {
+                    self.on_replay(client, &id, &session, base, extra, result);
                 }
                 Event::Listed { client, id, result } => self.clients.reply(client, &id, Ok(result)),
                 Event::Answer { client, id, result } => self.clients.reply(client, &id, result),
@@ -378,9 +381,23 @@ impl Router {
         let _ = tokio::task::spawn_blocking(move || journal.flush()).await;
     }
 
-    /// Sends `line` to every client attached to `session` except `except`.
+    /// Sends `line` to every client attached to `session` except `except` ([`Router::emit`]).
     fn fan_out(&mut self, session: &str, line: &Bytes, except: Option<ClientId>) {
-        self.clients.send_all(self.sessions.attached(session, except), line);
+        let targets = self.sessions.attached(session, except);
+        self.emit(session, line, targets);
+    }
+
+    /// Numbers a message of `session` (held in its backlog, whoever gets it) and sends it to
+    /// `targets`: the original to the editor, the numbered form to remote clients.
+    fn emit(&mut self, session: &str, line: &Bytes, targets: Vec<ClientId>) {
+        let Some(s) = self.sessions.get_mut(session) else {
+            return self.clients.send_all(targets, line);
+        };
+        let remote = s.backlog.number(line, None);
+        for c in targets {
+            let form = if self.clients.is_editor(c) { line } else { &remote };
+            self.clients.send_to(c, form.clone());
+        }
     }
 
     /// Records a `session/update` line in the session's history (the journal).
@@ -423,7 +440,8 @@ impl Router {
         }
     }
 
-    /// Sends a copy of agent request `key` to `client` (if it has none yet).
+    /// Sends a copy of agent request `key` to `client` (if it has none yet): a remote client
+    /// gets its numbered form.
     fn deliver_copy(&mut self, key: u64, client: ClientId) {
         let Some(req) = self.requests.get_mut(&key) else { return };
         if !req.broadcast || req.copies.contains(&client) {
@@ -437,7 +455,10 @@ impl Router {
             return;
         }
         req.copies.push(client);
-        let line = Bytes::from(req.msg.line_with_id(Some(&Id::from(key))));
+        let line = match &req.numbered {
+            Some(n) if !self.clients.is_editor(client) => n.clone(),
+            _ => Bytes::from(req.msg.line_with_id(Some(&Id::from(key)))),
+        };
         if let Some(c) = self.clients.get_mut(&client) {
             c.copies.insert(key);
         }

@@ -4,9 +4,16 @@
 //! batch (the lines and the answer) is queued as one outbox item the client's writer feeds to
 //! the socket as it drains, so a slow client takes a big replay at its own pace; live updates
 //! queue behind it under the live limit.
+//!
+//! A remote client's load that asks to resume by number (`_meta.zcode.afterSeq`, see
+//! [`super::backlog`]) is served from the session's backlog instead, at once, when it holds
+//! what follows; otherwise it gets the tail replay with `resumed: false` and the reason.
 
+use super::backlog;
+use super::client::ClientKind;
 use super::{ClientId, Event, Router};
 use crate::journal::{MAX_LIMIT, ReadError, ReadMode, Slice};
+use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use zcode_shared::jsonrpc::{self, Id, RawMessage, RpcError};
@@ -30,6 +37,24 @@ pub fn tail_limit(params: &Value) -> Result<Option<u64>, RpcError> {
     }
 }
 
+/// A load's result with its `replayMeta`: top level per the contract, mirrored under
+/// `_meta.zcode` because an SDK's typed result keeps `_meta` and drops unknown top-level keys.
+fn with_replay_meta(base: Option<Value>, meta: Value) -> Value {
+    let mut result = base.unwrap_or_else(|| json!({}));
+    if !result.is_object() {
+        result = json!({});
+    }
+    if !result["_meta"].is_object() {
+        result["_meta"] = json!({});
+    }
+    if !result["_meta"]["zcode"].is_object() {
+        result["_meta"]["zcode"] = json!({});
+    }
+    result["_meta"]["zcode"]["replayMeta"] = meta.clone();
+    result["replayMeta"] = meta;
+    result
+}
+
 impl Router {
     /// Attaches `client` to `sid` (for a load) and reads the slice; the answer comes back as
     /// [`Event::Replay`]. `base`: the load's result to add `replayMeta` to (`None`: load_earlier).
@@ -43,6 +68,25 @@ impl Router {
     ) {
         let Some(c) = self.clients.get_mut(&client) else { return };
         c.holds += 1;
+        let ask = match c.resumes.iter().position(|(i, _)| *i == id) {
+            Some(at) if base.is_some() => Some(c.resumes.swap_remove(at).1),
+            _ => None,
+        };
+        let mut extra = serde_json::Map::new();
+        if let (Some(s), ClientKind::Remote, true) = (self.sessions.get(sid), c.kind, base.is_some()) {
+            let why = match ask.map(|r| s.backlog.after(&r)) {
+                Some(Ok(lines)) => {
+                    return self.resume(client, &id, sid, lines, base.unwrap_or_default());
+                }
+                Some(Err(why)) => Some(why),
+                None => None,
+            };
+            extra = backlog::meta(&s.backlog);
+            if let Some(why) = why {
+                extra.insert("resumed".into(), Value::Bool(false));
+                extra.insert("reason".into(), Value::from(why.reason()));
+            }
+        }
         if base.is_some() {
             self.attach(client, sid);
         }
@@ -57,8 +101,45 @@ impl Router {
         let session = sid.to_owned();
         self.tasks.spawn(async move {
             let result = rx.await.unwrap_or(Err(ReadError::CursorExpired));
-            Event::Replay { client, id, session, base, result }
+            Event::Replay { client, id, session, base, extra, result }
         });
+    }
+
+    /// A resume the backlog can serve: the messages after the client's number in order (an
+    /// agent request only while it is still pending: it then counts as delivered), the
+    /// answer, then the session's other pending requests and the live stream.
+    fn resume(
+        &mut self,
+        client: ClientId,
+        id: &Id,
+        sid: &str,
+        lines: Vec<(Bytes, Option<u64>)>,
+        base: Value,
+    ) {
+        let mut batch = Vec::with_capacity(lines.len() + 1);
+        for (line, request) in lines {
+            let Some(key) = request else {
+                batch.push(line);
+                continue;
+            };
+            let Some(req) = self.requests.get_mut(&key) else { continue };
+            let Some(c) = self.clients.get_mut(&client) else { return };
+            if !c.caps.accepts(req.msg.method(), &req.msg.params_value()) {
+                continue;
+            }
+            if !req.copies.contains(&client) {
+                req.copies.push(client);
+            }
+            c.copies.insert(key);
+            batch.push(line);
+        }
+        self.attach(client, sid);
+        let mut meta = self.sessions.get(sid).map(|s| backlog::meta(&s.backlog)).unwrap_or_default();
+        meta.insert("resumed".into(), Value::Bool(true));
+        let answer = jsonrpc::response(id, with_replay_meta(Some(base), Value::Object(meta)));
+        batch.push(Bytes::from(answer.to_string()));
+        self.clients.push_batch(client, batch);
+        self.clients.release_hold(client);
     }
 
     /// A replay slice is ready: send it, then the answer, then whatever was held meanwhile.
@@ -68,6 +149,7 @@ impl Router {
         id: &Id,
         sid: &str,
         base: Option<Value>,
+        extra: serde_json::Map<String, Value>,
         result: Result<Slice, ReadError>,
     ) {
         if !self.clients.contains_key(&client) {
@@ -90,21 +172,11 @@ impl Router {
                         .collect(),
                     false => slice.lines,
                 };
-                let mut result = base.unwrap_or_else(|| json!({}));
-                if !result.is_object() {
-                    result = json!({});
+                let mut meta = slice.meta;
+                if let Some(m) = meta.as_object_mut() {
+                    m.extend(extra);
                 }
-                // Top level per the contract; mirrored under `_meta.zcode` because an SDK's
-                // typed result keeps `_meta` and drops unknown top-level keys.
-                if !result["_meta"].is_object() {
-                    result["_meta"] = json!({});
-                }
-                if !result["_meta"]["zcode"].is_object() {
-                    result["_meta"]["zcode"] = json!({});
-                }
-                result["_meta"]["zcode"]["replayMeta"] = slice.meta.clone();
-                result["replayMeta"] = slice.meta;
-                Ok(result)
+                Ok(with_replay_meta(base, meta))
             }
             Err(ReadError::CursorExpired) => Err(RpcError::invalid_params("cursor expired")),
             Err(ReadError::Store(e)) => {

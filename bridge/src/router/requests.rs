@@ -33,6 +33,8 @@ pub struct AgentRequest {
     pub broadcast: bool,
     /// When it arrived, epoch ms.
     pub since: u64,
+    /// Its remote form, numbered in its session (`None`: no session of ours, or to the editor only).
+    pub numbered: Option<bytes::Bytes>,
 }
 
 /// The agent's requests in the router's hands.
@@ -76,8 +78,16 @@ impl Requests {
         let key = self.next_key;
         self.next_key += 1;
         let since = zcode_shared::time::now_ms();
-        let req =
-            AgentRequest { upstream_id, generation, session, msg, copies: Vec::new(), broadcast, since };
+        let req = AgentRequest {
+            upstream_id,
+            generation,
+            session,
+            msg,
+            copies: Vec::new(),
+            broadcast,
+            since,
+            numbered: None,
+        };
         self.map.insert(key, req);
         key
     }

@@ -1,5 +1,6 @@
 //! One session as the router holds it: who is attached, its prompt queue, its title and the
-//! agent requests waiting on it. Its history lives in the journal, not here.
+//! agent requests waiting on it, its last messages numbered (`backlog`). Its history lives in
+//! the journal, not here.
 
 use super::client::ClientId;
 use crate::journal::ReadMode;
@@ -221,6 +222,8 @@ pub struct Session {
     pub fresh: bool,
     /// Retired from discovery by a close; real use (a prompt, a load with history) revives it.
     pub closed: bool,
+    /// Its messages' numbering and the last of them, for resume by number.
+    pub backlog: super::backlog::Backlog,
 }
 
 impl Session {
@@ -245,6 +248,7 @@ impl Session {
             loader: None,
             fresh: false,
             closed: false,
+            backlog: super::backlog::Backlog::new(),
         }
     }
 

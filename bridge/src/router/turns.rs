@@ -40,6 +40,6 @@ impl Router {
             .filter(|c| self.clients.get(c).is_some_and(|c| c.kind == ClientKind::Remote || c.caps.turn_end))
             .collect();
         self.journal.turn_end(rec);
-        self.clients.send_all(told, &line);
+        self.emit(sid, &line, told);
     }
 }

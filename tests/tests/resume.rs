@@ -1,0 +1,251 @@
+//! Resume by number (issue 31): every session message a remote client gets carries
+//! `_meta.zcode.seq` and `.epoch`; a `session/load` with `_meta.zcode.afterSeq` and `.epoch`
+//! replays exactly what followed, then the live stream, or falls back to the tail replay
+//! saying why (`epoch`, `gap`); a pending permission is delivered again and answering it works;
+//! the same through the hub's relay. The editor's bytes carry no numbers.
+
+use serde_json::{Value, json};
+use zcode_tests::hub::{Hub, listed, wait_instances};
+use zcode_tests::{Bridge, Home, Peer, demo_agent, initialize, new_session, prompt, shared_session};
+
+/// A message's `_meta.zcode.seq`, if it has one.
+fn seq(m: &Value) -> Option<u64> {
+    m["params"]["_meta"]["zcode"]["seq"].as_u64()
+}
+
+fn turn_end(m: &Value) -> bool {
+    m["method"] == "_zcode/turn_end"
+}
+
+fn is_chunk(m: &Value) -> bool {
+    m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+}
+
+/// `session/load` of `sid` with `_meta.zcode` set to `zcode`: (result, messages before it).
+fn load(p: &mut Peer, sid: &str, cwd: &std::path::Path, zcode: Value) -> (Value, Vec<Value>) {
+    let (r, seen) = p.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd, "mcpServers": [], "_meta": {"zcode": zcode}}),
+    );
+    assert!(r["result"].is_object(), "session/load failed: {r}");
+    (r["result"].clone(), seen)
+}
+
+/// The numbering a load's result reports: (epoch, lastSeq).
+fn numbering(result: &Value) -> (String, u64) {
+    let meta = &result["_meta"]["zcode"]["replayMeta"];
+    assert_eq!(meta, &result["replayMeta"], "replayMeta at the top level and under _meta.zcode");
+    let epoch = meta["epoch"].as_str().unwrap_or_else(|| panic!("no replayMeta.epoch: {result}"));
+    let last = meta["lastSeq"].as_u64().unwrap_or_else(|| panic!("no replayMeta.lastSeq: {result}"));
+    (epoch.to_owned(), last)
+}
+
+/// Asserts `msgs` are numbered `from`, `from + 1`, … in `epoch`, every one of them.
+fn assert_contiguous(msgs: &[Value], from: u64, epoch: &str) {
+    for (i, m) in msgs.iter().enumerate() {
+        assert_eq!(
+            seq(m),
+            Some(from + i as u64),
+            "message {i} out of sequence (expected {}): {m}",
+            from + i as u64
+        );
+        assert_eq!(m["params"]["_meta"]["zcode"]["epoch"], epoch, "{m}");
+    }
+}
+
+/// Reads numbered messages until the turn's end; the unnumbered ones (answers) are left out.
+fn numbered_until_turn_end(p: &mut Peer, what: &str) -> Vec<Value> {
+    let (end, seen) = p.until(what, turn_end);
+    seen.into_iter().chain([end]).filter(|m| m.get("method").is_some()).collect()
+}
+
+#[test]
+fn remote_messages_are_numbered_the_editor_gets_none_and_a_resume_repeats_them_exactly() {
+    let home = Home::new();
+    let (mut b, sid, mut watcher) = shared_session(&home, 0, json!({}));
+    // The watcher attached with a plain load: its result names the numbering.
+    let mut phone = b.remote();
+    initialize(&mut phone, json!({}));
+    let (r, _) = load(&mut phone, &sid, home.path(), json!({}));
+    let (epoch, before) = numbering(&r);
+
+    let id = b.editor.request("session/prompt", prompt(&sid, "hello numbers"));
+    let (answer, editor_saw) = b.editor.response_to(&id);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert!(!editor_saw.is_empty());
+    for m in &editor_saw {
+        assert!(m["params"]["_meta"]["zcode"].get("seq").is_none(), "the editor got a number: {m}");
+    }
+    let mut live = numbered_until_turn_end(&mut watcher, "the turn on the watcher");
+    live.retain(|m| seq(m) > Some(before));
+    assert!(live.iter().any(is_chunk), "{live:?}");
+    assert_contiguous(&live, before + 1, &epoch);
+    let last = seq(live.last().expect("a message")).expect("numbered");
+
+    // A resume from the phone's number gives the same messages, byte for byte in meaning.
+    let mut again = b.remote();
+    initialize(&mut again, json!({}));
+    let (r, replayed) = load(&mut again, &sid, home.path(), json!({"afterSeq": before, "epoch": epoch}));
+    assert_eq!(r["replayMeta"]["resumed"], true, "{r}");
+    assert_eq!(numbering(&r), (epoch.clone(), last));
+    assert_eq!(replayed, live, "the resume differs from what was sent live");
+    // From 0: the session's first message is number 1, and the phone's part is the tail.
+    let (r, all) = load(&mut again, &sid, home.path(), json!({"afterSeq": 0, "epoch": epoch}));
+    assert_eq!(r["replayMeta"]["resumed"], true, "{r}");
+    assert_contiguous(&all, 1, &epoch);
+    assert_eq!(all[before as usize..], live[..]);
+}
+
+/// A long turn streams; a phone reads part of it, leaves, and a new connection resumes from
+/// its last number: exactly what followed, then the live stream, none twice, none missing,
+/// compared with a client attached throughout.
+fn resume_mid_stream(home: &Home, b: &mut Bridge, sid: &str, connect: &dyn Fn() -> Peer) {
+    let mut watcher = b.remote();
+    initialize(&mut watcher, json!({}));
+    load(&mut watcher, sid, home.path(), json!({"limit": 0}));
+    let mut phone = connect();
+    initialize(&mut phone, json!({}));
+    let (r, _) = load(&mut phone, sid, home.path(), json!({"limit": 0}));
+    let (epoch, _) = numbering(&r);
+
+    // `hold`: the turn ends only on a cancel, so the resume lands in the middle of it.
+    let id = b.editor.request("session/prompt", prompt(sid, "long stream then hold"));
+    let mut got = Vec::new();
+    while got.iter().filter(|m| is_chunk(m)).count() < 40 {
+        let m = phone.recv("the long turn on the phone");
+        assert!(!turn_end(&m), "the turn ended before the phone left: {m}");
+        got.push(m);
+    }
+    let after = seq(got.last().expect("a message")).expect("numbered");
+    phone.hang_up();
+
+    let mut back = connect();
+    initialize(&mut back, json!({}));
+    let (r, mut resumed) = load(&mut back, sid, home.path(), json!({"afterSeq": after, "epoch": epoch}));
+    assert_eq!(r["replayMeta"]["resumed"], true, "{r}");
+    assert!(r["replayMeta"].get("reason").is_none(), "{r}");
+    assert!(!resumed.iter().any(turn_end), "the turn ended before the resume");
+    b.editor.notify("session/cancel", json!({"sessionId": sid}));
+    resumed.extend(numbered_until_turn_end(&mut back, "the rest of the turn after the resume"));
+    assert_contiguous(&resumed, after + 1, &epoch);
+
+    let all = numbered_until_turn_end(&mut watcher, "the whole turn on the watcher");
+    let expected: Vec<Value> = all.into_iter().filter(|m| seq(m) > Some(after)).collect();
+    assert_eq!(
+        resumed.len(),
+        expected.len(),
+        "resumed {} messages, the watcher got {}",
+        resumed.len(),
+        expected.len()
+    );
+    assert_eq!(resumed, expected, "the resumed stream differs from the live one");
+    let (answer, _) = b.editor.response_to(&id);
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+}
+
+#[test]
+fn a_resume_mid_stream_gives_exactly_what_followed_then_the_live_stream() {
+    let home = Home::new();
+    let (mut b, sid, _first) = shared_session(&home, 3, json!({}));
+    let port = b.port;
+    resume_mid_stream(&home, &mut b, &sid, &|| {
+        Peer::connect_ws(port, "/acp", Some(zcode_tests::TEST_TOKEN)).expect("remote connects")
+    });
+}
+
+#[test]
+fn a_resume_through_the_hubs_relay_works_the_same() {
+    let home = Home::new();
+    let hub = Hub::start(&home, &[]);
+    let mut b = Bridge::start_env(&home, &demo_agent(3), &[("ZCODE_ACP_HEARTBEAT_MS", "200")]);
+    let bid = b.id();
+    wait_instances(hub.port, "the bridge to register", |l| listed(l, &bid));
+    initialize(&mut b.editor, json!({}));
+    let sid = new_session(&mut b.editor, home.path());
+    resume_mid_stream(&home, &mut b, &sid, &|| hub.connect(&bid).expect("the relay accepts"));
+}
+
+#[test]
+fn a_resume_it_cannot_fill_falls_back_to_the_tail_replay_and_says_why() {
+    let home = Home::new();
+    let mut b = Bridge::start_env(&home, &demo_agent(0), &[("ZCODE_ACP_TEST_BACKLOG", "5")]);
+    initialize(&mut b.editor, json!({}));
+    let sid = new_session(&mut b.editor, home.path());
+    let (r, _) = b.editor.call("session/prompt", prompt(&sid, "remember the walrus"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let mut phone = b.remote();
+    initialize(&mut phone, json!({}));
+    let (r, _) = load(&mut phone, &sid, home.path(), json!({"limit": 0}));
+    let (epoch, last) = numbering(&r);
+    assert!(last > 6, "the turn numbered only {last} messages");
+
+    // Another numbering (a bridge restart, say): the tail replay, reason "epoch".
+    let (r, tail) = load(&mut phone, &sid, home.path(), json!({"afterSeq": 3, "epoch": "not-this-one"}));
+    assert_eq!(r["replayMeta"]["resumed"], false, "{r}");
+    assert_eq!(r["replayMeta"]["reason"], "epoch", "{r}");
+    assert_eq!(numbering(&r), (epoch.clone(), last));
+    assert!(zcode_tests::agent_text(&tail).contains("remember the walrus"), "no tail replay: {tail:?}");
+    assert!(tail.iter().all(|m| seq(m).is_none()), "the tail replay is not numbered");
+
+    // Older than what is held (5 messages here): the tail replay, reason "gap".
+    let (r, tail) =
+        load(&mut phone, &sid, home.path(), json!({"afterSeq": last - 6, "epoch": epoch, "limit": 500}));
+    assert_eq!(r["replayMeta"]["resumed"], false, "{r}");
+    assert_eq!(r["replayMeta"]["reason"], "gap", "{r}");
+    assert!(zcode_tests::agent_text(&tail).contains("remember the walrus"), "no tail replay: {tail:?}");
+    // Ahead of the numbering: a gap too.
+    let (r, _) = load(&mut phone, &sid, home.path(), json!({"afterSeq": last + 1, "epoch": epoch}));
+    assert_eq!(r["replayMeta"]["reason"], "gap", "{r}");
+    // What is still held resumes.
+    let (r, held) = load(&mut phone, &sid, home.path(), json!({"afterSeq": last - 5, "epoch": epoch}));
+    assert_eq!(r["replayMeta"]["resumed"], true, "{r}");
+    assert_contiguous(&held, last - 4, &epoch);
+    assert_eq!(held.len(), 5);
+
+    // A malformed ask is refused, saying what is wrong.
+    let (r, _) = phone.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": home.path(), "mcpServers": [], "_meta": {"zcode": {"afterSeq": "3"}}}),
+    );
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(r["error"]["message"].as_str().expect("a message").contains("afterSeq"), "{r}");
+}
+
+#[test]
+fn a_pending_permission_is_delivered_again_on_resume_and_answering_it_ends_the_turn() {
+    let home = Home::new();
+    let (b, sid, mut phone) = shared_session(&home, 0, json!({}));
+    let mut first = b.remote();
+    initialize(&mut first, json!({}));
+    let (r, _) = load(&mut first, &sid, home.path(), json!({"limit": 0}));
+    let (epoch, _) = numbering(&r);
+    let _id = phone.request("session/prompt", prompt(&sid, "permission please"));
+    let (ask, _) = first.until("the permission", |m| m["method"] == "session/request_permission");
+    let n = seq(&ask).unwrap_or_else(|| panic!("the permission request is not numbered: {ask}"));
+    assert_eq!(ask["params"]["_meta"]["zcode"]["epoch"], epoch);
+    first.hang_up();
+
+    // Resumed after the request's number: delivered again, same id, same number.
+    let mut second = b.remote();
+    initialize(&mut second, json!({}));
+    let (r, seen) = load(&mut second, &sid, home.path(), json!({"afterSeq": n, "epoch": epoch}));
+    assert_eq!(r["replayMeta"]["resumed"], true, "{r}");
+    assert!(seen.is_empty(), "nothing followed the request: {seen:?}");
+    let (again, _) = second.until("the permission again", |m| m["method"] == "session/request_permission");
+    assert_eq!(again, ask, "not the same request");
+    second.hang_up();
+
+    // Resumed from before it: it comes in its place, once; answering it ends the turn.
+    let mut third = b.remote();
+    initialize(&mut third, json!({}));
+    let (r, seen) = load(&mut third, &sid, home.path(), json!({"afterSeq": n - 1, "epoch": epoch}));
+    assert_eq!(r["replayMeta"]["resumed"], true, "{r}");
+    assert_eq!(seen, vec![ask.clone()]);
+    let answer = json!({"outcome": {"outcome": "selected", "optionId": "allow"}});
+    third.send(&json!({"jsonrpc": "2.0", "id": ask["id"], "result": answer}));
+    let rest = numbered_until_turn_end(&mut third, "the turn's end after the answer");
+    assert!(zcode_tests::agent_text(&rest).contains("Permission granted"), "{rest:?}");
+    assert_eq!(rest.last().expect("the turn end")["params"]["stopReason"], "end_turn");
+    assert!(rest.iter().all(|m| m["method"] != "session/request_permission"), "delivered twice: {rest:?}");
+    assert_contiguous(&rest, n + 1, &epoch);
+}
