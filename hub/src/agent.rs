@@ -26,6 +26,15 @@ pub(crate) fn bridge(agent_name: Option<String>, agent: Vec<String>) -> anyhow::
     run_bridge(AgentChoice::new(agent_name, agent), zcode_bridge::BridgeOptions::from_env())
 }
 
+/// `cwd` (else the current directory) as a real path, or why not.
+fn project_dir(cwd: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let dir = match cwd {
+        Some(d) => d,
+        None => std::env::current_dir()?,
+    };
+    std::fs::canonicalize(&dir).with_context(|| format!("project directory {}", dir.display()))
+}
+
 /// A headless bridge in a project, for remote use: it registers with origin `serve` and exits
 /// after `ZCODE_ACP_SERVE_IDLE_MS` with no client and no turn.
 pub(crate) fn serve(
@@ -33,11 +42,7 @@ pub(crate) fn serve(
     agent_name: Option<String>,
     agent: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
-    let dir = match cwd {
-        Some(d) => d,
-        None => std::env::current_dir()?,
-    };
-    let dir = std::fs::canonicalize(&dir).with_context(|| format!("project directory {}", dir.display()))?;
+    let dir = project_dir(cwd)?;
     std::env::set_current_dir(&dir).with_context(|| format!("cannot enter {}", dir.display()))?;
     let cfg = Config::load()?;
     run_bridge(AgentChoice::new(agent_name, agent), zcode_bridge::BridgeOptions::serve(&cfg, dir))
@@ -50,11 +55,7 @@ pub(crate) fn chat(
     agent_name: Option<String>,
     agent: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
-    let dir = match cwd {
-        Some(d) => d,
-        None => std::env::current_dir()?,
-    };
-    let dir = std::fs::canonicalize(&dir).with_context(|| format!("project directory {}", dir.display()))?;
+    let dir = project_dir(cwd)?;
     let cfg = Config::load()?;
     // Checked here, where the error can be read: the bridge's stderr goes to a log file.
     if let Some(name) = &agent_name {
