@@ -116,6 +116,7 @@ impl Hub {
             port: AtomicU16::new(0),
             shutdown,
             tracker: TaskTracker::new(),
+            listener: std::sync::OnceLock::new(),
         };
         Ok(Arc::new(Hub { cfg, live, store, auth: auth::Auth::new(token), bridges, account, life }))
     }
@@ -200,6 +201,8 @@ pub struct Life {
     pub shutdown: CancellationToken,
     /// Every connection task and relay (a relay holds a token), so shutdown can wait for them.
     pub tracker: TaskTracker,
+    /// A duplicate of the listening socket, for the successor of a self-upgrade to inherit.
+    listener: std::sync::OnceLock<std::os::fd::OwnedFd>,
 }
 
 impl Life {
@@ -228,6 +231,7 @@ pub async fn run(listener: TcpListener, cfg: Config, shutdown: CancellationToken
     let stop = shutdown.child_token();
     let hub = Hub::new(cfg, token, stop)?;
     hub.life.set_port(addr.port());
+    let _ = hub.life.listener.set(std::os::fd::AsFd::as_fd(&listener).try_clone_to_owned()?);
     tracing::info!(%addr, version = hub.life.build.version, "hub listening");
     hub.life.tracker.spawn(daemon::housekeeping(hub.clone(), port_file.clone()));
     server::serve(listener, hub.clone()).await;

@@ -57,6 +57,10 @@ enum Command {
         /// port: wait for it to exit, then take its place
         #[arg(long, hide = true, value_name = "PORT")]
         successor: Option<u16>,
+        /// Internal: with --successor, the predecessor's listening socket is this process's
+        /// standard input: serve on it (the port is never free between the two hubs)
+        #[arg(long, hide = true, requires = "successor")]
+        listener_on_stdin: bool,
     },
     /// A terminal ACP client on its own bridge (what a remote create opens in a window)
     Chat {
@@ -175,7 +179,9 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Token { rotate, public_url } => pairing::token(rotate, public_url),
         Command::Bridge { agent_name, agent } => agent::bridge(agent_name, agent),
         Command::Serve { cwd, agent_name, agent } => agent::serve(cwd, agent_name, agent),
-        Command::Hub { background, detached, successor } => start::hub(background, detached, successor),
+        Command::Hub { background, detached, successor, listener_on_stdin } => {
+            start::hub(background, detached, successor, listener_on_stdin)
+        }
         Command::Chat { cwd, resume, agent_name, agent } => agent::chat(cwd, resume, agent_name, agent),
         Command::Up { public_url, tunnel, agent_name, agent } => {
             up::up(public_url, tunnel, agent_name, agent)

@@ -17,6 +17,30 @@ pub fn running_hub_port(cfg: &Config) -> Option<u16> {
         .find(|p| rt.block_on(zcode_hub::daemon::hub_answers(&cfg.remote.hub_host, *p)))
 }
 
+/// Whether a credential may be sent in a URL for `host:port`: `Err`, in words naming the other
+/// user, when a process of another user holds that port (whoever serves that origin reads the
+/// token in it). A port nobody holds passes: only this user's hub can take the address then,
+/// as a hub refuses to share its port. What `token`, `pair` and `up` call before printing a URL.
+pub fn check_port_owner(host: &str, port: u16) -> Result<(), String> {
+    use zcode_hub::daemon::Holder;
+    use zcode_shared::peer::PeerError;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot check who holds port {port}: {e}"))?;
+    match rt.block_on(zcode_hub::daemon::holder(host, port)) {
+        Holder::Ours | Holder::Nobody => Ok(()),
+        Holder::NotOurs(PeerError::Foreign { uid, .. }) => Err(format!(
+            "port {port} on {host} is held by another user (uid {uid}), not by this user's hub: \
+             refusing to print a URL with the token for it (stop that program, or choose another \
+             remote.hubPort / ZCODE_ACP_HUB_PORT)"
+        )),
+        Holder::NotOurs(e) => Err(format!(
+            "{host}:{port} is in use and {e}: refusing to print a URL with the token for it"
+        )),
+    }
+}
+
 /// The pairing URL: the hub's (or the tunnel's) address with the token in the fragment, so it
 /// never reaches a server log.
 pub fn pairing_url(host: &str, port: u16, token: &str, public_url: Option<String>) -> String {
@@ -118,6 +142,12 @@ pub(crate) fn token(rotate: bool, public_url: Option<String>) -> anyhow::Result<
             return Ok(ExitCode::SUCCESS);
         }
     };
+    if public_url.is_none() {
+        if let Err(why) = check_port_owner(&cfg.remote.hub_host, port) {
+            eprintln!("zcode-acp token: {why}");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
     let url = pairing_url(&cfg.remote.hub_host, port, &token, public_url);
     eprintln!("pair a phone: {url}");
     if let Some(note) = loopback_note(&url) {

@@ -16,6 +16,9 @@
 //!   16 KiB.
 //! - The listen queue is widened to the kernel's maximum: under a flood it is where a
 //!   legitimate client waits, and a full one drops its SYN.
+//! - A hub restarting onto a new binary stops accepting (its successor accepts from the same
+//!   socket) but answers every connection it already accepted: a request on its way is served,
+//!   never dropped.
 
 use crate::Hub;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -34,6 +37,8 @@ const MAX_HEAD: usize = 16 * 1024;
 /// The pools' sizes: 1024 pending connections, 256 of them per client address (an IPv6 /64),
 /// and 4096 authenticated ones (relays are counted separately, once upgraded).
 pub const LIMITS: Limits = Limits { pending: 1024, per_addr: 256, authenticated: 4096 };
+/// How long a connection accepted just before a restart may take to send its first byte.
+const DRAIN: Duration = Duration::from_secs(1);
 /// What an evicted connection that never sent a byte is told.
 const EVICTED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n\
 Content-Type: text/plain; charset=utf-8\r\nContent-Length: 20\r\n\r\ntoo many connections";
@@ -97,7 +102,16 @@ async fn connection(stream: TcpStream, peer: SocketAddr, hub: Arc<Hub>, slot: Ar
             return;
         }
         () = tokio::time::sleep(HEADER_TIMEOUT) => return,
-        () = hub.life.shutdown.cancelled() => return,
+        () = hub.life.shutdown.cancelled() => {
+            // Accepted before the restart stopped the accepting: its request is answered here.
+            if !hub.life.upgrade.restarting() {
+                return;
+            }
+            match tokio::time::timeout(DRAIN, stream.peek(&mut first)).await {
+                Ok(Ok(1..)) => {}
+                _ => return,
+            }
+        }
     }
     // Made once the first byte is in: a silent socket of a flood costs no span.
     let span = tracing::info_span!("conn", id = conn, %peer);
@@ -115,7 +129,10 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, hub: Arc<Hub>, sl
     builder.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_buf_size(MAX_HEAD);
     let served = builder.serve_connection(TokioIo::new(stream), svc).with_upgrades();
     tokio::pin!(served);
+    // Biased: hyper reads the request that is already in before it is told to shut down (it
+    // closes a connection with no request under way at once).
     let result = tokio::select! {
+        biased;
         r = served.as_mut() => r,
         () = slot.evicted.cancelled() => {
             tracing::debug!("unauthenticated connection evicted");

@@ -1,5 +1,6 @@
 //! `zcode-acp hub`: the hub's start-up (its lock, its listener, a successor taking over an
-//! upgraded hub's port), in the foreground or in the background, then `zcode_hub::run`.
+//! upgraded hub's listening socket), in the foreground or in the background, then
+//! `zcode_hub::run`.
 
 use crate::signals::stop_on_signals;
 use anyhow::Context;
@@ -7,9 +8,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 use zcode_shared::config::Config;
 
-/// `zcode-acp hub [--background | --detached] [--successor PORT]`: the home's hub, unless one
-/// already runs (then exit status 0, saying so).
-pub(crate) fn hub(background: bool, detached: bool, successor: Option<u16>) -> anyhow::Result<ExitCode> {
+/// `zcode-acp hub [--background | --detached] [--successor PORT [--listener-on-stdin]]`: the
+/// home's hub, unless one already runs (then exit status 0, saying so).
+pub(crate) fn hub(
+    background: bool,
+    detached: bool,
+    successor: Option<u16>,
+    listener_on_stdin: bool,
+) -> anyhow::Result<ExitCode> {
+    // Taken first: stdin stops being the listener before anything else can run.
+    let inherited = listener_on_stdin.then(take_stdin_listener);
     let cfg = Config::load()?;
     if background {
         return hub_background(&cfg);
@@ -25,7 +33,22 @@ pub(crate) fn hub(background: bool, detached: bool, successor: Option<u16>) -> a
         tracing::debug!(limit, "open-file limit");
     }
     let result = rt.block_on(async {
-        let Some(listener) = listen(&cfg, successor).await? else { return Ok(ExitCode::SUCCESS) };
+        let inherited = inherited.and_then(|l| {
+            let expected = successor.filter(|_| cfg.remote.hub_port == 0).unwrap_or(cfg.remote.hub_port);
+            l.and_then(|l| verify_listener(l, &cfg.remote.hub_host, expected))
+                .inspect_err(|why| tracing::warn!("not serving on the inherited socket: {why}"))
+                .ok()
+        });
+        let listener = match inherited {
+            Some(l) => {
+                tracing::info!(addr = ?l.local_addr().ok(), "serving on the predecessor's listening socket");
+                l
+            }
+            None => match listen(&cfg, successor).await? {
+                Some(l) => l,
+                None => return Ok(ExitCode::SUCCESS),
+            },
+        };
         let stop = tokio_util::sync::CancellationToken::new();
         tokio::spawn(stop_on_signals(stop.clone()));
         zcode_hub::run(listener, cfg.clone(), stop).await.context("hub")?;
@@ -107,6 +130,35 @@ async fn listen(cfg: &Config, successor: Option<u16>) -> anyhow::Result<Option<t
         return Ok(None);
     }
     anyhow::bail!("{host}:{port} is in use by another program (set ZCODE_ACP_HUB_PORT)")
+}
+
+/// The listening socket a restarting hub passed as this process's stdin; stdin becomes
+/// `/dev/null` at once, so that no child of this hub inherits the socket.
+fn take_stdin_listener() -> Result<std::net::TcpListener, String> {
+    use nix::sys::socket::{SockType, getsockopt, sockopt};
+    use std::os::fd::AsFd;
+    let fd = std::io::stdin().as_fd().try_clone_to_owned();
+    let null = std::fs::File::open("/dev/null").map_err(|e| format!("cannot open /dev/null: {e}"))?;
+    nix::unistd::dup2_stdin(&null).map_err(|e| format!("cannot replace stdin: {e}"))?;
+    let fd = fd.map_err(|e| format!("stdin: {e}"))?;
+    let listening = getsockopt(&fd, sockopt::AcceptConn).unwrap_or(false);
+    if !listening || getsockopt(&fd, sockopt::SockType) != Ok(SockType::Stream) {
+        return Err("stdin is not a listening stream socket".into());
+    }
+    Ok(std::net::TcpListener::from(fd))
+}
+
+/// `l` when it is a TCP socket on `host:port` (an address `host` resolves to), ready for tokio.
+fn verify_listener(l: std::net::TcpListener, host: &str, port: u16) -> Result<tokio::net::TcpListener, String> {
+    use std::net::ToSocketAddrs;
+    let addr = l.local_addr().map_err(|e| format!("it has no TCP address: {e}"))?;
+    let host_ips: Vec<std::net::IpAddr> =
+        (host, port).to_socket_addrs().map_err(|e| format!("{host}: {e}"))?.map(|a| a.ip()).collect();
+    if addr.port() != port || !host_ips.contains(&addr.ip()) {
+        return Err(format!("it listens on {addr}, not on {host}:{port}"));
+    }
+    l.set_nonblocking(true).map_err(|e| e.to_string())?;
+    tokio::net::TcpListener::from_std(l).map_err(|e| e.to_string())
 }
 
 /// `hub --background`: runs `hub --detached` with its output appended to `<logs>/hub.log`

@@ -133,6 +133,12 @@ impl Tunnel {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        // The tool is someone else's program: it gets none of ours (the token above all).
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("ZCODE_ACP_") {
+                cmd.env_remove(name);
+            }
+        }
         // Its own group: the terminal's Ctrl-C reaches `up`, which then ends it on purpose.
         let spawned = match Group::spawn(&mut cmd) {
             Ok(s) => s,

@@ -92,6 +92,13 @@ pub(crate) fn up(
         let _ = bridge.join();
         return Ok(ExitCode::FAILURE);
     }
+    // The hub was ours when found; a URL with the token is printed only while it still is.
+    if let Err(why) = pairing::check_port_owner(&host, port) {
+        eprintln!("zcode-acp up: {why}");
+        stop.cancel();
+        let _ = bridge.join();
+        return Ok(ExitCode::FAILURE);
+    }
     println!("zcode-acp is up.");
     println!("  open:   {url}");
     // The note first: read before the code is scanned, not found under it afterwards.

@@ -9,13 +9,13 @@
 //! binary's mtime, from that very binary: every signal is false for it, so there is no loop.
 //!
 //! How the successor starts: the exiting hub spawns `<disk binary> hub --detached --successor
-//! <port>` (its own session, output appended to `logs/hub.log`, the test version knob removed)
-//! before it shuts down. The successor waits for the home's lock (released when the old process
-//! exits, so the port is free by then) and binds the same port when the configuration lets the
-//! OS pick one. Bridges that find no hub meanwhile start one as always; the lock makes one of
-//! them the hub and the others step aside, so the successor's spawn is the guarantee and the
-//! bridges the fallback.
-
+//! <port> --listener-on-stdin` with its listening socket as the successor's stdin (its own
+//! session, output appended to `logs/hub.log`, the test version knob removed), then shuts down.
+//! The socket is never closed between the two hubs, so the port is never free for another user
+//! to bind: connections that arrive meanwhile wait in its listen queue. The successor checks
+//! that stdin is a listening TCP socket on the expected address, waits for the home's lock
+//! (released when the old process exits) and serves on it. A hub that cannot start its
+//! successor stays (it never lets the port go for a restart).
 use crate::Hub;
 use crate::http::{Resp, json};
 use crate::version::{Build, FileKey, file_key, fingerprint};
@@ -181,16 +181,18 @@ fn begin_restart(hub: &Arc<Hub>, reason: &'static str) -> bool {
     let hub = hub.clone();
     tokio::spawn(async move {
         tokio::time::sleep(EXIT_DELAY).await;
-        if let Some(exe) = hub.life.build.exe.clone() {
-            spawn_successor(&hub, &exe);
+        let started = hub.life.build.exe.clone().is_some_and(|exe| spawn_successor(&hub, &exe));
+        match started {
+            true => hub.life.shutdown.cancel(),
+            false => hub.life.upgrade.restarting.store(false, AtomicOrdering::SeqCst),
         }
-        hub.life.shutdown.cancel();
     });
     true
 }
 
-/// Starts `<exe> hub --detached --successor <port>` with its output appended to `logs/hub.log`.
-fn spawn_successor(hub: &Hub, exe: &PathBuf) {
+/// Starts `<exe> hub --detached --successor <port> --listener-on-stdin` with the listening
+/// socket as its stdin and its output appended to `logs/hub.log`; whether it started.
+fn spawn_successor(hub: &Hub, exe: &PathBuf) -> bool {
     use std::os::unix::fs::OpenOptionsExt;
     let log_dir = &hub.cfg.paths.log_dir;
     let log = zcode_shared::paths::Paths::ensure_private_dir(log_dir).and_then(|()| {
@@ -200,19 +202,31 @@ fn spawn_successor(hub: &Hub, exe: &PathBuf) {
         Ok((a, b)) => (std::process::Stdio::from(a), std::process::Stdio::from(b)),
         Err(_) => (std::process::Stdio::null(), std::process::Stdio::null()),
     };
+    // A close-on-exec duplicate, made the child's stdin only in the child: no other process
+    // this hub starts meanwhile can inherit it.
+    let Some(listener) = hub.life.listener.get().and_then(|l| l.try_clone().ok()) else {
+        tracing::warn!("no listening socket to hand over: not restarting");
+        return false;
+    };
     let port = hub.life.port().to_string();
     // Not waited for: this process exits in a moment and the successor is reparented.
     #[allow(clippy::zombie_processes)]
     let started = std::process::Command::new(exe)
-        .args(["hub", "--detached", "--successor", &port])
+        .args(["hub", "--detached", "--successor", &port, "--listener-on-stdin"])
         .env_remove(zcode_shared::TEST_VERSION_VAR)
-        .stdin(std::process::Stdio::null())
+        .stdin(std::process::Stdio::from(listener))
         .stdout(out)
         .stderr(err)
         .spawn();
     match started {
-        Ok(child) => tracing::info!(pid = child.id(), exe = %exe.display(), "successor hub started"),
-        Err(e) => tracing::warn!(exe = %exe.display(), "cannot start the successor hub (bridges will): {e}"),
+        Ok(child) => {
+            tracing::info!(pid = child.id(), exe = %exe.display(), "successor hub started");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(exe = %exe.display(), "cannot start the successor hub: staying: {e}");
+            false
+        }
     }
 }
 

@@ -700,6 +700,7 @@ pub fn http_with_body(
 pub mod history;
 pub mod hub;
 pub mod net;
+pub mod squat;
 pub mod world;
 
 /// The resident memory of process `pid`, in KiB (0 if unknown).

@@ -148,6 +148,21 @@ fn token_pairs_with_the_running_hubs_port_and_says_when_a_phone_needs_a_tunnel()
 }
 
 #[test]
+fn token_refuses_a_pairing_url_for_a_port_another_user_holds() {
+    use zcode_tests::TEST_TOKEN;
+    let home = Home::new();
+    let port = zcode_tests::squat::free_port();
+    let squatter = zcode_tests::squat::Squatter::start(port);
+    squatter.wait_bound();
+    let env = [("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN), ("ZCODE_ACP_HUB_PORT", &port.to_string())];
+    let (code, out, err) = run(&home, &["token"], &env);
+    assert_ne!(code, 0, "token printed a URL for a port uid 65534 holds:\n{err}");
+    assert!(err.contains("another user (uid 65534)"), "{err}");
+    assert!(!err.contains("#token=") && !out.contains("#token="), "a token URL was printed:\n{out}\n{err}");
+    assert_eq!(squatter.received(), "", "the squatter was sent something");
+}
+
+#[test]
 fn token_with_an_os_picked_port_and_no_hub_says_there_is_none() {
     let home = Home::new();
     let (code, out, err) = run(&home, &["token"], &[("ZCODE_ACP_HUB_PORT", "0")]);

@@ -294,3 +294,92 @@ fn a_newer_bridge_registering_makes_the_hub_upgrade_itself() {
     drop((same, newer));
     stop_hub(&home);
 }
+
+/// `GET /api/health` on a fresh connection: the status, or what went wrong (nothing here
+/// panics: the client loop counts failures).
+fn health(port: u16) -> Result<u16, String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(WAIT)).map_err(|e| e.to_string())?;
+    s.write_all(b"GET /api/health HTTP/1.1\r\nHost: hub\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("write: {e}"))?;
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply).map_err(|e| format!("read: {e}"))?;
+    let text = String::from_utf8_lossy(&reply);
+    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok());
+    status.ok_or_else(|| format!("no status in {text:?}"))
+}
+
+/// Issue 32, point 6: a self-upgrade hands its listening socket to the successor, so another
+/// user's bind loop never gets the port; a client loop sees every request answered and a
+/// relayed WebSocket reconnects after each of 20 upgrades.
+#[test]
+fn twenty_upgrades_never_free_the_port_for_another_user() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use zcode_tests::squat::Squatter;
+    let home = Home::new();
+    let disk = Disk::new();
+    let (mut child, port) = disk.hub(&home, &[]);
+    let b = disk.bridge(&home, &[]);
+    let id = b.id();
+    wait_instances(port, "the bridge registered", |l| zcode_tests::hub::listed(l, &id));
+    let squatter = Squatter::start(port);
+    let done = Arc::new(AtomicBool::new(false));
+    let outcomes = Arc::new(Mutex::new((0usize, Vec::<String>::new())));
+    let client = {
+        let (done, outcomes) = (done.clone(), outcomes.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                let r = health(port);
+                let mut o = outcomes.lock().expect("lock");
+                match r {
+                    Ok(200) => o.0 += 1,
+                    Ok(status) => o.1.push(format!("status {status}")),
+                    Err(e) => o.1.push(e),
+                }
+                drop(o);
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        })
+    };
+    let relay = || {
+        let mut ws = None;
+        wait_until("a relayed WebSocket through the new hub", || {
+            ws = Peer::connect_ws(port, &format!("/acp?instance={id}"), Some(TEST_TOKEN)).ok();
+            ws.is_some()
+        });
+        let mut ws = ws.expect("relay");
+        zcode_tests::initialize(&mut ws, json!({}));
+        ws
+    };
+    let mut ws = relay();
+    let mut pid = child.id();
+    for round in 1..=20 {
+        disk.touch();
+        let r = upgrade(port);
+        assert_eq!((&r["restarting"], &r["reason"]), (&json!(true), &json!("mtime")), "round {round}: {r}");
+        assert_eq!(ws.wait_closed(WAIT), Some(1012), "round {round}: the relay is told: service restart");
+        if round == 1 {
+            assert!(child.wait().expect("the first hub exits").success());
+        }
+        let old = pid;
+        wait_until(&format!("the successor of round {round}"), || {
+            pid = hub_pid(&home).unwrap_or(0);
+            pid != 0 && pid != old && health(port) == Ok(200) && !squatter.bound()
+                || squatter.bound()
+        });
+        assert!(!squatter.bound(), "round {round}: uid 65534 bound the hub's port during the upgrade");
+        wait_instances(port, "the bridge re-registered", |l| zcode_tests::hub::listed(l, &id));
+        ws = relay();
+    }
+    done.store(true, Ordering::SeqCst);
+    client.join().expect("client loop");
+    let (served, failed) = outcomes.lock().expect("lock").clone();
+    assert!(failed.is_empty(), "{} of {} requests failed during the upgrades: {failed:?}", failed.len(), served + failed.len());
+    assert!(served > 20, "the client loop made only {served} requests");
+    assert!(!squatter.bound(), "uid 65534 bound the hub's port");
+    assert_eq!(squatter.connections(), 0);
+    drop(b);
+    stop_hub(&home);
+}

@@ -1,0 +1,143 @@
+//! Another local user (uid 65534, through `setpriv` and the system's python3) trying to take a
+//! port: it binds in a loop (SO_REUSEADDR, 0.5 ms between tries) until it holds the port, then
+//! records every connection and byte it is sent and answers any request head with `200 ok`.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The uid the squatter runs as.
+pub const NOBODY: u32 = 65534;
+
+const SCRIPT: &str = r#"
+import socket, sys, threading, time
+port = int(sys.argv[1])
+print("started", flush=True)
+while True:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", port))
+        s.listen(128)
+        break
+    except OSError:
+        s.close()
+        time.sleep(0.0005)
+print("bound", s.getsockname()[1], flush=True)
+def serve(c):
+    buf = b""
+    try:
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            print("data", d.hex(), flush=True)
+            buf += d
+            if b"\r\n\r\n" in buf:
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+                break
+    except OSError:
+        pass
+    c.close()
+while True:
+    c, _ = s.accept()
+    print("conn", flush=True)
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+#[derive(Default)]
+struct Seen {
+    bound: bool,
+    connections: usize,
+    received: Vec<u8>,
+}
+
+/// A squatter process of uid 65534 and what it saw.
+pub struct Squatter {
+    child: Child,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl Squatter {
+    /// Starts the bind loop on 127.0.0.1:`port` as uid 65534 (checked in `/proc`); panics when
+    /// privileges cannot be dropped.
+    pub fn start(port: u16) -> Squatter {
+        let mut child = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", SCRIPT])
+            .arg(port.to_string())
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run setpriv to act as uid {NOBODY}: {e}"));
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        if !matches!(lines.next(), Some(Ok(l)) if l == "started") {
+            let mut err = String::new();
+            let _ = child.stderr.take().expect("stderr").read_to_string(&mut err);
+            let _ = child.wait();
+            panic!("cannot drop privileges to uid {NOBODY} (setpriv, python3 as another user): {err}");
+        }
+        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).expect("status");
+        let uid_line = status.lines().find(|l| l.starts_with("Uid:")).expect("Uid line").to_owned();
+        assert!(
+            uid_line.split_whitespace().skip(1).all(|u| u == NOBODY.to_string()),
+            "the squatter does not run as uid {NOBODY}: {uid_line}"
+        );
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let s = seen.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                let mut s = s.lock().expect("lock");
+                if line.starts_with("bound ") {
+                    s.bound = true;
+                } else if line == "conn" {
+                    s.connections += 1;
+                } else if let Some(hex) = line.strip_prefix("data ") {
+                    let bytes = (0..hex.len() / 2)
+                        .filter_map(|i| u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).ok());
+                    s.received.extend(bytes);
+                }
+            }
+        });
+        Squatter { child, seen }
+    }
+
+    /// Whether it ever held the port.
+    pub fn bound(&self) -> bool {
+        self.seen.lock().expect("lock").bound
+    }
+
+    /// Waits until it holds the port.
+    pub fn wait_bound(&self) {
+        let deadline = Instant::now() + crate::WAIT;
+        while !self.bound() {
+            assert!(Instant::now() < deadline, "the squatter never got the port");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// How many connections reached it.
+    pub fn connections(&self) -> usize {
+        self.seen.lock().expect("lock").connections
+    }
+
+    /// Everything it was sent, as text.
+    pub fn received(&self) -> String {
+        String::from_utf8_lossy(&self.seen.lock().expect("lock").received).into_owned()
+    }
+}
+
+impl Drop for Squatter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port nothing listens on now (bound to port 0, then let go).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
