@@ -6,8 +6,11 @@
 //!   The kernel drops the lock when the process dies, even by SIGKILL. The file is emptied on
 //!   exit, never removed: removing it would let two hubs lock two different files.
 //! - `run/hub.port` holds the port when the OS picked it (`hubPort` 0), for bridges and tests.
+//! - `run/tunnel` names the tunnel a running `zcode-acp up --tunnel` started (and that `up`).
 //! - [`housekeeping`]: the TTL sweep, the idle exit, and an exit when the port file vanishes
 //!   (its home was deleted, or another hub took over: this one could never be found again).
+//!   The idle rule: no exit while a bridge is registered, a relay is open, or a tunnel runs
+//!   (its `up` is alive): a tunnel must never forward to a port the hub has let go.
 
 use crate::Hub;
 use nix::errno::Errno;
@@ -230,8 +233,20 @@ pub async fn hub_get_json(
         .unwrap_or_else(|_| Err("no answer within 5 s".into()))
 }
 
+/// `run/tunnel`'s name (written by `up --tunnel`: `<up's pid> <tool's pid> <url>`).
+pub const TUNNEL_FILE: &str = "tunnel";
+
+/// Whether `run/tunnel` names an `up` of this user that still runs (its tunnel forwards here).
+fn tunnel_runs(paths: &Paths) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(text) = std::fs::read_to_string(paths.run_dir.join(TUNNEL_FILE)) else { return false };
+    let Some(up) = text.split_whitespace().next().and_then(|p| p.parse::<u32>().ok()) else { return false };
+    std::fs::metadata(format!("/proc/{up}")).is_ok_and(|m| m.uid() == nix::unistd::getuid().as_raw())
+}
+
 /// Runs until shutdown: drops expired instances every `min(TTL/2, 5 s)`, and stops the hub
-/// when it has had no instances and no relays for `hub_idle`, or when its port file is gone.
+/// when it has had no instances, no relays and no tunnel for `hub_idle`, or when its port file
+/// is gone.
 pub async fn housekeeping(hub: Arc<Hub>, port_file: Option<PortFile>) {
     let t = &hub.cfg.timings;
     let sweep = (t.instance_ttl / 2).min(Duration::from_secs(5));
@@ -256,10 +271,10 @@ pub async fn housekeeping(hub: Arc<Hub>, port_file: Option<PortFile>) {
         for id in expired {
             tracing::info!(instance = %id, "instance expired: no heartbeat");
         }
-        if live == 0 && hub.bridges.relay_count() == 0 {
+        if live == 0 && hub.bridges.relay_count() == 0 && !tunnel_runs(&hub.cfg.paths) {
             let since = *idle_since.get_or_insert(now);
             if now.saturating_duration_since(since) >= t.hub_idle {
-                tracing::info!(idle = ?t.hub_idle, "no instances and no relays: exiting");
+                tracing::info!(idle = ?t.hub_idle, "no instances, no relays and no tunnel: exiting");
                 hub.life.shutdown.cancel();
                 return;
             }

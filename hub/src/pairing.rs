@@ -35,9 +35,9 @@ pub fn check_port_owner(host: &str, port: u16) -> Result<(), String> {
              refusing to print a URL with the token for it (stop that program, or choose another \
              remote.hubPort / ZCODE_ACP_HUB_PORT)"
         )),
-        Holder::NotOurs(e) => Err(format!(
-            "{host}:{port} is in use and {e}: refusing to print a URL with the token for it"
-        )),
+        Holder::NotOurs(e) => {
+            Err(format!("{host}:{port} is in use and {e}: refusing to print a URL with the token for it"))
+        }
     }
 }
 

@@ -149,7 +149,11 @@ fn take_stdin_listener() -> Result<std::net::TcpListener, String> {
 }
 
 /// `l` when it is a TCP socket on `host:port` (an address `host` resolves to), ready for tokio.
-fn verify_listener(l: std::net::TcpListener, host: &str, port: u16) -> Result<tokio::net::TcpListener, String> {
+fn verify_listener(
+    l: std::net::TcpListener,
+    host: &str,
+    port: u16,
+) -> Result<tokio::net::TcpListener, String> {
     use std::net::ToSocketAddrs;
     let addr = l.local_addr().map_err(|e| format!("it has no TCP address: {e}"))?;
     let host_ips: Vec<std::net::IpAddr> =

@@ -138,7 +138,7 @@ pub fn status(as_json: bool) -> anyhow::Result<ExitCode> {
             "version": version["version"],
             "startedAt": started,
             "uptimeMs": uptime,
-            "tunnel": tunnel.as_ref().map(|(url, up)| json!({"url": url, "upPid": up})),
+            "tunnel": tunnel.as_ref().map(|t| json!({"url": t.url, "upPid": t.up})),
         });
         let mut v = json!({"hub": hub, "bridges": rows, "home": home});
         if let Err(e) = &bridges {
@@ -151,7 +151,7 @@ pub fn status(as_json: bool) -> anyhow::Result<ExitCode> {
     let version = version["version"].as_str().unwrap_or("?");
     let uptime = uptime.map_or_else(|| "?".to_owned(), |ms| duration(ms / 1000));
     let tunnel =
-        tunnel.map_or_else(|| "none".to_owned(), |(url, up)| format!("{url} (zcode-acp up, pid {up})"));
+        tunnel.map_or_else(|| "none".to_owned(), |t| format!("{} (zcode-acp up, pid {})", t.url, t.up));
     println!("hub  pid {pid}  port {port}  version {version}  up {uptime}  tunnel {tunnel}");
     println!("home {home}");
     match bridges {

@@ -3,7 +3,8 @@
 //! those too. Every pid is checked in `/proc` (this user's, a `zcode-acp` of the right kind)
 //! before it is signalled.
 //!
-//! Bridges go first, the hub last: a bridge that outlived its hub would start a new one. The
+//! A tunnel `up --tunnel` started goes first of all: it must never forward to a port the hub
+//! has let go (another user could take it). Bridges go next, the hub last: a bridge that outlived its hub would start a new one. The
 //! headless bridges are the hub's children running `zcode-acp serve` (found in `/proc`, so one
 //! still starting is found too); the others come from the hub's list of registered bridges and
 //! from `/proc` (this user's `zcode-acp bridge|serve|up` whose environment names this home),
@@ -50,8 +51,19 @@ pub fn stop(all: bool) -> anyhow::Result<ExitCode> {
         procs::children(pid).into_iter().filter(|p| p.ours() && p.role() == Some("serve")).collect()
     });
     let others = others(&cfg, listed.as_deref().unwrap_or(&[]), &headless);
-    let mut targets: Vec<u32> = headless.iter().map(|h| h.pid).collect();
     let mut failed = false;
+    if let Some(tool) = crate::tunnel::Advert::read(&cfg.paths).and_then(|t| t.tool) {
+        match procs::terminate(&[tool], STOP_WAIT).first() {
+            None => println!("stopped the tunnel (pid {tool}) before the hub"),
+            Some((_, why)) => {
+                eprintln!(
+                    "zcode-acp stop: the tunnel (pid {tool}): {why}; not stopping the hub while it runs"
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    let mut targets: Vec<u32> = headless.iter().map(|h| h.pid).collect();
     if all {
         for b in &others {
             match our_bridge(b.pid) {

@@ -202,6 +202,11 @@ impl Tunnel {
     pub fn pid(&self) -> u32 {
         self.group.id()
     }
+
+    /// Whether the tool has exited (`zcode-acp stop` ends it before the hub).
+    pub fn exited(&self) -> bool {
+        self.group.try_exit().is_some()
+    }
 }
 
 impl Drop for Tunnel {
@@ -223,31 +228,49 @@ fn https_urls(line: &str) -> impl Iterator<Item = &str> {
     })
 }
 
-/// `run/tunnel`: the public address of the tunnel a running `up --tunnel` started, with that
-/// `up`'s pid (`<pid> <url>`), for `zcode-acp status`. Removed when the `up` ends (if it still
-/// names this one: the last `up --tunnel` to start is the one shown).
+/// `run/tunnel`: the tunnel a running `up --tunnel` started (`<up's pid> <tool's pid> <url>`),
+/// for `zcode-acp status`, for `stop` (which ends the tool before the hub) and for the hub (no
+/// idle exit while it runs). Removed when the `up` ends (if it still names this one: the last
+/// `up --tunnel` to start is the one shown).
 pub struct Advert {
     path: std::path::PathBuf,
     line: String,
 }
 
+/// What `run/tunnel` names, once checked in `/proc`.
+pub struct Advertised {
+    /// The public address.
+    pub url: String,
+    /// The `up` that started it.
+    pub up: u32,
+    /// The tunnel tool, when it still runs as that `up`'s child.
+    pub tool: Option<u32>,
+}
+
 impl Advert {
-    /// Writes the file (mode 0600); a failure only costs `status` its tunnel line.
-    pub fn write(paths: &zcode_shared::paths::Paths, url: &str) -> Advert {
-        let path = paths.run_dir.join("tunnel");
-        let line = format!("{} {url}\n", std::process::id());
+    /// Writes the file (mode 0600); a failure only costs `status` its tunnel line and `stop`
+    /// its way to the tool (`up` still ends it when `up` ends).
+    pub fn write(paths: &zcode_shared::paths::Paths, tunnel: &Tunnel) -> Advert {
+        let path = paths.run_dir.join(zcode_hub::daemon::TUNNEL_FILE);
+        let line = format!("{} {} {}\n", std::process::id(), tunnel.pid(), tunnel.url);
         let _ = zcode_shared::paths::Paths::ensure_private_dir(&paths.run_dir)
             .and_then(|()| zcode_shared::config::write_private_atomic(&path, line.as_bytes()));
         Advert { path, line }
     }
 
-    /// The tunnel's address and its `up`'s pid, when that `up` still runs.
-    pub fn read(paths: &zcode_shared::paths::Paths) -> Option<(String, u32)> {
-        let text = std::fs::read_to_string(paths.run_dir.join("tunnel")).ok()?;
-        let (pid, url) = text.trim().split_once(' ')?;
-        let pid: u32 = pid.parse().ok()?;
-        let up = crate::procs::Proc::read(pid)?;
-        (up.ours() && up.role() == Some("up")).then(|| (url.to_owned(), pid))
+    /// The tunnel, when the `up` that started it still runs.
+    pub fn read(paths: &zcode_shared::paths::Paths) -> Option<Advertised> {
+        let text = std::fs::read_to_string(paths.run_dir.join(zcode_hub::daemon::TUNNEL_FILE)).ok()?;
+        let mut fields = text.trim().splitn(3, ' ');
+        let up: u32 = fields.next()?.parse().ok()?;
+        let tool: u32 = fields.next()?.parse().ok()?;
+        let url = fields.next()?.to_owned();
+        let p = crate::procs::Proc::read(up)?;
+        if !(p.ours() && p.role() == Some("up")) {
+            return None;
+        }
+        let tool = crate::procs::Proc::read(tool).filter(|t| t.ours() && t.ppid == up).map(|t| t.pid);
+        Some(Advertised { url, up, tool })
     }
 }
 

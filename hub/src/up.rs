@@ -65,7 +65,7 @@ pub(crate) fn up(
     let url = pairing_url(&host, port, &token, public_url);
     // What `zcode-acp status` shows as the hub's tunnel, for as long as this `up` runs: written
     // before the banner, so whoever reads the banner finds it.
-    let _advert = tunnel.as_ref().map(|t| tunnel::Advert::write(&cfg.paths, &t.url));
+    let _advert = tunnel.as_ref().map(|t| tunnel::Advert::write(&cfg.paths, t));
     let dir = std::fs::canonicalize(std::env::current_dir()?)?;
     let mut opts = zcode_bridge::BridgeOptions::serve(&cfg, dir);
     opts.idle_exit = None;
@@ -116,6 +116,16 @@ pub(crate) fn up(
         "Ctrl-C stops this bridge; the hub exits by itself when idle \
          (`zcode-acp stop --all` stops the hub, this bridge and every other)."
     );
+    // A tunnel ended from outside (`zcode-acp stop` ends it before the hub) ends this `up`: what
+    // it printed would no longer open.
+    while let Some(t) = tunnel.as_ref().filter(|_| !bridge.is_finished()) {
+        if t.exited() {
+            eprintln!("zcode-acp up: the tunnel ended: stopping");
+            stop.cancel();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let result = bridge.join().unwrap_or_else(|_| anyhow::bail!("the bridge panicked"));
     drop(tunnel);
     result

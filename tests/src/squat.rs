@@ -141,3 +141,18 @@ pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()
 }
+
+/// `GET path` on a fresh connection to 127.0.0.1:`port`: the status, or what went wrong (no
+/// panic: tests count failures, or expect one).
+pub fn get_status(port: u16, path: &str) -> Result<u16, String> {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(crate::WAIT)).map_err(|e| e.to_string())?;
+    let head = format!("GET {path} HTTP/1.1\r\nHost: hub\r\nConnection: close\r\n\r\n");
+    s.write_all(head.as_bytes()).map_err(|e| format!("write: {e}"))?;
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply).map_err(|e| format!("read: {e}"))?;
+    let text = String::from_utf8_lossy(&reply);
+    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok());
+    status.ok_or_else(|| format!("no status in {text:?}"))
+}

@@ -25,22 +25,52 @@ struct Up {
 impl Up {
     /// Starts `up {args}` in a fresh project directory of `home`, with `path` as `PATH` when given.
     fn start(home: &Home, args: &[&str], path: Option<&str>) -> Up {
+        Up::start_with(home, None, args, path, &[])
+    }
+
+    /// [`Up::start`] from the binary `exe` (default: the suite's), with `env` on top.
+    fn start_with(
+        home: &Home,
+        exe: Option<&Path>,
+        args: &[&str],
+        path: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Up {
         let project = home.path().join("project");
         std::fs::create_dir_all(&project).unwrap();
         let stderr = home.path().join(format!("up-{}.err", args.len()));
         let mut all = vec!["up"];
         all.extend_from_slice(args);
         let mut cmd = home.command(&all);
-        cmd.env("ZCODE_ACP_REMOTE_PORT", "0").current_dir(&project);
+        if let Some(exe) = exe {
+            let mut other = std::process::Command::new(exe);
+            other.args(cmd.get_args());
+            for (k, v) in cmd.get_envs() {
+                match v {
+                    Some(v) => other.env(k, v),
+                    None => other.env_remove(k),
+                };
+            }
+            cmd = other;
+        }
+        cmd.env("ZCODE_ACP_REMOTE_PORT", "0").current_dir(&project).envs(env.iter().copied());
         if let Some(p) = path {
             cmd.env("PATH", p);
         }
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .expect("spawn up");
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(std::fs::File::create(&stderr).unwrap());
+        // A copy of the binary may still be open for writing in a child another test thread
+        // forked meanwhile (ETXTBSY until it execs).
+        let mut tries = 0;
+        let mut child = loop {
+            match cmd.spawn() {
+                Ok(c) => break c,
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("spawn up: {e}"),
+            }
+        };
         let out = child.stdout.take().unwrap();
         let (tx, lines) = channel();
         std::thread::spawn(move || {
@@ -267,7 +297,7 @@ fn ctrl_c_on_up_stops_the_agent_without_a_warning() {
 fn stand_in(dir: &Path, name: &str, stdout: &str, stderr: &str) {
     let script = format!(
         "#!/bin/sh\necho $$ > '{d}/{name}.pid.tmp'\nmv '{d}/{name}.pid.tmp' '{d}/{name}.pid'\n\
-         echo \"$@\" > '{d}/{name}.args'\ncat <<'EOF'\n{stdout}\nEOF\ncat >&2 <<'EOF'\n{stderr}\nEOF\nexec sleep 1000\n",
+         echo \"$@\" > '{d}/{name}.args'\nenv > '{d}/{name}.env'\ncat <<'EOF'\n{stdout}\nEOF\ncat >&2 <<'EOF'\n{stderr}\nEOF\nexec sleep 1000\n",
         d = dir.display()
     );
     let path = dir.join(name);
@@ -424,4 +454,115 @@ fn up_with_an_unknown_agent_fails_before_printing_a_url_or_the_token() {
     assert!(!stderr.contains("token") && !stderr.contains("http"), "{stderr}");
     assert!(stderr.contains("no agent named \"nosuch\"") && stderr.contains("fast"), "{stderr}");
     assert_eq!(hub_pid(&home), None, "a hub was started for nothing");
+}
+
+#[test]
+fn the_tunnel_tool_is_not_given_the_token() {
+    let home = Home::new();
+    let tools = tempfile::tempdir().unwrap();
+    stand_in(tools.path(), "cloudflared", "", CLOUDFLARED_STDERR);
+    let token = zcode_tests::TEST_TOKEN;
+    let env = [("ZCODE_ACP_REMOTE_TOKEN", token)];
+    let up = Up::start_with(&home, None, &["--tunnel", "cloudflare"], Some(&path_with(tools.path())), &env);
+    assert!(token_of(&up.url()) == token, "up runs with the token from its environment");
+    let dumped = std::fs::read_to_string(tools.path().join("cloudflared.env")).unwrap();
+    assert!(dumped.contains("PATH="), "the stand-in dumped its environment: {dumped}");
+    assert!(!dumped.contains(token), "the tunnel tool was given the token:\n{dumped}");
+    assert!(!dumped.contains("ZCODE_ACP_"), "the tunnel tool was given zcode-acp's variables:\n{dumped}");
+}
+
+/// A `cloudflared` that forwards: it listens on a port of its own (written to
+/// `cloudflared.port`), connects each client to the `--url` port and copies both ways.
+const FORWARDER: &str = r#"#!/usr/bin/python3
+import os, socket, sys, threading
+d = os.path.dirname(os.path.abspath(__file__))
+target = int(sys.argv[sys.argv.index("--url") + 1].rsplit(":", 1)[1])
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(64)
+with open(os.path.join(d, "port.tmp"), "w") as f:
+    f.write(str(srv.getsockname()[1]))
+os.rename(os.path.join(d, "port.tmp"), os.path.join(d, "cloudflared.port"))
+with open(os.path.join(d, "banner.txt")) as f:
+    sys.stderr.write(f.read() + "\n")
+sys.stderr.flush()
+def pipe(a, b):
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+    except OSError:
+        pass
+    for s in (a, b):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+def handle(c):
+    try:
+        u = socket.create_connection(("127.0.0.1", target))
+    except OSError:
+        c.close()
+        return
+    threading.Thread(target=pipe, args=(c, u), daemon=True).start()
+    pipe(u, c)
+while True:
+    c, _ = srv.accept()
+    threading.Thread(target=handle, args=(c,), daemon=True).start()
+"#;
+
+/// Issue 32, point 7: a tunnel `up` started forwards only to a port its hub holds. Another
+/// user (uid 65534) binds in a loop on the hub's port while the hub upgrades itself (the
+/// successor inherits the socket), idles (it stays while the tunnel runs) and is stopped
+/// (`stop` ends the tunnel first): no request through the tunnel ever reaches that user.
+#[test]
+fn a_tunnel_never_forwards_to_a_port_the_hub_let_go() {
+    use zcode_tests::hub::{AUTH, http, wait_until};
+    use zcode_tests::squat::{Squatter, get_status};
+    let home = Home::new();
+    let copy = tempfile::tempdir().unwrap();
+    let exe = copy.path().join("zcode-acp");
+    std::fs::copy(bin(), &exe).unwrap();
+    let tools = tempfile::tempdir().unwrap();
+    let tool = tools.path().join("cloudflared");
+    std::fs::write(&tool, FORWARDER).unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(tools.path().join("banner.txt"), CLOUDFLARED_STDERR).unwrap();
+    let env = [("ZCODE_ACP_REMOTE_TOKEN", zcode_tests::TEST_TOKEN), ("ZCODE_ACP_HUB_IDLE_MS", "300")];
+    let up =
+        Up::start_with(&home, Some(&exe), &["--tunnel", "cloudflare"], Some(&path_with(tools.path())), &env);
+    up.url();
+    let port = zcode_tests::hub::hub_port(&home).expect("the hub's port");
+    let tunnel: u16 =
+        std::fs::read_to_string(tools.path().join("cloudflared.port")).unwrap().parse().unwrap();
+    assert_eq!(get_status(tunnel, "/api/health"), Ok(200), "through the tunnel");
+    let squatter = Squatter::start(port);
+    // An upgrade: the successor inherits the listening socket.
+    let f = std::fs::File::open(&exe).unwrap();
+    f.set_modified(std::time::SystemTime::now()).unwrap();
+    let first = hub_pid(&home).expect("the hub's pid");
+    let r = http(port, "POST", "/api/upgrade", &[AUTH], b"").json();
+    assert_eq!(r["restarting"], true, "{r}");
+    wait_until("the successor answering through the tunnel", || {
+        squatter.bound()
+            || hub_pid(&home).is_some_and(|p| p != first) && get_status(tunnel, "/api/health") == Ok(200)
+    });
+    assert!(!squatter.bound(), "uid 65534 took the hub's port during the upgrade");
+    // Idle: well past its 300 ms idle limit, the hub still holds the port the tunnel uses.
+    for _ in 0..10 {
+        assert_eq!(get_status(tunnel, "/api/health"), Ok(200), "through the tunnel while idle");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!squatter.bound(), "uid 65534 took the hub's port while the tunnel ran");
+    // `stop`: the tunnel ends before the hub lets the port go.
+    let out = home.command(&["stop"]).stdin(Stdio::null()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("stopped the tunnel"), "{text}");
+    squatter.wait_bound();
+    let after = get_status(tunnel, "/api/health");
+    assert!(after.is_err(), "the tunnel still forwards after stop: {after:?}");
+    assert_eq!(squatter.connections(), 0, "the tunnel forwarded to uid 65534: {}", squatter.received());
 }

@@ -295,19 +295,8 @@ fn a_newer_bridge_registering_makes_the_hub_upgrade_itself() {
     stop_hub(&home);
 }
 
-/// `GET /api/health` on a fresh connection: the status, or what went wrong (nothing here
-/// panics: the client loop counts failures).
 fn health(port: u16) -> Result<u16, String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
-    s.set_read_timeout(Some(WAIT)).map_err(|e| e.to_string())?;
-    s.write_all(b"GET /api/health HTTP/1.1\r\nHost: hub\r\nConnection: close\r\n\r\n")
-        .map_err(|e| format!("write: {e}"))?;
-    let mut reply = Vec::new();
-    s.read_to_end(&mut reply).map_err(|e| format!("read: {e}"))?;
-    let text = String::from_utf8_lossy(&reply);
-    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok());
-    status.ok_or_else(|| format!("no status in {text:?}"))
+    zcode_tests::squat::get_status(port, "/api/health")
 }
 
 /// Issue 32, point 6: a self-upgrade hands its listening socket to the successor, so another
@@ -366,8 +355,7 @@ fn twenty_upgrades_never_free_the_port_for_another_user() {
         let old = pid;
         wait_until(&format!("the successor of round {round}"), || {
             pid = hub_pid(&home).unwrap_or(0);
-            pid != 0 && pid != old && health(port) == Ok(200) && !squatter.bound()
-                || squatter.bound()
+            pid != 0 && pid != old && health(port) == Ok(200) && !squatter.bound() || squatter.bound()
         });
         assert!(!squatter.bound(), "round {round}: uid 65534 bound the hub's port during the upgrade");
         wait_instances(port, "the bridge re-registered", |l| zcode_tests::hub::listed(l, &id));
@@ -376,7 +364,12 @@ fn twenty_upgrades_never_free_the_port_for_another_user() {
     done.store(true, Ordering::SeqCst);
     client.join().expect("client loop");
     let (served, failed) = outcomes.lock().expect("lock").clone();
-    assert!(failed.is_empty(), "{} of {} requests failed during the upgrades: {failed:?}", failed.len(), served + failed.len());
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed during the upgrades: {failed:?}",
+        failed.len(),
+        served + failed.len()
+    );
     assert!(served > 20, "the client loop made only {served} requests");
     assert!(!squatter.bound(), "uid 65534 bound the hub's port");
     assert_eq!(squatter.connections(), 0);
