@@ -32,6 +32,14 @@ pub(crate) fn up(
     let port = match running_hub_port(&cfg) {
         Some(p) => p,
         None => {
+            // Said at once, not as a hub that did not start: the URL would go to that user.
+            if let Err(why) = Some(cfg.remote.hub_port)
+                .filter(|p| *p != 0)
+                .map_or(Ok(()), |p| pairing::check_port_owner(&host, p))
+            {
+                eprintln!("zcode-acp up: {why}");
+                return Ok(ExitCode::FAILURE);
+            }
             crate::start::start_hub(&cfg)?;
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             loop {

@@ -513,14 +513,24 @@ while True:
     threading.Thread(target=handle, args=(c,), daemon=True).start()
 "#;
 
-/// Issue 32, point 7: a tunnel `up` started forwards only to a port its hub holds. Another
-/// user (uid 65534) binds in a loop on the hub's port while the hub upgrades itself (the
-/// successor inherits the socket), idles (it stays while the tunnel runs) and is stopped
-/// (`stop` ends the tunnel first): no request through the tunnel ever reaches that user.
-#[test]
-fn a_tunnel_never_forwards_to_a_port_the_hub_let_go() {
-    use zcode_tests::hub::{AUTH, http, wait_until};
-    use zcode_tests::squat::{Squatter, get_status};
+/// `up --tunnel` with the forwarding stand-in, run from a copy of the binary (so that touching
+/// it upgrades only this test's hub); with the hub's port, the tunnel's, and a uid 65534 bind
+/// loop on the hub's port.
+/// The hub's idle limit in the tunnel tests: short, yet long enough for `up` to start its tunnel
+/// (until then nothing keeps the hub).
+const IDLE_MS: &str = "3000";
+
+struct TunnelCase {
+    up: Up,
+    squatter: zcode_tests::squat::Squatter,
+    home: Home,
+    exe: PathBuf,
+    port: u16,
+    tunnel: u16,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+fn tunnel_with_squatter() -> TunnelCase {
     let home = Home::new();
     let copy = tempfile::tempdir().unwrap();
     let exe = copy.path().join("zcode-acp");
@@ -530,16 +540,27 @@ fn a_tunnel_never_forwards_to_a_port_the_hub_let_go() {
     std::fs::write(&tool, FORWARDER).unwrap();
     std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(tools.path().join("banner.txt"), CLOUDFLARED_STDERR).unwrap();
-    let env = [("ZCODE_ACP_REMOTE_TOKEN", zcode_tests::TEST_TOKEN), ("ZCODE_ACP_HUB_IDLE_MS", "300")];
+    let env = [("ZCODE_ACP_REMOTE_TOKEN", zcode_tests::TEST_TOKEN), ("ZCODE_ACP_HUB_IDLE_MS", IDLE_MS)];
     let up =
         Up::start_with(&home, Some(&exe), &["--tunnel", "cloudflare"], Some(&path_with(tools.path())), &env);
     up.url();
     let port = zcode_tests::hub::hub_port(&home).expect("the hub's port");
     let tunnel: u16 =
         std::fs::read_to_string(tools.path().join("cloudflared.port")).unwrap().parse().unwrap();
-    assert_eq!(get_status(tunnel, "/api/health"), Ok(200), "through the tunnel");
-    let squatter = Squatter::start(port);
-    // An upgrade: the successor inherits the listening socket.
+    assert_eq!(zcode_tests::squat::get_status(tunnel, "/api/health"), Ok(200), "through the tunnel");
+    let squatter = zcode_tests::squat::Squatter::start(port);
+    TunnelCase { up, squatter, home, exe, port, tunnel, _dirs: (copy, tools) }
+}
+
+/// Issue 32, point 7: a tunnel `up` started forwards only to a port its hub holds, while
+/// another user (uid 65534) binds in a loop on that port: through an upgrade (the successor
+/// inherits the socket) and well past the hub's idle limit (it stays while the tunnel runs).
+#[test]
+fn a_tunnel_keeps_its_port_through_an_upgrade_and_idle_time() {
+    use zcode_tests::hub::{AUTH, http, wait_until};
+    use zcode_tests::squat::get_status;
+    // Bound so that they drop in reverse: `up` (and the hub it names) before the home.
+    let TunnelCase { _dirs, home, exe, port, tunnel, squatter, up: _up } = tunnel_with_squatter();
     let f = std::fs::File::open(&exe).unwrap();
     f.set_modified(std::time::SystemTime::now()).unwrap();
     let first = hub_pid(&home).expect("the hub's pid");
@@ -550,19 +571,59 @@ fn a_tunnel_never_forwards_to_a_port_the_hub_let_go() {
             || hub_pid(&home).is_some_and(|p| p != first) && get_status(tunnel, "/api/health") == Ok(200)
     });
     assert!(!squatter.bound(), "uid 65534 took the hub's port during the upgrade");
-    // Idle: well past its 300 ms idle limit, the hub still holds the port the tunnel uses.
-    for _ in 0..10 {
+    // Well past its idle limit, the hub still holds the port the tunnel uses.
+    let idle = Duration::from_millis(IDLE_MS.parse().unwrap());
+    let since = Instant::now();
+    while since.elapsed() < idle * 3 / 2 {
         assert_eq!(get_status(tunnel, "/api/health"), Ok(200), "through the tunnel while idle");
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(!squatter.bound(), "uid 65534 took the hub's port while the tunnel ran");
-    // `stop`: the tunnel ends before the hub lets the port go.
+    assert_eq!(squatter.connections(), 0);
+}
+
+/// Issue 32, point 7: `stop` ends the tunnel before the hub lets its port go, so a uid 65534
+/// bind loop that then takes the port is sent nothing through the tunnel.
+#[test]
+fn stop_ends_the_tunnel_before_the_hub_lets_its_port_go() {
+    use zcode_tests::squat::get_status;
+    let TunnelCase { _dirs, home, tunnel, squatter, mut up, .. } = tunnel_with_squatter();
     let out = home.command(&["stop"]).stdin(Stdio::null()).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("stopped the tunnel"), "{text}");
     squatter.wait_bound();
     let after = get_status(tunnel, "/api/health");
-    assert!(after.is_err(), "the tunnel still forwards after stop: {after:?}");
     assert_eq!(squatter.connections(), 0, "the tunnel forwarded to uid 65534: {}", squatter.received());
+    assert!(after.is_err(), "the tunnel still forwards after stop: {after:?}");
+    assert!(text.contains("stopped the tunnel"), "{text}");
+    // `up` ends with its tunnel: the URL it printed no longer opens.
+    let deadline = Instant::now() + WAIT;
+    while up.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "up outlived its tunnel; stderr:\n{}", up.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(up.stderr().contains("the tunnel ended"), "{}", up.stderr());
+}
+
+#[test]
+fn up_refuses_a_port_another_user_holds_before_printing_a_url() {
+    let home = Home::new();
+    let port = zcode_tests::squat::free_port();
+    let squatter = zcode_tests::squat::Squatter::start(port);
+    squatter.wait_bound();
+    let project = home.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let out = home
+        .command(&["up"])
+        .env("ZCODE_ACP_HUB_PORT", port.to_string())
+        .env("ZCODE_ACP_REMOTE_PORT", "0")
+        .current_dir(&project)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(!stdout.contains("#token=") && !stderr.contains("#token="), "{stdout}{stderr}");
+    assert!(stderr.contains("another user (uid 65534)"), "{stderr}");
+    assert_eq!(squatter.received(), "");
 }
