@@ -208,3 +208,27 @@ pub(crate) fn start_hub(cfg: &Config) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_inherited_socket_is_served_on_only_at_the_expected_address() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().expect("runtime");
+        let _guard = rt.enter();
+        let bound = || std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let l = bound();
+        let port = l.local_addr().expect("addr").port();
+        let other = port.wrapping_add(1).max(1);
+        let err = verify_listener(l, "127.0.0.1", other).expect_err("another port is refused");
+        assert!(err.contains(&format!("127.0.0.1:{port}")) && err.contains("not on"), "{err}");
+        let l = bound();
+        let port = l.local_addr().expect("addr").port();
+        assert!(verify_listener(l, "::1", port).is_err(), "another address is refused");
+        let l = bound();
+        let port = l.local_addr().expect("addr").port();
+        let served = verify_listener(l, "127.0.0.1", port).expect("the expected address");
+        assert_eq!(served.local_addr().expect("addr").port(), port);
+    }
+}
