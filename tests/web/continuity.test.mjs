@@ -191,6 +191,32 @@ describe('continuity on a bad line', { timeout: 180000 }, () => {
     await context.close();
   });
 
+  it('a message lost on the live stream (a number skipped) makes the page resume at once; the echo of its own prompt is no loss', async () => {
+    const sid = await ed.newSession(stack.project);
+    const { context, page, errors } = await phonePage();
+    const frames = recordFrames(page);
+    await openSession(page, proxy.base, sid);
+    proxy.loseOnce((text) => text.includes('"tick 100 "'));
+    await page.fill('#prompt', 'long stream please');
+    await page.click('#send');
+    await until('the turn to end', () => streamed(ed, sid, 'tick 600 '));
+    await page.locator('#cancel').waitFor({ state: 'hidden' });
+    await page.locator('#transcript .msg.agent', { hasText: 'tick 600 ' }).waitFor();
+    assert.equal(proxy.lose, null, 'the proxy lost a message on its way');
+    const asked = resumes(frames, sid);
+    assert.equal(asked.length, 1, `one resume, for the lost message: ${JSON.stringify(asked)}`);
+    assert.equal(asked[0].ws, 1, 'on the same connection');
+    assert.equal(asked[0].meta?.resumed, true, JSON.stringify(asked[0].meta));
+    const live = await structure(page);
+    const fresh = await phonePage();
+    await openSession(fresh.page, stack.base, sid);
+    await fresh.page.locator('#transcript .msg.agent', { hasText: 'tick 600 ' }).waitFor();
+    assert.deepEqual(live, await structure(fresh.page), 'the page shows what a fresh load shows');
+    assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
+    await fresh.context.close();
+    await context.close();
+  });
+
   it('a resume the bridge cannot fill (a gap) replaces the transcript with what a fresh load shows, keeping a follower at the bottom and a reader where they were', async () => {
     // A bridge that holds only the last 40 messages: a cut of more than that is a gap.
     const small = await stack.bridge(undefined, { ZCODE_ACP_TEST_BACKLOG: '40' });
