@@ -76,8 +76,8 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     sid, cwd, title: app.titleOf(instance, sid) || '', cursor: null, hasMore: false, loadingEarlier: false,
     attached: false, myTurn: null, running: false, queue: [], modes: null, config: [], usage: null,
     follow: true, firstUpdatePending: false,
-    // The numbering shown (null: none, the next attach replaces), and the texts of this page's
-    // prompts whose echo's number it has not seen skipped yet.
+    // The numbering shown (null: none, the next attach replaces), and this page's prompts
+    // (their items) whose echo's number it has not seen skipped yet.
     epoch: null, seq: 0, echoes: [], catching: false,
   };
   const scroller = h('div', { class: 'scroller', id: 'transcript-scroller', tabindex: '0', 'aria-label': 'Conversation' });
@@ -182,7 +182,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
       return false;
     }
     if (n.seq <= st.seq) return false;
-    st.echoes.splice(0, n.seq - st.seq - 1);
+    for (const it of st.echoes.splice(0, n.seq - st.seq - 1)) it.echoed = true;
     st.seq = n.seq;
     return true;
   }
@@ -371,12 +371,14 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
       if (u[SEQ].seq === last) continue; // it came live too, just before the resume's batch
       last = u[SEQ].seq;
       const c = u.content;
-      if (u.sessionUpdate === 'user_message_chunk' && st.echoes.length && c && c.type === 'text' && c.text === st.echoes[0]) {
-        st.echoes.shift();
+      if (u.sessionUpdate === 'user_message_chunk' && st.echoes.length && c && c.type === 'text' && c.text === st.echoes[0].text) {
+        st.echoes.shift().echoed = true;
         continue;
       }
       applyUpdate(u, true);
     }
+    // A prompt the bridge echoed went through, whatever its call's cut answer said.
+    for (const it of t.items) if (it.local && it.echoed && /^not confirmed/.test(it.status || '')) t.setStatus(it, '');
     if (next.length) {
       stick();
       updateButtons();
@@ -481,11 +483,11 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
 
   function start(text) {
     st.cancelling = false;
-    // Its echo is numbered but not sent to this page: one number to see skipped.
-    if (st.epoch !== null) st.echoes.push(text);
     // The bridge never echoes our own prompt to us: the saved copy gets it here.
     logUpdate({ sessionUpdate: 'user_message_chunk', content: { type: 'text', text } });
     const item = t.localPrompt(text, 'sending…');
+    // Its echo is numbered but not sent to this page: one number to see skipped.
+    if (st.epoch !== null) st.echoes.push(item);
     st.myTurn = item;
     st.firstUpdatePending = true;
     st.follow = true;
