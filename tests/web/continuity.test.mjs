@@ -217,6 +217,36 @@ describe('continuity on a bad line', { timeout: 180000 }, () => {
     await context.close();
   });
 
+  it('a prompt sent as the line stalls shows once after the resume, though its echo comes in the resumed batch', async () => {
+    const sid = await ed.newSession(stack.project);
+    await ed.prompt(sid, 'before the stall');
+    const { context, page, errors } = await phonePage();
+    const frames = recordFrames(page);
+    await openSession(page, proxy.base, sid);
+    await page.locator('#transcript .msg.agent', { hasText: 'You said: "before the stall"' }).waitFor();
+    // Nothing comes back to the page any more; what it sends still reaches the bridge.
+    assert.ok(proxy.stall(true) > 0, 'the page had its connections open');
+    await page.fill('#prompt', 'sent into the stall');
+    await page.click('#send');
+    await until('the bridge to echo the prompt', () => ed.notes.some((n) => n.params?.sessionId === sid
+      && n.params?.update?.sessionUpdate === 'user_message_chunk' && n.params.update.content?.text === 'sent into the stall'));
+    // The page notices the stall, reconnects and resumes: the echo and the reply come in its batch.
+    await page.locator('#transcript .msg.agent', { hasText: 'You said: "sent into the stall"' }).waitFor();
+    await page.locator('#cancel').waitFor({ state: 'hidden' });
+    const asked = resumes(frames, sid);
+    assert.ok(asked.length >= 1 && asked[0].meta?.resumed === true, JSON.stringify(asked));
+    const live = await structure(page);
+    assert.equal(live.filter((m) => m === 'user sent into the stall').length, 1, `the prompt shows once: ${JSON.stringify(live)}`);
+    const fresh = await phonePage();
+    await openSession(fresh.page, stack.base, sid);
+    await fresh.page.locator('#transcript .msg.agent', { hasText: 'You said: "sent into the stall"' }).waitFor();
+    assert.deepEqual(live, await structure(fresh.page), 'the page shows what a fresh load shows');
+    assert.equal(await page.locator('#transcript .msg.user .status').count(), 0, 'no prompt is left "not confirmed"');
+    assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
+    await fresh.context.close();
+    await context.close();
+  });
+
   it('a resume the bridge cannot fill (a gap) replaces the transcript with what a fresh load shows, keeping a follower at the bottom and a reader where they were', async () => {
     // A bridge that holds only the last 40 messages: a cut of more than that is a gap.
     const small = await stack.bridge(undefined, { ZCODE_ACP_TEST_BACKLOG: '40' });

@@ -37,7 +37,7 @@ export class LineProxy {
       upstream.destroy();
     };
     // A stalled pair swallows what either side sends: the line is open and nothing moves.
-    client.on('data', (b) => { if (!pair.stalled) upstream.write(b); });
+    client.on('data', (b) => { if (pair.stalled !== true) upstream.write(b); });
     upstream.on('data', (b) => { if (!pair.stalled) client.write(this.filter(pair, b)); });
     for (const s of [client, upstream]) {
       s.on('error', end);
@@ -113,9 +113,12 @@ export class LineProxy {
     this.down = false;
   }
 
-  /** Freezes every open connection (they stay open); new ones are forwarded. Returns how many. */
-  stall() {
-    for (const pair of this.pairs) pair.stalled = true;
+  /**
+   * Freezes every open connection (they stay open; `down`: only the way to the browser, what
+   * it sends still goes on); new ones are forwarded. Returns how many.
+   */
+  stall(down = false) {
+    for (const pair of this.pairs) pair.stalled = down ? 'down' : true;
     return this.pairs.size;
   }
 
