@@ -261,15 +261,16 @@ describe('continuity on a bad line', { timeout: 180000 }, () => {
     const below = () => scroller.evaluate((s) => s.scrollHeight - s.scrollTop - s.clientHeight);
 
     /** Streams a long turn, cut while it streams for more than the bridge holds (the `nth` such turn). */
-    async function cutThroughAGap(nth, beforeCut) {
+    async function cutThroughAGap(nth, [at, to], beforeCut = async () => {}, whileCut = async () => {}) {
       await page.fill('#prompt', 'long stream please');
       await page.click('#send');
-      await page.locator('#transcript .msg.agent', { hasText: 'tick 40 ' }).nth(nth - 1).waitFor();
+      await page.locator('#transcript .msg.agent', { hasText: `tick ${at} ` }).nth(nth - 1).waitFor();
       await beforeCut();
       const seen = resumes(frames, sid).length;
       proxy.cut();
       await page.locator('#conn:not([data-state="open"])').waitFor();
-      await until('the stream to move on past what the bridge holds', () => streamed(small, sid, 'tick 200 ', nth));
+      await whileCut();
+      await until('the stream to move on past what the bridge holds', () => streamed(small, sid, `tick ${to} `, nth));
       proxy.restore();
       await page.locator('#conn[data-state="open"]').waitFor();
       await until('the resume to be answered', () => resumes(frames, sid).slice(seen).some((r) => r.meta));
@@ -282,23 +283,30 @@ describe('continuity on a bad line', { timeout: 180000 }, () => {
     }
 
     // Following the stream at the bottom: still at the bottom after the replace.
-    await cutThroughAGap(1, async () => {});
+    await cutThroughAGap(1, [40, 200]);
     await until('the page to follow the stream to its end', async () => (await below()) < 2);
 
     // A reader scrolled up to the first turn's answer while the stream goes on below.
-    const reading = page.locator('#transcript .msg.agent', { hasText: 'You said: "first turn"' });
+    // A reader scrolled up into the streaming message while it goes on below. Above it, the
+    // page's own prompt loses its "not confirmed" line (shown since the cut) in the replace. As on Safari (no CSS
+    // scroll anchoring), the page itself must keep what the reader looked at in place.
+    await scroller.evaluate((s) => { s.style.overflowAnchor = 'none'; });
+    const reading = page.locator('#transcript .msg.agent', { hasText: 'tick 1 ' }).nth(1);
     const top = () => reading.evaluate((n) => n.getBoundingClientRect().top - document.querySelector('#transcript-scroller').getBoundingClientRect().top);
     let before = 0;
-    await cutThroughAGap(2, async () => {
-      await reading.evaluate((n) => {
+    await cutThroughAGap(2, [200, 400], async () => {
+      // Scrolled again until the page takes it (a streamed chunk may stick it to the end first).
+      await until('the page to stop following', () => reading.evaluate((n) => new Promise((resolve) => {
         const s = document.querySelector('#transcript-scroller');
-        s.scrollTop += n.getBoundingClientRect().top - s.getBoundingClientRect().top - 40;
-      });
-      await until('the page to stop following', async () => (await below()) > 200);
+        s.scrollTop += n.getBoundingClientRect().top - s.getBoundingClientRect().top + 100;
+        requestAnimationFrame(() => requestAnimationFrame(() => resolve(s.scrollHeight - s.scrollTop - s.clientHeight > 100)));
+      })));
+    }, async () => {
+      await page.locator('#transcript .msg.user .status', { hasText: 'not confirmed' }).waitFor();
       before = await top();
     });
     const after = await top();
-    assert.ok(Math.abs(after - before) < 60, `what the reader looked at stays in place: ${before} px from the top, then ${after}`);
+    assert.ok(Math.abs(after - before) < 2, `what the reader looked at stays in place: ${before} px from the top, then ${after}`);
     const live = await structure(page);
     await page.screenshot({ path: path.join(SHOTS, 'continuity-gap-390.png') });
 

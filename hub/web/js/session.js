@@ -417,7 +417,10 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     return null;
   }
 
-  /** Scrolls so the message `looking` found is where it was (the same key, or the same place). */
+  /**
+   * Scrolls so the message `looking` found is where it was (the same key, or the same place):
+   * Safari has no CSS scroll anchoring, and a replace changes heights above it.
+   */
   function lookAgain(a) {
     const node = [...list.children].find((n) => a.key && n.dataset.key === a.key) || list.children[a.index];
     if (!node) return;
