@@ -1,8 +1,10 @@
 // Continuity on a phone's line (issue 31), with a proxy the test controls between a phone-size
-// chromium and the hub: a message streamed while the line was cut is shown whole once it is
-// back (as a fresh load shows it), Stop stays while the turn runs; a stalled line (open,
-// nothing moving) is noticed and the client reconnects; the installed app opens on its cached
-// shell when the link answers a tunnel's 502 page or never answers at all.
+// chromium and the hub: after a cut, a stall or a lost message the page resumes by number and
+// shows what a fresh load shows (a message streamed meanwhile whole, nothing twice), or, when
+// the bridge cannot resume, replaces the transcript keeping the reader's place; Stop stays
+// while the turn runs; a stalled line (open, nothing moving) is noticed and the client
+// reconnects; the installed app opens on its cached shell when the link answers a tunnel's 502
+// page or never answers at all.
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -110,7 +112,7 @@ async function tunnel(port) {
   return t;
 }
 
-describe('continuity on a bad line', { timeout: 180000 }, () => {
+describe('continuity on a bad line', { timeout: 420000 }, () => {
   let stack; let browser; let ed; let proxy;
 
   before(async () => {
