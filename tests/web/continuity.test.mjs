@@ -1,8 +1,10 @@
 // Continuity on a phone's line (issue 31), with a proxy the test controls between a phone-size
-// chromium and the hub: a message streamed while the line was cut is shown whole once it is
-// back (as a fresh load shows it), Stop stays while the turn runs; a stalled line (open,
-// nothing moving) is noticed and the client reconnects; the installed app opens on its cached
-// shell when the link answers a tunnel's 502 page or never answers at all.
+// chromium and the hub: after a cut, a stall or a lost message the page resumes by number and
+// shows what a fresh load shows (a message streamed meanwhile whole, nothing twice), or, when
+// the bridge cannot resume, replaces the transcript keeping the reader's place; Stop stays
+// while the turn runs; a stalled line (open, nothing moving) is noticed and the client
+// reconnects; the installed app opens on its cached shell when the link answers a tunnel's 502
+// page or never answers at all.
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -28,9 +30,40 @@ function structure(page) {
   }));
 }
 
-/** Whether the editor (the bridge's stdio) has seen the agent stream chunk `text` in `sid`. */
-function streamed(ed, sid, text) {
-  return ed.notes.some((n) => n.params?.sessionId === sid && n.params?.update?.content?.text === text);
+/**
+ * The page's ACP frames (every WebSocket to `/acp`), as parsed JSON-RPC messages in arrival
+ * order, each with `dir` ('sent' or 'recv') and `ws` (which connection: 1, 2, …).
+ */
+function recordFrames(page) {
+  const frames = [];
+  let n = 0;
+  page.on('websocket', (ws) => {
+    if (!ws.url().includes('/acp')) return;
+    const at = ++n;
+    const push = (dir) => (f) => {
+      try { frames.push({ dir, ws: at, msg: JSON.parse(f.payload) }); } catch { /* not JSON */ }
+    };
+    ws.on('framesent', push('sent'));
+    ws.on('framereceived', push('recv'));
+  });
+  return frames;
+}
+
+/**
+ * The `session/load`s of `sid` the page sent that asked to resume by number, each with the
+ * `replayMeta` of its answer (null while unanswered).
+ */
+function resumes(frames, sid) {
+  return frames.filter((f) => f.dir === 'sent' && f.msg.method === 'session/load' && f.msg.params?.sessionId === sid
+    && f.msg.params?._meta?.zcode?.afterSeq !== undefined).map((f) => {
+    const answer = frames.find((a) => a.dir === 'recv' && a.ws === f.ws && a.msg.id === f.msg.id && a.msg.method === undefined);
+    return { ...f.msg.params._meta.zcode, ws: f.ws, meta: answer ? answer.msg.result?.replayMeta || answer.msg.error : null };
+  });
+}
+
+/** Whether the editor (the bridge's stdio) has seen the agent stream chunk `text` in `sid` (`times` times). */
+function streamed(ed, sid, text, times = 1) {
+  return ed.notes.filter((n) => n.params?.sessionId === sid && n.params?.update?.content?.text === text).length >= times;
 }
 
 /**
@@ -79,7 +112,7 @@ async function tunnel(port) {
   return t;
 }
 
-describe('continuity on a bad line', { timeout: 180000 }, () => {
+describe('continuity on a bad line', { timeout: 420000 }, () => {
   let stack; let browser; let ed; let proxy;
 
   before(async () => {
@@ -118,10 +151,11 @@ describe('continuity on a bad line', { timeout: 180000 }, () => {
     await until('the session to be attached', async () => !(await page.locator('#send').isDisabled()));
   }
 
-  it('a message streamed while the line was cut is shown whole once it is back, and Stop stays meanwhile', async () => {
+  it('after a cut the page resumes by number and shows what a fresh load shows, the message streaming at the drop included; Stop stays meanwhile', async () => {
     const sid = await ed.newSession(stack.project);
     await ed.prompt(sid, 'before the cut');
     const { context, page, errors } = await phonePage();
+    const frames = recordFrames(page);
     await openSession(page, proxy.base, sid);
     await page.fill('#prompt', 'long stream please');
     await page.click('#send');
@@ -148,7 +182,181 @@ describe('continuity on a bad line', { timeout: 180000 }, () => {
     assert.equal(ticks(live), ticks(loaded), 'every chunk is shown, none twice');
     assert.deepEqual(live, loaded, 'the page shows what a fresh load shows');
     assert.ok(stopWhileCut, 'Stop stays while the turn runs, connected or not');
+    // The reconnect asked for what followed its last number, and got exactly that.
+    const asked = resumes(frames, sid);
+    assert.ok(asked.length >= 1, `the reconnect's session/load carried afterSeq: ${JSON.stringify(frames.filter((f) => f.msg.method === 'session/load').map((f) => f.msg.params))}`);
+    assert.ok(asked[0].afterSeq > 0 && typeof asked[0].epoch === 'string', JSON.stringify(asked[0]));
+    assert.equal(asked[0].meta?.resumed, true, `the bridge resumed: ${JSON.stringify(asked[0].meta)}`);
     await page.screenshot({ path: path.join(SHOTS, 'continuity-back-390.png') });
+    assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
+    await fresh.context.close();
+    await context.close();
+  });
+
+  it('a message lost on the live stream (a number skipped) makes the page resume at once; the echo of its own prompt is no loss', async () => {
+    const sid = await ed.newSession(stack.project);
+    const { context, page, errors } = await phonePage();
+    const frames = recordFrames(page);
+    await openSession(page, proxy.base, sid);
+    proxy.loseOnce((text) => text.includes('"tick 100 "'));
+    await page.fill('#prompt', 'long stream please');
+    await page.click('#send');
+    await until('the turn to end', () => streamed(ed, sid, 'tick 600 '));
+    await page.locator('#cancel').waitFor({ state: 'hidden' });
+    await page.locator('#transcript .msg.agent', { hasText: 'tick 600 ' }).waitFor();
+    assert.equal(proxy.lose, null, 'the proxy lost a message on its way');
+    const asked = resumes(frames, sid);
+    assert.equal(asked.length, 1, `one resume, for the lost message: ${JSON.stringify(asked)}`);
+    assert.equal(asked[0].ws, 1, 'on the same connection');
+    assert.equal(asked[0].meta?.resumed, true, JSON.stringify(asked[0].meta));
+    const live = await structure(page);
+    const fresh = await phonePage();
+    await openSession(fresh.page, stack.base, sid);
+    await fresh.page.locator('#transcript .msg.agent', { hasText: 'tick 600 ' }).waitFor();
+    assert.deepEqual(live, await structure(fresh.page), 'the page shows what a fresh load shows');
+    assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
+    await fresh.context.close();
+    await context.close();
+  });
+
+  it('a prompt sent as the line stalls shows once after the resume, though its echo comes in the resumed batch', async () => {
+    const sid = await ed.newSession(stack.project);
+    await ed.prompt(sid, 'before the stall');
+    const { context, page, errors } = await phonePage();
+    const frames = recordFrames(page);
+    await openSession(page, proxy.base, sid);
+    await page.locator('#transcript .msg.agent', { hasText: 'You said: "before the stall"' }).waitFor();
+    // Nothing comes back to the page any more; what it sends still reaches the bridge.
+    assert.ok(proxy.stall(true) > 0, 'the page had its connections open');
+    await page.fill('#prompt', 'sent into the stall');
+    await page.click('#send');
+    await until('the bridge to echo the prompt', () => ed.notes.some((n) => n.params?.sessionId === sid
+      && n.params?.update?.sessionUpdate === 'user_message_chunk' && n.params.update.content?.text === 'sent into the stall'));
+    // The page notices the stall, reconnects and resumes: the echo and the reply come in its batch.
+    await page.locator('#transcript .msg.agent', { hasText: 'You said: "sent into the stall"' }).waitFor();
+    await page.locator('#cancel').waitFor({ state: 'hidden' });
+    const asked = resumes(frames, sid);
+    assert.ok(asked.length >= 1 && asked[0].meta?.resumed === true, JSON.stringify(asked));
+    const live = await structure(page);
+    assert.equal(live.filter((m) => m === 'user sent into the stall').length, 1, `the prompt shows once: ${JSON.stringify(live)}`);
+    const fresh = await phonePage();
+    await openSession(fresh.page, stack.base, sid);
+    await fresh.page.locator('#transcript .msg.agent', { hasText: 'You said: "sent into the stall"' }).waitFor();
+    assert.deepEqual(live, await structure(fresh.page), 'the page shows what a fresh load shows');
+    assert.equal(await page.locator('#transcript .msg.user .status').count(), 0, 'no prompt is left "not confirmed"');
+    assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
+    await fresh.context.close();
+    await context.close();
+  });
+
+  it('a resume the bridge cannot fill (a gap) replaces the transcript with what a fresh load shows, keeping a follower at the bottom and a reader where they were', async () => {
+    // A bridge that holds only the last 40 messages: a cut of more than that is a gap.
+    const small = await stack.bridge(undefined, { ZCODE_ACP_TEST_BACKLOG: '40' });
+    const sid = await small.newSession(stack.project);
+    for (const text of ['first turn', 'second turn', 'third turn']) await small.prompt(sid, text);
+    const { context, page, errors } = await phonePage();
+    const frames = recordFrames(page);
+    proxy.restore();
+    await page.goto(`${proxy.base}/s/${encodeURIComponent(small.id)}/${encodeURIComponent(sid)}?cwd=${encodeURIComponent(stack.project)}`);
+    await until('the session to be attached', async () => !(await page.locator('#send').isDisabled()));
+    const scroller = page.locator('#transcript-scroller');
+    const below = () => scroller.evaluate((s) => s.scrollHeight - s.scrollTop - s.clientHeight);
+
+    /** The `nth` long turn, cut once the page shows tick `at` for 100 messages (the bridge holds 40). */
+    async function cutThroughAGap(nth, at, beforeCut = async () => {}, whileCut = async () => {}) {
+      await page.fill('#prompt', 'long stream please');
+      await page.click('#send');
+      await page.locator('#transcript .msg.agent', { hasText: `tick ${at} ` }).nth(nth - 1).waitFor();
+      await beforeCut();
+      const seen = resumes(frames, sid).length;
+      proxy.cut();
+      const mark = small.notes.length;
+      await page.locator('#conn:not([data-state="open"])').waitFor();
+      await whileCut();
+      await until('the stream to move on past what the bridge holds', () => small.notes.length > mark + 100);
+      proxy.restore();
+      await page.locator('#conn[data-state="open"]').waitFor();
+      await until('the resume to be answered', () => resumes(frames, sid).slice(seen).some((r) => r.meta));
+      const asked = resumes(frames, sid)[seen];
+      assert.equal(asked.meta.resumed, false, JSON.stringify(asked.meta));
+      assert.equal(asked.meta.reason, 'gap', JSON.stringify(asked.meta));
+      await until('the turn to end', () => streamed(small, sid, 'tick 600 ', nth));
+      await page.locator('#cancel').waitFor({ state: 'hidden' });
+      await page.locator('#transcript .msg.agent', { hasText: 'tick 600 ' }).nth(nth - 1).waitFor();
+    }
+
+    // Following the stream at the bottom: still at the bottom after the replace.
+    await cutThroughAGap(1, 40);
+    await until('the page to follow the stream to its end', async () => (await below()) < 2);
+
+    // A reader scrolled up to the first turn's answer while the stream goes on below.
+    // A reader scrolled up into the streaming message while it goes on below. Above it, the
+    // page's own prompt loses its "not confirmed" line (shown since the cut) in the replace. As on Safari (no CSS
+    // scroll anchoring), the page itself must keep what the reader looked at in place.
+    await scroller.evaluate((s) => { s.style.overflowAnchor = 'none'; });
+    const reading = page.locator('#transcript .msg.agent', { hasText: 'tick 1 ' }).nth(1);
+    const top = () => reading.evaluate((n) => n.getBoundingClientRect().top - document.querySelector('#transcript-scroller').getBoundingClientRect().top);
+    let before = 0;
+    await cutThroughAGap(2, 200, async () => {
+      // Scrolled again until the page takes it (a streamed chunk may stick it to the end first).
+      await until('the page to stop following', () => reading.evaluate((n) => new Promise((resolve) => {
+        const s = document.querySelector('#transcript-scroller');
+        s.scrollTop += n.getBoundingClientRect().top - s.getBoundingClientRect().top + 100;
+        requestAnimationFrame(() => requestAnimationFrame(() => resolve(s.scrollHeight - s.scrollTop - s.clientHeight > 100)));
+      })));
+    }, async () => {
+      await page.locator('#transcript .msg.user .status', { hasText: 'not confirmed' }).waitFor();
+      before = await top();
+    });
+    const after = await top();
+    assert.ok(Math.abs(after - before) < 2, `what the reader looked at stays in place: ${before} px from the top, then ${after}`);
+    const live = await structure(page);
+    await page.screenshot({ path: path.join(SHOTS, 'continuity-gap-390.png') });
+
+    const fresh = await phonePage();
+    await fresh.page.goto(`${stack.base}/s/${encodeURIComponent(small.id)}/${encodeURIComponent(sid)}?cwd=${encodeURIComponent(stack.project)}`);
+    await fresh.page.locator('#transcript .msg.agent', { hasText: 'tick 600 ' }).nth(1).waitFor();
+    assert.deepEqual(live, await structure(fresh.page), 'the page shows what a fresh load shows');
+    assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
+    await fresh.context.close();
+    await context.close();
+  });
+
+  it('a permission pending across a cut shows one card, and answering it after the resume ends the turn', async () => {
+    const sid = await ed.newSession(stack.project);
+    const { context, page, errors } = await phonePage();
+    const frames = recordFrames(page);
+    await openSession(page, proxy.base, sid);
+    await page.fill('#prompt', 'permission please');
+    await page.click('#send');
+    const cards = page.locator('.request.permission');
+    await cards.first().waitFor();
+    const id = await cards.first().getAttribute('data-id');
+    proxy.cut();
+    await page.locator('#conn:not([data-state="open"])').waitFor();
+    proxy.restore();
+    await page.locator('#conn[data-state="open"]').waitFor();
+    await until('the resume to be answered', () => resumes(frames, sid).some((r) => r.meta));
+    assert.equal(resumes(frames, sid)[0].meta.resumed, true, JSON.stringify(resumes(frames, sid)[0].meta));
+    // The pending request comes again after the answer, with its id: one card.
+    await until('the request delivered again', () => frames.some((f) => f.dir === 'recv' && f.ws > 1 && f.msg.method === 'session/request_permission'));
+    const last = frames.filter((f) => f.dir === 'recv' && f.msg.method === 'session/request_permission').pop();
+    await cards.first().waitFor();
+    assert.equal(await cards.count(), 1, 'one card for one request');
+    assert.equal(await cards.first().getAttribute('data-id'), id);
+    assert.equal(String(last.msg.id), id);
+    // The prompt went through (the bridge numbered its echo): its cut call is not shown as a doubt.
+    await page.locator('#transcript .msg.user .status', { hasText: 'not confirmed' }).waitFor({ state: 'detached' });
+    await page.screenshot({ path: path.join(SHOTS, 'continuity-permission-390.png') });
+    await page.click('.request.permission [data-option="allow"]');
+    await page.locator('#transcript .msg.agent', { hasText: 'You said: "permission please"' }).waitFor();
+    await page.locator('#cancel').waitFor({ state: 'hidden' });
+    assert.equal(await cards.count(), 0);
+    const live = await structure(page);
+    const fresh = await phonePage();
+    await openSession(fresh.page, stack.base, sid);
+    await fresh.page.locator('#transcript .msg.agent', { hasText: 'You said: "permission please"' }).waitFor();
+    assert.deepEqual(live, await structure(fresh.page), 'the page shows what a fresh load shows');
     assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
     await fresh.context.close();
     await context.close();

@@ -228,11 +228,11 @@ export class Stack {
 
   /**
    * Starts `zcode-acp bridge -- <agent>` in the project (default: the demo agent; `SDK_AGENT`
-   * for the ACP SDK's example agent); waits until listed.
+   * for the ACP SDK's example agent), with `env` added to its environment; waits until listed.
    */
-  async bridge(agent = [BIN, 'demo-agent', '--delay-ms', '5']) {
+  async bridge(agent = [BIN, 'demo-agent', '--delay-ms', '5'], env = {}) {
     const child = spawn(BIN, ['bridge', '--', ...agent], {
-      cwd: this.project, env: this.env(), stdio: ['pipe', 'pipe', 'ignore'],
+      cwd: this.project, env: this.env(env), stdio: ['pipe', 'pipe', 'ignore'],
     });
     const ed = new Editor(child);
     ed.id = String(child.pid);

@@ -19,6 +19,12 @@
 // the answer, so the answer says which of the collected updates were the replay (the last
 // `replayedMessages`, plus the state updates that follow a load) and which were live.
 // Turn-end records (`_zcode/turn_end`) are collected and dispatched with them, in order.
+//
+// Numbers (docs/PROTOCOL.md, "Resume by number"): the bridge numbers every message of a
+// session (`params._meta.zcode.seq`, `.epoch`); an update carries its number as `u[SEQ]`, a
+// request as its params' `_meta`. A load can ask to resume after a number (`resume`): the
+// collected updates are then exactly what followed it, and the view (session.js) applies them
+// to what it shows.
 
 import { token, diagnose } from './api.js';
 
@@ -58,6 +64,15 @@ const REREGISTER_MS = 15000;
  * message. It reaches the views as a pseudo-update of this `sessionUpdate`, in stream order.
  */
 export const TURN_END = '_zcode/turn_end';
+
+/** Where an update carries its number: `{seq, epoch}` (not enumerable by JSON, not cloned). */
+export const SEQ = Symbol('seq');
+
+/** The number of a message's `params` (`{seq, epoch}`), or null when it has none. */
+export function numberOf(params) {
+  const z = params && params._meta && params._meta.zcode;
+  return z && Number.isSafeInteger(z.seq) && typeof z.epoch === 'string' ? { seq: z.seq, epoch: z.epoch } : null;
+}
 
 /** The update kinds the bridge sends after a load's messages (the session's latest state). */
 export const STATE_KINDS = new Set(['available_commands_update', 'current_mode_update',
@@ -333,9 +348,11 @@ export class Conn {
     const params = msg.params || {};
     if (msg.id !== undefined && msg.id !== null) {
       if (msg.method === 'session/request_permission' || msg.method === 'elicitation/create') {
+        // A request still pending comes again on a resume, with its id: it is one request.
+        const again = this.pending.has(idKey(msg.id));
         this.pending.set(idKey(msg.id), msg);
-        this.emit({ type: 'pending' });
-        this.emit({ type: 'request', msg });
+        if (!again) this.emit({ type: 'pending' });
+        this.emit({ type: 'request', msg, again });
       } else {
         // Nothing else is ours to serve (we advertise no fs or terminal).
         try { this.send({ jsonrpc: '2.0', id: msg.id, error: { code: -32601, message: `${msg.method} is not supported by the web client` } }); } catch { /* closed */ }
@@ -351,12 +368,16 @@ export class Conn {
     }
     if (msg.method === TURN_END && typeof params.sessionId === 'string') {
       const u = { ...params, sessionUpdate: TURN_END };
+      const n = numberOf(params);
+      if (n) u[SEQ] = n;
       const buf = this.replays.get(params.sessionId);
       if (buf) { buf.push(u); return; }
       this.emit({ type: 'update', sid: params.sessionId, update: u });
       return;
     }
-    if (msg.method === 'session/update' && params.update) {
+    if (msg.method === 'session/update' && params.update && typeof params.update === 'object') {
+      const n = numberOf(params);
+      if (n) params.update[SEQ] = n;
       const buf = this.replays.get(params.sessionId);
       if (buf) { buf.push(params.update); return; }
       this.emit({ type: 'update', sid: params.sessionId, update: params.update });
@@ -366,12 +387,15 @@ export class Conn {
   }
 
   /**
-   * Loads `sid` with `_meta.zcode.limit` = `limit`. Resolves with `{result, replay, live}`:
-   * the replayed updates (messages then state) and the live ones that arrived meanwhile.
+   * Loads `sid` with `_meta.zcode.limit` = `limit`, resuming after number `resume.seq` of
+   * numbering `resume.epoch` when given. Resolves with `{result, replay, live, all}`: the
+   * replayed updates (messages then state), the live ones that arrived meanwhile, and every
+   * collected update in arrival order (what a resume that worked gave: `result.replayMeta.resumed`).
    */
-  async load(sid, cwd, limit) {
+  async load(sid, cwd, limit, resume = null) {
+    const zcode = resume ? { limit, afterSeq: resume.seq, epoch: resume.epoch } : { limit };
     return this.replay(sid, 'session/load', {
-      sessionId: sid, cwd: cwd || '/', mcpServers: [], _meta: { zcode: { limit } },
+      sessionId: sid, cwd: cwd || '/', mcpServers: [], _meta: { zcode },
     }, true);
   }
 
@@ -398,7 +422,7 @@ export class Conn {
       while (start > 0 && n > 0) if (buf[--start].sessionUpdate !== TURN_END) n--;
       const replay = buf.slice(start);
       const live = buf.slice(0, start);
-      return { result: result || {}, replay, live };
+      return { result: result || {}, replay, live, all: buf.slice() };
     } finally {
       if (this.replays.get(sid) === buf) this.replays.delete(sid);
       finish();

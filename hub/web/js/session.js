@@ -1,13 +1,20 @@
 // The session view: attach with the tail (`_meta.zcode.limit: 50`), page back with
 // `session/load_earlier` when scrolled to the top, stream live updates, answer permissions and
 // elicitations, send, queue and cancel prompts, switch modes and config options, and rename,
-// close or delete the session. It re-attaches after every reconnect (see transcript.js for
-// how the re-attach avoids duplicates). Its draft and its queued prompts are kept per session
+// close or delete the session. Its draft and its queued prompts are kept per session
 // in localStorage (across navigation and reload): a prompt sent while the line is down waits
 // in the queue ("will send when back", removable) and goes, in order, once re-attached.
+//
+// Resume by number (docs/PROTOCOL.md): the view keeps the last `seq` and `epoch` it showed.
+// After a reconnect, and at once when the live stream skips a number (a lost message), it
+// loads with `afterSeq`: when the bridge resumes, what followed is applied to what is shown,
+// as live updates are; otherwise (`resumed: false`) the tail replay replaces the transcript
+// (transcript.js: nothing twice), a follower stays at the bottom and a reader keeps the
+// message they looked at in place. The echo of this page's own prompt is numbered but never
+// sent to it: that one skip per prompt is expected, and the echo is left out of a resume.
 
 import { h, clear, toast, modal, $ } from './dom.js';
-import { pool, STATE_KINDS, TURN_END } from './conn.js';
+import { pool, STATE_KINDS, TURN_END, SEQ, numberOf } from './conn.js';
 import { api, postJson, query, ApiError } from './api.js';
 import { Transcript, stopStatus } from './transcript.js';
 import { composer } from './composer.js';
@@ -69,6 +76,9 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     sid, cwd, title: app.titleOf(instance, sid) || '', cursor: null, hasMore: false, loadingEarlier: false,
     attached: false, myTurn: null, running: false, queue: [], modes: null, config: [], usage: null,
     follow: true, firstUpdatePending: false,
+    // The numbering shown (null: none, the next attach replaces), and this page's prompts
+    // (their items) whose echo's number it has not seen skipped yet.
+    epoch: null, seq: 0, echoes: [], catching: false,
   };
   const scroller = h('div', { class: 'scroller', id: 'transcript-scroller', tabindex: '0', 'aria-label': 'Conversation' });
   const top = h('div', { class: 'top-note' });
@@ -142,12 +152,47 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   function onEvent(ev) {
     if (ev.type === 'state') return showConn();
     if (ev.type === 'open') return attach();
+    if (ev.type === 'request' || ev.type === 'notification') {
+      const p = ev.msg.params;
+      if (p && p.sessionId === st.sid && !conn.replays.has(st.sid)) inOrder(numberOf(p));
+    }
     if (ev.type === 'pending' || ev.type === 'request') return renderRequests();
     if (ev.type === 'cancel') {
       if (ev.had !== false && cards.has(String(ev.requestId))) toast('That request was answered elsewhere.');
       return renderRequests();
     }
-    if (ev.type === 'update' && ev.sid === st.sid) applyUpdate(ev.update);
+    if (ev.type === 'update' && ev.sid === st.sid) onLive(ev.update);
+  }
+
+  /** A live update: applied when it is the next number (or not numbered). */
+  function onLive(u) {
+    if (inOrder(u[SEQ])) applyUpdate(u);
+  }
+
+  /**
+   * Checks a live message's number against the last one shown; true when it is to be shown.
+   * A number seen already is not; a jump past this page's own prompts' echoes is a loss: the
+   * view resumes at once (the resume brings this message too).
+   */
+  function inOrder(n) {
+    if (!n || st.epoch === null) return true;
+    if (st.epoch === '') st.epoch = n.epoch; // a session this view created: numbered from 1
+    if (n.epoch !== st.epoch || n.seq > st.seq + 1 + st.echoes.length) {
+      catchUp();
+      return false;
+    }
+    if (n.seq <= st.seq) return false;
+    for (const it of st.echoes.splice(0, n.seq - st.seq - 1)) it.echoed = true;
+    st.seq = n.seq;
+    return true;
+  }
+
+  /** Resumes after the last number shown (a message was lost on the live stream). */
+  function catchUp() {
+    if (st.catching || conn.state !== 'open') return;
+    st.catching = true;
+    loadConversation(false).catch(() => { /* the connection dropped: the reconnect resumes */ })
+      .finally(() => { st.catching = false; });
   }
 
   /** The saved copy of this conversation follows what is shown (saved a moment after). */
@@ -177,7 +222,8 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     setTop();
   }
 
-  function applyUpdate(u) {
+  /** Shows one update (`batch`: one of a resumed batch, which follows the end once). */
+  function applyUpdate(u, batch = false) {
     if (!STATE_KINDS.has(u.sessionUpdate)) logUpdate(u);
     if (STATE_KINDS.has(u.sessionUpdate)) return applyState(u);
     if (u.sessionUpdate === TURN_END) return onTurnEnd(u);
@@ -189,6 +235,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     const before = t.items.length;
     const item = t.live(u);
     if (item && item.kind === 'tool' && t.items.length > before) say(`Tool call: ${String(item.data.title || item.data.kind || 'tool')}`);
+    if (batch) return;
     stick();
     updateButtons();
   }
@@ -257,28 +304,12 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
         applyResult(r);
         setTop('This is a new session: say something.');
         t.turn = 0;
+        // Numbered from 1: the first message's number says the epoch.
+        st.epoch = '';
+        st.seq = 0;
       } else {
         setTop('Loading the conversation…');
-        const { result, replay, live } = await conn.load(st.sid, st.cwd, TAIL);
-        for (const u of live) if (STATE_KINDS.has(u.sessionUpdate)) applyState(u);
-        applyResult(result);
-        const meta = result.replayMeta || {};
-        const messages = replay.filter((u) => !STATE_KINDS.has(u.sessionUpdate));
-        const first = t.empty || !!st.offlineCopy;
-        const outcome = t.attach(messages, meta);
-        st.offlineCopy = 0;
-        st.log = { updates: messages.slice(), meta };
-        logUpdate(null);
-        st.endedTurn = lastEnded(messages, t.turn);
-        for (const u of replay) if (STATE_KINDS.has(u.sessionUpdate)) applyState(u);
-        st.cursor = meta.cursor || null;
-        st.hasMore = !!meta.hasMore;
-        // A re-attach leaves a reader who scrolled up where they are (the nodes it keeps stay).
-        if (outcome === 'changed') {
-          if (first) st.follow = true;
-          stick();
-        }
-        setTop();
+        await loadConversation(true);
       }
       await checkRunning();
       st.attached = true;
@@ -297,6 +328,103 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
       if (conn.state !== 'open') return; // the reconnect will attach again
       setTop(`Could not open this session: ${e.message}`, true);
     }
+  }
+
+  /**
+   * Loads the conversation: resumes after the last number shown when there is one (what
+   * followed is applied to what is shown), else (or when the bridge cannot resume) the tail
+   * replay replaces it. `reconnected`: on a new connection (a prompt of the old one that was
+   * not echoed by now never will be).
+   */
+  async function loadConversation(reconnected) {
+    const resume = st.epoch && !t.empty && !st.offlineCopy ? { seq: st.seq, epoch: st.epoch } : null;
+    let got;
+    try {
+      got = await conn.load(st.sid, st.cwd, TAIL, resume);
+    } catch (e) {
+      // A bridge that refuses the numbers (an older one's rules): the tail replay.
+      if (!resume || e.code !== -32602) throw e;
+      st.epoch = null;
+      return loadConversation(reconnected);
+    }
+    const { result, replay, live, all } = got;
+    const meta = result.replayMeta || {};
+    applyResult(result);
+    if (resume && meta.resumed === true) applyResumed(all);
+    else replaceWith(result, replay, live);
+    if (reconnected || meta.resumed !== true) st.echoes = [];
+    const last = Number(meta.lastSeq);
+    st.epoch = typeof meta.epoch === 'string' && Number.isSafeInteger(last) ? meta.epoch : null;
+    st.seq = st.epoch === null ? 0 : last;
+    setTop();
+  }
+
+  /**
+   * A resume's messages (what followed the last number shown), applied as live updates are:
+   * in number order, each once, this page's own prompt's echo left out (its local copy shows).
+   */
+  function applyResumed(all) {
+    const next = all.filter((u) => u[SEQ] && u[SEQ].epoch === st.epoch && u[SEQ].seq > st.seq)
+      .sort((a, b) => a[SEQ].seq - b[SEQ].seq);
+    let last = st.seq;
+    for (const u of next) {
+      if (u[SEQ].seq === last) continue; // it came live too, just before the resume's batch
+      last = u[SEQ].seq;
+      const c = u.content;
+      if (u.sessionUpdate === 'user_message_chunk' && st.echoes.length && c && c.type === 'text' && c.text === st.echoes[0].text) {
+        st.echoes.shift().echoed = true;
+        continue;
+      }
+      applyUpdate(u, true);
+    }
+    // A prompt the bridge echoed went through, whatever its call's cut answer said.
+    for (const it of t.items) if (it.local && it.echoed && /^not confirmed/.test(it.status || '')) t.setStatus(it, '');
+    if (next.length) {
+      stick();
+      updateButtons();
+    }
+  }
+
+  /** A tail replay replaces what is shown; a reader who scrolled up keeps what they looked at. */
+  function replaceWith(result, replay, live) {
+    for (const u of live) if (STATE_KINDS.has(u.sessionUpdate)) applyState(u);
+    const meta = result.replayMeta || {};
+    const messages = replay.filter((u) => !STATE_KINDS.has(u.sessionUpdate));
+    const first = t.empty || !!st.offlineCopy;
+    const anchor = first || st.follow ? null : looking();
+    const outcome = t.attach(messages, meta);
+    st.offlineCopy = 0;
+    st.log = { updates: messages.slice(), meta };
+    logUpdate(null);
+    st.endedTurn = lastEnded(messages, t.turn);
+    for (const u of replay) if (STATE_KINDS.has(u.sessionUpdate)) applyState(u);
+    st.cursor = meta.cursor || null;
+    st.hasMore = !!meta.hasMore;
+    if (outcome !== 'changed') return;
+    if (first) st.follow = true;
+    if (anchor) lookAgain(anchor);
+    else stick();
+  }
+
+  /** The first message in view: its key, place and distance from the top of the view. */
+  function looking() {
+    const top = scroller.getBoundingClientRect().top;
+    const nodes = list.children;
+    for (let i = 0; i < nodes.length; i++) {
+      const r = nodes[i].getBoundingClientRect();
+      if (r.bottom > top) return { key: nodes[i].dataset.key, index: i, offset: r.top - top };
+    }
+    return null;
+  }
+
+  /**
+   * Scrolls so the message `looking` found is where it was (the same key, or the same place):
+   * Safari has no CSS scroll anchoring, and a replace changes heights above it.
+   */
+  function lookAgain(a) {
+    const node = [...list.children].find((n) => a.key && n.dataset.key === a.key) || list.children[a.index];
+    if (!node) return;
+    scroller.scrollTop += node.getBoundingClientRect().top - scroller.getBoundingClientRect().top - a.offset;
   }
 
   function setTop(text, isError) {
@@ -324,7 +452,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     setTop('Loading earlier messages…');
     try {
       const { result, replay, live } = await conn.loadEarlier(st.sid, st.cursor, PAGE);
-      for (const u of live) applyUpdate(u);
+      for (const u of live) onLive(u);
       const before = scroller.scrollHeight;
       const keep = scroller.scrollTop;
       t.prepend(replay);
@@ -361,6 +489,8 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     // The bridge never echoes our own prompt to us: the saved copy gets it here.
     logUpdate({ sessionUpdate: 'user_message_chunk', content: { type: 'text', text } });
     const item = t.localPrompt(text, 'sending…');
+    // Its echo is numbered but not sent to this page: one number to see skipped.
+    if (st.epoch !== null) st.echoes.push(item);
     st.myTurn = item;
     st.firstUpdatePending = true;
     st.follow = true;
