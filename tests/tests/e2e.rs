@@ -58,4 +58,5 @@ mod structure;
 mod tombstones;
 mod turn_end;
 mod usage;
+mod watch_scope;
 mod web_push;
