@@ -330,7 +330,11 @@ fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>, scope: Scope) -> Resp {
 }
 
 /// Makes the upgraded socket a remote client the router knows; `None` when the router is gone.
-async fn join(upgraded: Upgraded, ctx: &Ctx, scope: Scope) -> Option<Box<Remote<Watched<TokioIo<Upgraded>>>>> {
+async fn join(
+    upgraded: Upgraded,
+    ctx: &Ctx,
+    scope: Scope,
+) -> Option<Box<Remote<Watched<TokioIo<Upgraded>>>>> {
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_MESSAGE))
         .max_frame_size(Some(MAX_MESSAGE))

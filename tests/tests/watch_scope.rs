@@ -7,7 +7,9 @@
 
 use serde_json::{Value, json};
 use zcode_tests::hub::{AUTH, Reply, http};
-use zcode_tests::{Bridge, Home, Peer, agent_text, demo_agent, initialize, new_session, prompt, update_kinds};
+use zcode_tests::{
+    Bridge, Home, Peer, agent_text, demo_agent, initialize, new_session, prompt, update_kinds,
+};
 
 const WATCH: (&str, &str) = ("X-Zcode-Scope", "watch");
 

@@ -12,14 +12,8 @@ use zcode_shared::scope::{Scope, WATCH_ONLY, WATCH_ONLY_CODE};
 
 /// The requests a watcher may make (under their contract names: `_session/load_earlier`
 /// counts as `session/load_earlier`).
-const READS: &[&str] = &[
-    "initialize",
-    "$/ping",
-    "session/list",
-    "session/load",
-    "session/load_earlier",
-    "account/usage_stats",
-];
+const READS: &[&str] =
+    &["initialize", "$/ping", "session/list", "session/load", "session/load_earlier", "account/usage_stats"];
 
 /// What becomes of a watcher's message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,7 +88,8 @@ mod tests {
             let line = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}","params":{{}}}}"#);
             assert_eq!(judge(&msg(&line)), Verdict::Refuse, "{m}");
         }
-        let answer = r#"{"jsonrpc":"2.0","id":3,"result":{"outcome":{"outcome":"selected","optionId":"allow"}}}"#;
+        let answer =
+            r#"{"jsonrpc":"2.0","id":3,"result":{"outcome":{"outcome":"selected","optionId":"allow"}}}"#;
         assert_eq!(judge(&msg(answer)), Verdict::Refuse);
         let cancel = r#"{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s"}}"#;
         assert_eq!(judge(&msg(cancel)), Verdict::Drop);
