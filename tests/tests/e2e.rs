@@ -24,6 +24,7 @@ mod fanout_load;
 mod files;
 mod glance;
 mod harness;
+mod home_private;
 mod hooks;
 mod hooks_settings;
 mod hub_http;
