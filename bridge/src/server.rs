@@ -223,7 +223,7 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>, slot: Arc<Slot>) -> Resul
         Ok(scope) => scope,
         Err(e) => return Ok(text(StatusCode::BAD_REQUEST, e)),
     };
-    if scope == Scope::Watch && !matches!(*req.method(), Method::GET | Method::HEAD) {
+    if !scope.allows_method(req.method().as_str()) {
         let (method, path) = (req.method(), loggable(req.uri().path()));
         tracing::info!(%method, path, "refused: a watch-only connection may only read");
         return Ok(watch_only(path));

@@ -45,6 +45,12 @@ impl Scope {
         }
     }
 
+    /// Whether an HTTP request with `method` is within this scope: a watcher's are reads only
+    /// (GET, HEAD); every route's writes use another method.
+    pub fn allows_method(self, method: &str) -> bool {
+        self == Scope::Full || matches!(method, "GET" | "HEAD")
+    }
+
     /// The scope `headers` name ([`HEADER`]): none is `Full`; several are the narrowest
     /// (a `watch` never widens because another value was added); an unknown value is an error
     /// (a message for a 400).
@@ -84,6 +90,14 @@ mod tests {
         }
         assert_eq!(Scope::parse("Watch"), None);
         assert_eq!(Scope::parse(""), None);
+    }
+
+    #[test]
+    fn a_watcher_may_only_read_over_http() {
+        for m in ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"] {
+            assert!(Scope::Full.allows_method(m), "{m}");
+            assert_eq!(Scope::Watch.allows_method(m), m == "GET" || m == "HEAD", "{m}");
+        }
     }
 
     #[test]
