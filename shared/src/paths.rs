@@ -2,6 +2,9 @@
 //!
 //! `ZCODE_ACP_HOME`, when set, holds every path (config, data, token, logs, port files), so
 //! tests and several installs never collide. Otherwise the XDG directories (via `directories`).
+//! Everything under it is made private where it is made ([`Paths::ensure_private_dir`],
+//! [`append_private`], [`touch_private`]), not by a process umask: a bridge's agent must create
+//! the user's project files with the user's own.
 
 use crate::env::Env;
 use nix::fcntl::{Flock, FlockArg};
