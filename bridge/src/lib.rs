@@ -163,7 +163,7 @@ pub async fn run(
     let port_file = cfg.paths.run_dir.join(format!("bridge-{}.port", std::process::id()));
     zcode_shared::paths::Paths::ensure_private_dir(&cfg.paths.run_dir)?;
     remove_stale_port_files(&cfg.paths.run_dir);
-    std::fs::write(&port_file, format!("{port}\n"))?;
+    zcode_shared::config::write_private_atomic(&port_file, format!("{port}\n").as_bytes())?;
     tracing::info!(port, agent = %spec.display, "bridge listening on 127.0.0.1");
 
     let shutdown = CancellationToken::new();

@@ -5,7 +5,9 @@
 //! ([`crate::files`]), `/sessions/*` ([`crate::lifecycle`]), `/settings/usage`
 //! ([`crate::usage`]), the other `/settings/*` and `/backend/restart` ([`crate::settings`]).
 //! Bound to 127.0.0.1 only, and every route requires the machine's token (the hub sends it
-//! when it dials): other users' processes must not drive our sessions.
+//! when it dials): other users' processes must not drive our sessions. With the token, the
+//! hub's `X-Zcode-Scope: watch` ([`zcode_shared::scope`]) limits a request to GET and HEAD
+//! (else 403) and an ACP client to what [`crate::router`] lets a watcher send.
 //!
 //! Other local users can still connect, so what a connection costs before it shows the token
 //! is bounded: its headers must arrive within `timings.header_timeout` (64 KiB at most), and
@@ -35,6 +37,7 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
+use zcode_shared::scope::Scope;
 use zcode_shared::slots::{Slot, Slots};
 
 /// The largest message a remote client may send (and we accept): 32 MiB.
@@ -183,6 +186,25 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
     }
 }
 
+/// The 403 a watch-only connection's write gets: the settings routes' JSON error shape there,
+/// plain text elsewhere (as every other refusal of this server).
+fn watch_only(path: &str) -> Resp {
+    let msg = zcode_shared::scope::WATCH_ONLY;
+    if !(path.starts_with("/settings/") || path == "/backend/restart") {
+        return text(StatusCode::FORBIDDEN, msg);
+    }
+    let mut r = Response::new(full(serde_json::json!({"ok": false, "error": msg}).to_string()));
+    *r.status_mut() = StatusCode::FORBIDDEN;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+/// A request path as it may be logged: without its path parameters (`;token=…` is a token
+/// some clients try there).
+fn loggable(path: &str) -> &str {
+    path.split(';').next().unwrap_or_default()
+}
+
 fn authorized(req: &Request<Incoming>, ctx: &Ctx) -> bool {
     let value = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     value.and_then(zcode_shared::token::bearer).is_some_and(|t| ctx.token.verify_fresh(t))
@@ -190,11 +212,21 @@ fn authorized(req: &Request<Incoming>, ctx: &Ctx) -> bool {
 
 async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>, slot: Arc<Slot>) -> Result<Resp, Infallible> {
     if !authorized(&req, &ctx) {
-        tracing::debug!(path = req.uri().path(), "refused: no valid token");
+        tracing::debug!(path = loggable(req.uri().path()), "refused: no valid token");
         return Ok(text(StatusCode::UNAUTHORIZED, "unauthorized"));
     }
     if !slot.authenticate() {
         return Ok(text(StatusCode::SERVICE_UNAVAILABLE, "too many connections"));
+    }
+    // Heeded only here, past the token: the hub's word on what its client may do.
+    let scope = match Scope::from_headers(req.headers()) {
+        Ok(scope) => scope,
+        Err(e) => return Ok(text(StatusCode::BAD_REQUEST, e)),
+    };
+    if !scope.allows_method(req.method().as_str()) {
+        let (method, path) = (req.method(), loggable(req.uri().path()));
+        tracing::info!(%method, path, "refused: a watch-only connection may only read");
+        return Ok(watch_only(path));
     }
     if req.uri().path().starts_with("/sessions/") {
         if let Some(resp) = crate::lifecycle::route(req, &ctx.events).await {
@@ -210,7 +242,7 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>, slot: Arc<Slot>) -> Resul
         return Ok(crate::settings::route(req, m, &rest).await);
     }
     Ok(match (req.method(), req.uri().path()) {
-        (&Method::GET, "/acp") => upgrade(req, ctx),
+        (&Method::GET, "/acp") => upgrade(req, ctx, scope),
         (&Method::GET | &Method::HEAD, "/status") => status(&ctx, req.method() == Method::HEAD).await,
         (&Method::GET, "/attention") => {
             crate::glance::answer(&ctx.events, crate::glance::Part::Attention).await
@@ -260,7 +292,7 @@ async fn session_files(req: &Request<Incoming>, ctx: &Ctx, file: bool) -> Resp {
     if file { files::file(q, cwd, req.method() == Method::HEAD).await } else { files::list(q, cwd).await }
 }
 
-fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>) -> Resp {
+fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>, scope: Scope) -> Resp {
     let h = req.headers();
     let is_upgrade = h
         .get(header::UPGRADE)
@@ -281,7 +313,7 @@ fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>) -> Resp {
         // Boxed: a task is as big as its largest state for its whole life, and the setup's
         // (the socket, the router's send) would otherwise sit beside `run`'s in every idle
         // client (3.9 KiB per task, where `run` alone needs a fraction of it).
-        let Some(remote) = Box::pin(join(upgraded, &ctx)).await else { return };
+        let Some(remote) = Box::pin(join(upgraded, &ctx, scope)).await else { return };
         let client = remote.client;
         crate::remote::run(remote, &ctx.events).await;
         crate::router::trace::client(client).in_scope(|| tracing::debug!("remote client closed"));
@@ -298,7 +330,11 @@ fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>) -> Resp {
 }
 
 /// Makes the upgraded socket a remote client the router knows; `None` when the router is gone.
-async fn join(upgraded: Upgraded, ctx: &Ctx) -> Option<Box<Remote<Watched<TokioIo<Upgraded>>>>> {
+async fn join(
+    upgraded: Upgraded,
+    ctx: &Ctx,
+    scope: Scope,
+) -> Option<Box<Remote<Watched<TokioIo<Upgraded>>>>> {
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_MESSAGE))
         .max_frame_size(Some(MAX_MESSAGE))
@@ -312,9 +348,9 @@ async fn join(upgraded: Upgraded, ctx: &Ctx) -> Option<Box<Remote<Watched<TokioI
     let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
     let client: ClientId = ctx.next_client.fetch_add(1, Ordering::Relaxed);
     let (outbox, reader) = Outbox::new(Some(REMOTE_QUEUE_LIMIT));
-    let connected = Event::Connected { client, kind: ClientKind::Remote, outbox };
+    let connected = Event::Connected { client, kind: ClientKind::Remote, scope, outbox };
     ctx.events.send(connected).await.ok()?;
-    crate::router::trace::client(client).in_scope(|| tracing::debug!("remote client connected"));
+    crate::router::trace::client(client).in_scope(|| tracing::debug!(%scope, "remote client connected"));
     // Boxed: moved from here into `run`, a value this size was kept twice in the task.
     Some(Remote::new(ws, stall, client, reader, ctx.limits.write_stall))
 }

@@ -15,7 +15,12 @@ use zcode_shared::jsonrpc::{ParseError, RawMessage};
 pub async fn connect_editor(events: mpsc::Sender<Event>, tracker: &TaskTracker) {
     let (outbox, reader) = Outbox::editor();
     let _ = events
-        .send(Event::Connected { client: EDITOR, kind: crate::router::ClientKind::Editor, outbox })
+        .send(Event::Connected {
+            client: EDITOR,
+            kind: crate::router::ClientKind::Editor,
+            scope: zcode_shared::scope::Scope::Full,
+            outbox,
+        })
         .await;
     let span = crate::router::trace::client(EDITOR);
     match stdout_pipe() {

@@ -212,24 +212,45 @@ fn fully_decoded(s: &str) -> String {
 }
 
 /// The URI as it may be logged: the value of every token parameter ([`is_token_pair`], `&`-
-/// or `;`-separated) replaced by `REDACTED`; a parameter whose very name would show the value
-/// (an encoded `=` in it) is replaced whole.
+/// or `;`-separated, in the query or a path segment's parameters: `/api/instances;token=…`)
+/// replaced by `REDACTED`; a parameter whose very name would show the value (an encoded `=`
+/// in it) is replaced whole.
 pub fn redacted(uri: &Uri) -> String {
-    let path = uri.path();
-    let Some(q) = uri.query() else { return path.to_owned() };
-    let mut out = format!("{path}?");
-    for (pair, sep) in params(q) {
-        match pair.split_once('=') {
-            _ if !is_token_pair(pair) => out.push_str(pair),
-            Some((k, _)) if !fully_decoded(k).contains('=') => {
-                out.push_str(k);
-                out.push_str("=REDACTED");
-            }
-            _ => out.push_str("REDACTED"),
+    let mut out = String::new();
+    for (i, segment) in uri.path().split('/').enumerate() {
+        if i > 0 {
+            out.push('/');
         }
+        for (j, part) in segment.split(';').enumerate() {
+            if j > 0 {
+                out.push(';');
+            }
+            // A path segment's name (`tokens` in `/api/tokens`) is no parameter.
+            match part.contains('=') || fully_decoded(part).contains('=') {
+                true => push_redacted(&mut out, part),
+                false => out.push_str(part),
+            }
+        }
+    }
+    let Some(q) = uri.query() else { return out };
+    out.push('?');
+    for (pair, sep) in params(q) {
+        push_redacted(&mut out, pair);
         out.push_str(sep);
     }
     out
+}
+
+/// Appends `pair` (`name=value`) to `out`, its value redacted if it carries a token.
+fn push_redacted(out: &mut String, pair: &str) {
+    match pair.split_once('=') {
+        _ if !is_token_pair(pair) => out.push_str(pair),
+        Some((k, _)) if !fully_decoded(k).contains('=') => {
+            out.push_str(k);
+            out.push_str("=REDACTED");
+        }
+        _ => out.push_str("REDACTED"),
+    }
 }
 
 fn percent_decode(s: &str) -> Cow<'_, str> {
@@ -293,6 +314,26 @@ mod tests {
         assert!(!r.contains("s3cret") && !r.contains("=x"), "{r}");
         assert_eq!(r, "/api/instances?probe=1&token=REDACTED&access_token=REDACTED");
         assert_eq!(redacted(&"/api/health".parse().unwrap()), "/api/health");
+    }
+
+    #[test]
+    fn tokens_in_path_parameters_are_redacted_too() {
+        for (path, want) in [
+            ("/api/instances;token=s3cret", "/api/instances;token=REDACTED"),
+            ("/api/instances;token=s3cret?probe=1", "/api/instances;token=REDACTED?probe=1"),
+            (
+                "/api/instances/7/status;v=1;Access_Token=s3cret",
+                "/api/instances/7/status;v=1;Access_Token=REDACTED",
+            ),
+            ("/api;token=s3cret/instances", "/api;token=REDACTED/instances"),
+            ("/api/instances%3Btoken=s3cret", "/api/instances%3Btoken=REDACTED"),
+            ("/api/tok%65n%3Ds3cret", "/api/REDACTED"),
+            ("/api/instances;x=1", "/api/instances;x=1"),
+            ("/api/tokens/list", "/api/tokens/list"),
+        ] {
+            let r = redacted(&path.parse().unwrap());
+            assert_eq!(r, want, "{path}");
+        }
     }
 
     #[test]

@@ -106,8 +106,7 @@ fn exe() -> std::io::Result<PathBuf> {
 /// in the logs directory.
 fn headless(cfg: &Config, l: &Launch) -> std::io::Result<zcode_shared::procgroup::Group> {
     let _ = zcode_shared::paths::Paths::ensure_private_dir(&cfg.paths.log_dir);
-    let log =
-        std::fs::OpenOptions::new().create(true).append(true).open(cfg.paths.log_dir.join("serve.log"))?;
+    let log = zcode_shared::paths::append_private(&cfg.paths.log_dir.join("serve.log"))?;
     let mut cmd = Command::new(exe()?);
     cmd.arg("serve").arg("--cwd").arg(&l.workspace);
     if let Some(agent) = &l.agent {

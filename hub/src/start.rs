@@ -168,14 +168,9 @@ fn verify_listener(
 /// `hub --background`: runs `hub --detached` with its output appended to `<logs>/hub.log`
 /// and returns at once. The detached hub is not our child for long: we exit, it is reparented.
 fn hub_background(cfg: &Config) -> anyhow::Result<ExitCode> {
-    use std::os::unix::fs::OpenOptionsExt;
     zcode_shared::paths::Paths::ensure_private_dir(&cfg.paths.log_dir)?;
     let log_path = cfg.paths.log_dir.join("hub.log");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(&log_path)
+    let log = zcode_shared::paths::append_private(&log_path)
         .with_context(|| format!("cannot open {}", log_path.display()))?;
     let exe = std::env::current_exe().context("cannot find this executable")?;
     // Not waited for: this process exits now and the hub is reparented (and later reaped).

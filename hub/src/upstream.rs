@@ -17,6 +17,7 @@ use std::time::Duration;
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_tungstenite::tungstenite::handshake::{client::generate_key, derive_accept_key};
 use zcode_shared::peer::PeerError;
+use zcode_shared::scope::Scope;
 
 /// How long a TCP connect to a bridge may take (also the probe's timeout).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -126,15 +127,22 @@ pub fn authorize(headers: &mut HeaderMap, port: u16, token: &str) {
     }
 }
 
-/// Opens the bridge's `/acp` WebSocket: the socket, and any bytes the bridge sent right after
-/// its 101 (they belong to the relay).
-pub async fn dial_ws(port: u16, token: &str) -> Result<(TcpStream, Vec<u8>), DialError> {
-    tokio::time::timeout(HANDSHAKE_TIMEOUT, dial_ws_inner(port, token))
+/// Sets the headers every request to a bridge carries: `Host`, the token, and the scope of the
+/// client it is made for (replacing any the client sent).
+pub fn authorize_scoped(headers: &mut HeaderMap, port: u16, token: &str, scope: Scope) {
+    authorize(headers, port, token);
+    scope.set_header(headers);
+}
+
+/// Opens the bridge's `/acp` WebSocket for a client of `scope` (the bridge enforces it): the
+/// socket, and any bytes the bridge sent right after its 101 (they belong to the relay).
+pub async fn dial_ws(port: u16, token: &str, scope: Scope) -> Result<(TcpStream, Vec<u8>), DialError> {
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, dial_ws_inner(port, token, scope))
         .await
         .map_err(|_| DialError::Timeout)?
 }
 
-async fn dial_ws_inner(port: u16, token: &str) -> Result<(TcpStream, Vec<u8>), DialError> {
+async fn dial_ws_inner(port: u16, token: &str, scope: Scope) -> Result<(TcpStream, Vec<u8>), DialError> {
     let tcp = connect_with(port, true).await?;
     let (mut sender, conn) = zcode_shared::http_client::handshake(tcp).await?;
     // Drives the connection until it is upgraded (or refused).
@@ -143,7 +151,7 @@ async fn dial_ws_inner(port: u16, token: &str) -> Result<(TcpStream, Vec<u8>), D
     let mut req = Request::new(Empty::<Bytes>::new());
     *req.uri_mut() = hyper::Uri::from_static("/acp");
     let h = req.headers_mut();
-    authorize(h, port, token);
+    authorize_scoped(h, port, token, scope);
     h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
     h.insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
@@ -179,4 +187,58 @@ where
         }
     });
     Ok(sender.send_request(req).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A stand-in bridge: accepts one WebSocket upgrade and returns the request head it got.
+    async fn one_upgrade(listener: tokio::net::TcpListener) -> String {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut byte).await.expect("read the head");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).expect("UTF-8 head");
+        let key = head
+            .lines()
+            .find_map(|l| l.strip_prefix("sec-websocket-key: "))
+            .expect("a key")
+            .trim()
+            .to_owned();
+        let accept = derive_accept_key(key.as_bytes());
+        let answer = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\
+             sec-websocket-accept: {accept}\r\n\r\n"
+        );
+        s.write_all(answer.as_bytes()).await.expect("answer");
+        head
+    }
+
+    #[tokio::test]
+    async fn the_dial_tells_the_bridge_the_clients_scope() {
+        for scope in [Scope::Watch, Scope::Full] {
+            let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.expect("bind");
+            let port = listener.local_addr().expect("addr").port();
+            let bridge = tokio::spawn(one_upgrade(listener));
+            dial_ws(port, "tok", scope).await.expect("dialled");
+            let head = bridge.await.expect("the stand-in");
+            let sent: Vec<&str> = head.lines().filter(|l| l.starts_with("x-zcode-scope:")).collect();
+            assert_eq!(sent, [format!("x-zcode-scope: {scope}")], "{head}");
+        }
+    }
+
+    #[test]
+    fn a_relayed_request_carries_the_hubs_scope_never_the_clients() {
+        let mut h = HeaderMap::new();
+        h.append("x-zcode-scope", HeaderValue::from_static("full"));
+        h.append("x-zcode-scope", HeaderValue::from_static("full"));
+        authorize_scoped(&mut h, 9, "tok", Scope::Watch);
+        let values: Vec<&HeaderValue> = h.get_all("x-zcode-scope").iter().collect();
+        assert_eq!(values, [HeaderValue::from_static("watch")]);
+    }
 }

@@ -6,6 +6,7 @@
 //! - [`config`]: the one config struct, environment over file over default.
 //! - [`token`]: the remote token, its generation and rotation.
 //! - [`peer`]: which user holds the other end of a local TCP connection.
+//! - [`scope`]: what a connection may do (full, or watch only), as the hub tells a bridge.
 //! - [`quota`]: plan quota providers and their caches (`/api/quota`, `account/usage_stats`).
 //! - [`registration`]: the payload a bridge registers with (both sides' one definition).
 //! - [`logging`]: tracing setup (stderr only: stdout carries ACP).
@@ -31,6 +32,7 @@ pub mod procgroup;
 pub mod quota;
 pub mod registration;
 pub mod rlimit;
+pub mod scope;
 pub mod settings;
 pub mod slots;
 pub mod store;

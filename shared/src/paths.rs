@@ -2,6 +2,9 @@
 //!
 //! `ZCODE_ACP_HOME`, when set, holds every path (config, data, token, logs, port files), so
 //! tests and several installs never collide. Otherwise the XDG directories (via `directories`).
+//! Everything under it is made private where it is made ([`Paths::ensure_private_dir`],
+//! [`append_private`], [`touch_private`]), not by a process umask: a bridge's agent must create
+//! the user's project files with the user's own.
 
 use crate::env::Env;
 use nix::fcntl::{Flock, FlockArg};
@@ -93,6 +96,31 @@ impl Paths {
     }
 }
 
+/// Opens `path` to append to (a log file): created 0600, or made 0600 if an older version
+/// left it readable by others.
+pub fn append_private(path: &Path) -> io::Result<std::fs::File> {
+    let f = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
+    make_private(&f)?;
+    Ok(f)
+}
+
+/// Creates `path` empty with mode 0600 if it does not exist, and makes it 0600 if it does
+/// (what SQLite then gives its `-wal` and `-shm` files: the database's own mode).
+pub fn touch_private(path: &Path) -> io::Result<()> {
+    let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(path)?;
+    make_private(&f)
+}
+
+/// Takes the group's and others' permissions off an open file.
+fn make_private(f: &std::fs::File) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = f.metadata()?.permissions().mode();
+    if mode & 0o077 != 0 {
+        f.set_permissions(std::fs::Permissions::from_mode(mode & 0o700))?;
+    }
+    Ok(())
+}
+
 /// `<path><suffix>` beside `path`.
 pub fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -169,6 +197,25 @@ mod tests {
             assert!(path.starts_with("/tmp/zh"), "{path:?}");
         }
         assert!(p.hub_port_file().starts_with("/tmp/zh"));
+    }
+
+    #[test]
+    fn private_files_are_made_0600_whether_new_or_left_open_by_an_older_version() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let (log, db) = (dir.path().join("a.log"), dir.path().join("db"));
+        append_private(&log).unwrap();
+        touch_private(&db).unwrap();
+        assert_eq!((mode(&log), mode(&db)), (0o600, 0o600));
+        for p in [&log, &db] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        std::fs::write(&db, b"kept").unwrap();
+        append_private(&log).unwrap();
+        touch_private(&db).unwrap();
+        assert_eq!((mode(&log), mode(&db)), (0o600, 0o600));
+        assert_eq!(std::fs::read(&db).unwrap(), b"kept", "an existing file is never truncated");
     }
 
     #[test]

@@ -166,10 +166,18 @@ impl Peer {
     /// Connects a WebSocket client to `ws://127.0.0.1:{port}{path}`, with `token` as a Bearer
     /// header when given. An HTTP refusal comes back as its status code.
     pub fn connect_ws(port: u16, path: &str, token: Option<&str>) -> Result<Peer, u16> {
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
+        Peer::connect_ws_with(port, path, &headers)
+    }
+
+    /// Like [`Peer::connect_ws`], with the request headers given (the token's among them).
+    pub fn connect_ws_with(port: u16, path: &str, headers: &[(&str, &str)]) -> Result<Peer, u16> {
         use tungstenite::client::IntoClientRequest;
         let mut req = format!("ws://127.0.0.1:{port}{path}").into_client_request().expect("request");
-        if let Some(t) = token {
-            req.headers_mut().insert("authorization", format!("Bearer {t}").parse().expect("header"));
+        for (k, v) in headers {
+            let name = tungstenite::http::HeaderName::from_bytes(k.as_bytes()).expect("header name");
+            req.headers_mut().append(name, v.parse().expect("header value"));
         }
         let stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("tcp connect");
         let mut ws = match tungstenite::client::client(req, stream) {

@@ -77,7 +77,7 @@ pub async fn run(opts: ChatOptions) -> std::io::Result<i32> {
         cmd.arg("--").args(&opts.agent);
     }
     let stderr = match &opts.log {
-        Some(p) => Stdio::from(std::fs::OpenOptions::new().create(true).append(true).open(p)?),
+        Some(p) => Stdio::from(zcode_shared::paths::append_private(p)?),
         None => Stdio::null(),
     };
     // Its own process group: Ctrl-C in this terminal is the chat's to handle, not the bridge's.

@@ -41,14 +41,14 @@ impl Store {
 
     /// Writes a new session's first line.
     pub fn create(&self, s: &StoredSession) -> io::Result<()> {
-        std::fs::create_dir_all(&self.dir)?;
+        zcode_shared::paths::Paths::ensure_private_dir(&self.dir)?;
         let meta = json!({"meta": {"sessionId": s.id, "cwd": s.cwd, "createdAt": s.updated_at}});
         self.append(&s.id, &meta)
     }
 
     /// Appends one record to a session's file.
     pub fn append(&self, id: &str, record: &Value) -> io::Result<()> {
-        let mut f = std::fs::OpenOptions::new().append(true).create(true).open(self.file(id))?;
+        let mut f = zcode_shared::paths::append_private(&self.file(id))?;
         let mut line = record.to_string();
         line.push('\n');
         f.write_all(line.as_bytes())

@@ -367,6 +367,8 @@ pub enum Init {
 pub struct Client {
     /// Editor or remote.
     pub kind: ClientKind,
+    /// What it may send ([`super::watch`] judges a watcher's messages).
+    pub scope: zcode_shared::scope::Scope,
     /// Its queue.
     pub outbox: Outbox,
     /// Handshake state.
@@ -396,6 +398,7 @@ impl Client {
     pub fn new(kind: ClientKind, outbox: Outbox) -> Client {
         Client {
             kind,
+            scope: zcode_shared::scope::Scope::Full,
             outbox,
             init: Init::No,
             caps: Caps::default(),

@@ -20,6 +20,9 @@ impl Router {
                 return self.clients.send_msg(client, &err);
             }
         };
+        if self.watch_refuses(client, &msg) {
+            return;
+        }
         match msg.kind() {
             RawKind::Request => self.on_request(client, msg),
             RawKind::Notification => self.on_notification(client, msg),

@@ -27,6 +27,7 @@ mod startup;
 pub mod trace;
 mod turns;
 mod usage_hook;
+mod watch;
 
 pub use agent::{AgentHealth, AgentSpec};
 pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
@@ -46,6 +47,7 @@ use session::Sessions;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use zcode_shared::jsonrpc::{self, Id, ParseError, RawMessage, RpcError};
+use zcode_shared::scope::Scope;
 
 /// Everything the router reacts to.
 pub enum Event {
@@ -55,6 +57,8 @@ pub enum Event {
         client: ClientId,
         /// Editor or remote.
         kind: ClientKind,
+        /// What it may do (the hub's word, for a remote; the editor's is full).
+        scope: Scope,
         /// Where its messages go (and how it is dropped: [`Outbox::kill`]).
         outbox: Outbox,
     },
@@ -335,7 +339,9 @@ impl Router {
             let _in = span.enter();
             match event {
                 Event::Shutdown => break,
-                Event::Connected { client, kind, outbox } => self.clients.connect(client, kind, outbox),
+                Event::Connected { client, kind, scope, outbox } => {
+                    self.clients.connect(client, kind, scope, outbox);
+                }
                 Event::Frame { client, msg } => self.on_frame(client, msg),
                 Event::Closed { client } => {
                     if self.on_closed(client) == ClientKind::Editor {

@@ -22,6 +22,7 @@ use std::time::Instant;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tracing::{Instrument, Span};
+use zcode_shared::scope::Scope;
 
 /// Relays open at once, at most (each holds two sockets).
 pub const MAX_RELAYS: usize = 16_384;
@@ -51,9 +52,16 @@ impl Whose {
     }
 }
 
-/// Dials the bridge, then accepts the client's upgrade and starts the relay (`conn`, `peer`:
-/// the client's connection, for the relay's log lines).
-pub async fn upgrade(mut req: Request<Incoming>, hub: &Arc<Hub>, conn: u64, peer: SocketAddr) -> Resp {
+/// Dials the bridge for a client of `scope` (which the bridge enforces), then accepts the
+/// client's upgrade and starts the relay (`conn`, `peer`: the client's connection, for the
+/// relay's log lines).
+pub async fn upgrade(
+    mut req: Request<Incoming>,
+    hub: &Arc<Hub>,
+    conn: u64,
+    peer: SocketAddr,
+    scope: Scope,
+) -> Resp {
     let Some(accept) = accept_key(&req) else {
         return text(StatusCode::BAD_REQUEST, "a WebSocket upgrade (version 13) is required");
     };
@@ -65,7 +73,7 @@ pub async fn upgrade(mut req: Request<Incoming>, hub: &Arc<Hub>, conn: u64, peer
     let Some(guard) = hub.bridges.relay_guard(max_relays()) else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "too many connections");
     };
-    let bridge = match upstream::dial_ws(port, &hub.auth.token.token()).await {
+    let bridge = match upstream::dial_ws(port, &hub.auth.token.token(), scope).await {
         Ok(ws) => ws,
         Err(e) => {
             tracing::debug!(instance = %id, port, "cannot dial the bridge: {e}");

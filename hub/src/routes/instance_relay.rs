@@ -1,7 +1,8 @@
 //! `* /api/instances/{id}/{rest}`: relayed to the bridge's loopback server as `/{rest}`, with
 //! method, query (minus `token`), end-to-end headers, body and status kept, both bodies
 //! streamed (a request body is never cut short when the client finishes sending it: trap 2 of
-//! the original). The hub adds the machine's token. Unknown instance 404, dead port 502.
+//! the original). The hub adds the machine's token and its client's scope
+//! (`zcode_shared::scope`). A watcher's write 403, unknown instance 404, dead port 502.
 //!
 //! One exception: a session delete addressed to a bridge that has gone (it left in the last
 //! [`crate::registry::DEPARTED_FOR`], or its port no longer answers) is done by the hub itself.
@@ -17,14 +18,21 @@ use hyper::header::{self, HeaderMap, HeaderName};
 use hyper::{Request, Response, StatusCode};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use zcode_shared::scope::Scope;
 
 /// How long a bridge may take to start answering a relayed request.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Relays `req` to instance `id`'s `/{rest}`.
-pub async fn relay(req: Request<Incoming>, hub: &Arc<Hub>, id: &str, rest: &str) -> Resp {
+/// Relays `req` to instance `id`'s `/{rest}` for a client of `scope` (the bridge enforces it:
+/// a watcher's writes are answered 403 there).
+pub async fn relay(req: Request<Incoming>, hub: &Arc<Hub>, id: &str, rest: &str, scope: Scope) -> Resp {
     if too_large(req.headers()) {
         return text(StatusCode::PAYLOAD_TOO_LARGE, "body too large");
+    }
+    // The bridge refuses a watcher's writes itself; refused here too, for the one the hub
+    // would do in its place (a departed bridge's session delete).
+    if !scope.allows_method(req.method().as_str()) {
+        return text(StatusCode::FORBIDDEN, zcode_shared::scope::WATCH_ONLY);
     }
     // A settings body past the settings cap is refused here, as the hub's own mount does: the
     // bridge would answer 413 before reading it all, and a relay still sending would see the
@@ -60,7 +68,7 @@ pub async fn relay(req: Request<Incoming>, hub: &Arc<Hub>, id: &str, rest: &str)
     *out.uri_mut() = uri;
     copy_end_to_end(&parts.headers, out.headers_mut());
     out.headers_mut().remove(header::AUTHORIZATION);
-    upstream::authorize(out.headers_mut(), port, &hub.auth.token.token());
+    upstream::authorize_scoped(out.headers_mut(), port, &hub.auth.token.token(), scope);
     match tokio::time::timeout(RESPONSE_TIMEOUT, upstream::request(port, out)).await {
         Ok(Ok(resp)) => {
             let (mut parts, body) = resp.into_parts();

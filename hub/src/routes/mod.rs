@@ -47,6 +47,7 @@ use hyper::{Method, Request, StatusCode};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use zcode_shared::scope::Scope;
 use zcode_shared::slots::Slot;
 
 /// Answers one request (the hyper service function).
@@ -108,6 +109,9 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         return *full;
     }
     auth::strip_subprotocol_token(req.headers_mut());
+    // What the credential may do, told to a bridge when the hub dials it (the machine token's
+    // is full; a paired device's is its own).
+    let scope = Scope::Full;
     let path = req.uri().path();
     if path == "/api/instances" {
         return match *req.method() {
@@ -144,13 +148,13 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         return match tail.split_once('/') {
             Some((id, rest)) if !id.is_empty() && !rest.is_empty() => {
                 let (id, rest) = (id.to_owned(), rest.to_owned());
-                instance_relay::relay(req, hub, &id, &rest).await
+                instance_relay::relay(req, hub, &id, &rest, scope).await
             }
             _ => text(StatusCode::NOT_FOUND, "not found"),
         };
     }
     if path == "/acp" && req.method() == Method::GET {
-        return acp::upgrade(req, hub, slot.id, peer).await;
+        return acp::upgrade(req, hub, slot.id, peer, scope).await;
     }
     text(StatusCode::NOT_FOUND, "not found")
 }

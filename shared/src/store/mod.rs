@@ -147,6 +147,16 @@ impl Store {
     /// A corrupt or foreign file is an error naming the file; it is never overwritten.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let fail = |reason: String| StoreError::Open { path: path.to_owned(), reason };
+        // Private before SQLite opens it: it gives its `-wal` and `-shm` the database's mode.
+        // Those an older version left readable by others are made private too. Best effort:
+        // where this fails, SQLite's open says why.
+        let _ = crate::paths::touch_private(path);
+        for suffix in ["-wal", "-shm", "-journal"] {
+            let side = crate::paths::sibling(path, suffix);
+            if side.exists() {
+                let _ = crate::paths::touch_private(&side);
+            }
+        }
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
