@@ -210,26 +210,31 @@ fn token_rotate_closes_the_connections_the_old_token_opened() {
         let r = call(hub.port, "GET", "/api/instances", &old, None);
         r.status == 200 && r.json().as_array().is_some_and(|l| l.iter().any(|i| i["id"] == id.as_str()))
     });
-    let (_, device_token) = {
-        let r = call(hub.port, "POST", "/api/pairing", &old, Some(json!({})));
-        let code = r.json()["code"].as_str().unwrap().to_owned();
-        let v = redeem(hub.port, &code, "phone").json();
-        (v["deviceId"].clone(), v["token"].as_str().unwrap().to_owned())
-    };
     let path = format!("/acp?instance={id}");
+    let rotate = || {
+        let out = home.command(&["token", "--rotate"]).output().expect("token --rotate");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
     let mut old_ws = Peer::connect_ws(hub.port, &path, Some(&old)).expect("relay");
     assert!(initialize(&mut old_ws, json!({}))["protocolVersion"].is_number());
-    let mut device_ws = Peer::connect_ws(hub.port, &path, Some(&device_token)).expect("relay");
-    assert!(initialize(&mut device_ws, json!({}))["protocolVersion"].is_number());
-
-    let out = home.command(&["token", "--rotate"]).output().expect("token --rotate");
-    assert!(out.status.success(), "{out:?}");
-    let new = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let new = rotate();
     assert_eq!(old_ws.wait_closed(WAIT), Some(1008), "the old token's relay is closed");
     assert_eq!(call(hub.port, "GET", "/api/instances", &old, None).status, 401);
-    // A device's own credential is not the machine's token: its relay stays.
+
+    // A device's own credential is not the machine's token: its relay outlives a rotation.
+    let code = call(hub.port, "POST", "/api/pairing", &new, Some(json!({}))).json()["code"].clone();
+    let device_token = redeem(hub.port, code.as_str().unwrap(), "phone").json()["token"].as_str().unwrap().to_owned();
+    let mut device_ws = Peer::connect_ws(hub.port, &path, Some(&device_token)).expect("relay");
+    assert!(initialize(&mut device_ws, json!({}))["protocolVersion"].is_number());
+    let mut second_ws = Peer::connect_ws(hub.port, &path, Some(&new)).expect("relay with the new token");
+    assert!(initialize(&mut second_ws, json!({}))["protocolVersion"].is_number());
+    let newest = rotate();
+    assert_eq!(second_ws.wait_closed(WAIT), Some(1008), "the second token's relay is closed");
     assert!(device_ws.quiet_for(Duration::from_millis(100)).is_none() && device_ws.closed.is_none());
-    let mut fresh = Peer::connect_ws(hub.port, &path, Some(&new)).expect("relay with the new token");
+    let (r, _) = device_ws.call("session/list", json!({}));
+    assert!(r["result"].is_object() || r["error"].is_object(), "the device's relay still answers: {r}");
+    let mut fresh = Peer::connect_ws(hub.port, &path, Some(&newest)).expect("relay with the newest token");
     assert!(initialize(&mut fresh, json!({}))["protocolVersion"].is_number());
 }
 
