@@ -58,6 +58,15 @@ fn ws_subprotocol(port: u16, id: &str, token: &str) -> Result<(), u16> {
     }
 }
 
+/// A browser's `PushSubscription.toJSON()` for `endpoint` (a real P-256 key).
+fn push_subscription(endpoint: &str) -> Value {
+    use p256::elliptic_curve::sec1::ToEncodedPoint;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let secret = p256::SecretKey::from_slice(&[7u8; 32]).expect("a key");
+    let public = secret.public_key().to_encoded_point(false).as_bytes().to_vec();
+    json!({"endpoint": endpoint, "keys": {"p256dh": b64.encode(public), "auth": b64.encode([9u8; 16])}})
+}
+
 fn hub_and_bridge(home: &Home, hub_env: &[(&str, &str)]) -> (Hub, Bridge) {
     let hub = Hub::start(home, hub_env);
     let b = Bridge::start_env(home, &demo_agent(0), &[("ZCODE_ACP_HEARTBEAT_MS", "200")]);
@@ -178,8 +187,16 @@ fn a_revoked_device_is_refused_and_its_live_connections_close_at_once() {
     api.read_exact(&mut first).unwrap();
     assert_eq!(&first, b"HTTP/1.1 200");
 
+    // And a push subscription of its own.
+    let endpoint = "https://push.example/lost-phone";
+    let r = call(hub.port, "POST", "/api/push/subscriptions", &lost_token, Some(push_subscription(endpoint)));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let subs = home.path().join("data").join("push").join("subscriptions.json");
+    assert!(std::fs::read_to_string(&subs).unwrap().contains(endpoint));
+
     let r = call(hub.port, "DELETE", &format!("/api/devices/{lost}"), TEST_TOKEN, None);
     assert_eq!(r.status, 200, "{}", r.text());
+    assert!(!std::fs::read_to_string(&subs).unwrap().contains(endpoint), "its push subscription is removed");
     let t0 = Instant::now();
     assert_eq!(ws.wait_closed(WAIT), Some(1008), "the relay is closed with 1008");
     let mut rest = Vec::new();
