@@ -59,7 +59,8 @@ fn call(cfg: &Config, method: &str, path: &str, body: Option<Value>) -> anyhow::
             .body(Full::new(Bytes::from(body)))?;
         let reply = zcode_shared::http_client::exchange(s, req, 16 << 20).await?;
         let status = reply.status.as_u16();
-        let bytes = reply.body.map_err(|e| anyhow::anyhow!("the hub's answer could not be read whole ({e:?})"))?;
+        let bytes =
+            reply.body.map_err(|e| anyhow::anyhow!("the hub's answer could not be read whole ({e:?})"))?;
         let v = serde_json::from_slice(&bytes)
             .unwrap_or_else(|_| json!({"error": String::from_utf8_lossy(&bytes).trim().to_owned()}));
         Ok((status, v))
@@ -79,7 +80,11 @@ fn refused(status: u16, v: &Value) -> anyhow::Error {
 
 /// `zcode-acp pair`: a one-time pairing code (5 minutes) for a new device, its URL (the code
 /// in the fragment, never the machine's token) and a QR code of it.
-pub(crate) fn pair(watch: bool, name: Option<String>, public_url: Option<String>) -> anyhow::Result<ExitCode> {
+pub(crate) fn pair(
+    watch: bool,
+    name: Option<String>,
+    public_url: Option<String>,
+) -> anyhow::Result<ExitCode> {
     let cfg = Config::load()?;
     zcode_shared::logging::init(cfg.debug);
     let scope = if watch { "watch" } else { "full" };
@@ -107,7 +112,9 @@ pub(crate) fn devices(cmd: Option<DevicesCommand>) -> anyhow::Result<ExitCode> {
     zcode_shared::logging::init(cfg.debug);
     let (status, v) = match &cmd {
         None => call(&cfg, "GET", "/api/devices", None)?,
-        Some(DevicesCommand::Revoke { id }) => call(&cfg, "DELETE", &format!("/api/devices/{}", path_part(id)), None)?,
+        Some(DevicesCommand::Revoke { id }) => {
+            call(&cfg, "DELETE", &format!("/api/devices/{}", path_part(id)), None)?
+        }
         Some(DevicesCommand::Rename { id, name }) => {
             call(&cfg, "PATCH", &format!("/api/devices/{}", path_part(id)), Some(json!({"name": name})))?
         }
@@ -117,7 +124,9 @@ pub(crate) fn devices(cmd: Option<DevicesCommand>) -> anyhow::Result<ExitCode> {
     }
     match cmd {
         None => print_list(&v),
-        Some(DevicesCommand::Revoke { id }) => println!("revoked {id} ({})", v["name"].as_str().unwrap_or("")),
+        Some(DevicesCommand::Revoke { id }) => {
+            println!("revoked {id} ({})", v["name"].as_str().unwrap_or(""))
+        }
         Some(DevicesCommand::Rename { id, name }) => println!("renamed {id} to {name}"),
     }
     Ok(ExitCode::SUCCESS)
@@ -140,7 +149,10 @@ fn print_list(v: &Value) {
         return;
     }
     println!("{:<14} {:<6} {:<20} {:<20} NAME", "ID", "SCOPE", "PAIRED", "LAST SEEN");
-    let when = |v: &Value| v.as_u64().map_or_else(|| "never".to_owned(), |ms| zcode_shared::time::iso8601(ms)[..19].replace('T', " "));
+    let when = |v: &Value| {
+        v.as_u64()
+            .map_or_else(|| "never".to_owned(), |ms| zcode_shared::time::iso8601(ms)[..19].replace('T', " "))
+    };
     for d in list {
         println!(
             "{:<14} {:<6} {:<20} {:<20} {}",

@@ -237,11 +237,16 @@ impl Live {
     /// Like [`Live::verify_fresh`], telling which generation of the token `candidate` is (the
     /// number of rotations this process saw before it; see [`Live::generation`]).
     pub fn verify_generation(&self, candidate: &str) -> Option<u64> {
-        let checked = |s: &LiveState| verify(&s.digest, candidate).then_some(s.generation);
-        checked(&self.read()).or_else(|| {
-            self.refresh();
-            checked(&self.read())
-        })
+        let checked = || {
+            let s = self.read();
+            verify(&s.digest, candidate).then_some(s.generation)
+        };
+        // The read lock is let go before `refresh` takes the write lock.
+        if let Some(generation) = checked() {
+            return Some(generation);
+        }
+        self.refresh();
+        checked()
     }
 
     /// How many times the token changed since this process first read it.

@@ -3,6 +3,8 @@
 //! revoking (which closes the device's live connections), `token --rotate` closing what the
 //! old token opened, the `watch` scope refused every change, the audit trail, and the CLI.
 
+#![allow(clippy::unwrap_used)] // Setup helpers outside #[test] fns: a failed unwrap is a failed test.
+
 use base64::Engine;
 use serde_json::{Value, json};
 use std::io::{Read, Write};
@@ -53,7 +55,9 @@ fn ws_subprotocol(port: u16, id: &str, token: &str) -> Result<(), u16> {
     let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     match tungstenite::client::client(req, stream) {
         Ok(_) => Ok(()),
-        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(resp))) => Err(resp.status().as_u16()),
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(resp))) => {
+            Err(resp.status().as_u16())
+        }
         Err(e) => panic!("websocket handshake failed: {e}"),
     }
 }
@@ -97,7 +101,11 @@ fn a_one_time_code_pairs_a_device_whose_own_credential_works_every_way_the_token
     for again in [c, "ABCDE-FGHJK"] {
         let r = redeem(hub.port, again, "thief");
         assert_eq!(r.status, 401, "{}", r.text());
-        assert!(r.json()["error"].as_str().unwrap().contains("wrong, already used or expired"), "{}", r.text());
+        assert!(
+            r.json()["error"].as_str().unwrap().contains("wrong, already used or expired"),
+            "{}",
+            r.text()
+        );
     }
     assert_eq!(http(hub.port, "POST", "/api/pair", &[], b"{}").status, 400);
 
@@ -106,20 +114,27 @@ fn a_one_time_code_pairs_a_device_whose_own_credential_works_every_way_the_token
     assert_eq!(http(hub.port, "GET", &format!("/api/instances?token={token}"), &[], b"").status, 200);
     assert_eq!(ws_subprotocol(hub.port, &b.id(), token), Ok(()));
     assert_eq!(ws_subprotocol(hub.port, &b.id(), "not-a-device"), Err(401));
-    let mut phone = Peer::connect_ws(hub.port, &format!("/acp?instance={}", b.id()), Some(token)).expect("relay");
+    let mut phone =
+        Peer::connect_ws(hub.port, &format!("/acp?instance={}", b.id()), Some(token)).expect("relay");
     assert!(initialize(&mut phone, json!({}))["protocolVersion"].is_number());
     assert_eq!(http(hub.port, "GET", "/api/instances", &[AUTH], b"").status, 200);
 
     // Listed, and marked as the one asking; the credential is kept hashed only.
     let list = call(hub.port, "GET", "/api/devices", token, None).json();
     let d = &list["devices"][0];
-    assert_eq!((d["id"].as_str(), d["name"].as_str(), d["scope"].as_str()), (Some(id), Some("my phone"), Some("full")));
+    assert_eq!(
+        (d["id"].as_str(), d["name"].as_str(), d["scope"].as_str()),
+        (Some(id), Some("my phone"), Some("full"))
+    );
     assert_eq!(d["current"], true, "{list}");
     assert!(d["createdAt"].is_u64() && d["lastSeenAt"].is_u64(), "{list}");
     let store = std::fs::read(home.path().join("data").join("zcode-acp.sqlite3")).unwrap_or_default();
     let wal = std::fs::read(home.path().join("data").join("zcode-acp.sqlite3-wal")).unwrap_or_default();
     for bytes in [store, wal] {
-        assert!(!bytes.windows(token.len()).any(|w| w == token.as_bytes()), "the device token is stored in clear");
+        assert!(
+            !bytes.windows(token.len()).any(|w| w == token.as_bytes()),
+            "the device token is stored in clear"
+        );
     }
 }
 
@@ -164,7 +179,13 @@ fn a_revoked_device_is_refused_and_its_live_connections_close_at_once() {
     let (kept, kept_token) = paired(hub.port, "laptop", "watch");
 
     // Renamed through the API.
-    let r = call(hub.port, "PATCH", &format!("/api/devices/{kept}"), TEST_TOKEN, Some(json!({"name": "work laptop"})));
+    let r = call(
+        hub.port,
+        "PATCH",
+        &format!("/api/devices/{kept}"),
+        TEST_TOKEN,
+        Some(json!({"name": "work laptop"})),
+    );
     assert_eq!(r.status, 200, "{}", r.text());
     let names: Vec<String> = call(hub.port, "GET", "/api/devices", TEST_TOKEN, None).json()["devices"]
         .as_array()
@@ -202,12 +223,18 @@ fn a_revoked_device_is_refused_and_its_live_connections_close_at_once() {
     let mut rest = Vec::new();
     let _ = api.read_to_end(&mut rest); // ends (EOF) once the hub closes it
     let closed_in = t0.elapsed();
-    assert!(kept_ws.quiet_for(Duration::from_millis(100)).is_none() && kept_ws.closed.is_none(), "another device's relay stays");
+    assert!(
+        kept_ws.quiet_for(Duration::from_millis(100)).is_none() && kept_ws.closed.is_none(),
+        "another device's relay stays"
+    );
     eprintln!("the revoked device's connections closed {closed_in:?} after the revoke");
     assert_eq!(call(hub.port, "GET", "/api/instances", &lost_token, None).status, 401);
     assert_eq!(Peer::connect_ws(hub.port, &path, Some(&lost_token)).err(), Some(401));
     assert_eq!(call(hub.port, "DELETE", &format!("/api/devices/{lost}"), TEST_TOKEN, None).status, 404);
-    assert_eq!(call(hub.port, "PATCH", "/api/devices/nope", TEST_TOKEN, Some(json!({"name": "x"}))).status, 404);
+    assert_eq!(
+        call(hub.port, "PATCH", "/api/devices/nope", TEST_TOKEN, Some(json!({"name": "x"}))).status,
+        404
+    );
     assert_eq!(call(hub.port, "GET", "/api/instances", &kept_token, None).status, 200);
 }
 
@@ -216,10 +243,16 @@ fn a_revoked_device_is_refused_and_its_live_connections_close_at_once() {
 #[test]
 fn token_rotate_closes_the_connections_the_old_token_opened() {
     let home = Home::new();
-    let env = [("ZCODE_ACP_REMOTE_TOKEN", ""), ("ZCODE_ACP_INSTANCE_TTL_MS", "2000"), ("ZCODE_ACP_HEARTBEAT_MS", "300")];
+    let env = [
+        ("ZCODE_ACP_REMOTE_TOKEN", ""),
+        ("ZCODE_ACP_INSTANCE_TTL_MS", "2000"),
+        ("ZCODE_ACP_HEARTBEAT_MS", "300"),
+    ];
     let hub = Hub::start(&home, &env);
     let mut cmd = home.command(&["bridge", "--", &demo_agent(0)[0], "demo-agent", "--delay-ms", "0"]);
-    cmd.env("ZCODE_ACP_REMOTE_PORT", "0").env("ZCODE_ACP_HEARTBEAT_MS", "300").env("ZCODE_ACP_INSTANCE_TTL_MS", "2000");
+    cmd.env("ZCODE_ACP_REMOTE_PORT", "0")
+        .env("ZCODE_ACP_HEARTBEAT_MS", "300")
+        .env("ZCODE_ACP_INSTANCE_TTL_MS", "2000");
     let bridge = Bridge::spawn(&home, cmd, std::process::Stdio::inherit());
     let old = std::fs::read_to_string(home.path().join("token")).unwrap().trim().to_owned();
     let id = bridge.editor.pid().to_string();
@@ -241,7 +274,8 @@ fn token_rotate_closes_the_connections_the_old_token_opened() {
 
     // A device's own credential is not the machine's token: its relay outlives a rotation.
     let code = call(hub.port, "POST", "/api/pairing", &new, Some(json!({}))).json()["code"].clone();
-    let device_token = redeem(hub.port, code.as_str().unwrap(), "phone").json()["token"].as_str().unwrap().to_owned();
+    let device_token =
+        redeem(hub.port, code.as_str().unwrap(), "phone").json()["token"].as_str().unwrap().to_owned();
     let mut device_ws = Peer::connect_ws(hub.port, &path, Some(&device_token)).expect("relay");
     assert!(initialize(&mut device_ws, json!({}))["protocolVersion"].is_number());
     let mut second_ws = Peer::connect_ws(hub.port, &path, Some(&new)).expect("relay with the new token");
@@ -280,7 +314,10 @@ fn a_watch_device_reads_but_every_change_is_refused_and_the_audit_trail_records_
         assert_eq!(r.json()["error"], "this device can only watch", "{method} {path}");
     }
     // Still paired (its own revoke was refused).
-    assert_eq!(call(hub.port, "GET", "/api/devices", TEST_TOKEN, None).json()["devices"][0]["id"], watch.as_str());
+    assert_eq!(
+        call(hub.port, "GET", "/api/devices", TEST_TOKEN, None).json()["devices"][0]["id"],
+        watch.as_str()
+    );
     let r = call(hub.port, "DELETE", &format!("/api/devices/{watch}"), TEST_TOKEN, None);
     assert_eq!(r.status, 200);
 
@@ -288,7 +325,9 @@ fn a_watch_device_reads_but_every_change_is_refused_and_the_audit_trail_records_
     assert_eq!(trail.status, 200, "{}", trail.text());
     let entries = trail.json()["entries"].as_array().cloned().unwrap();
     let seen = |action: &str, device: &str, status: u64| {
-        entries.iter().any(|e| e["action"] == action && e["deviceId"] == device && e["status"] == status && e["at"].is_u64())
+        entries.iter().any(|e| {
+            e["action"] == action && e["deviceId"] == device && e["status"] == status && e["at"].is_u64()
+        })
     };
     assert!(seen("pairing.code", "machine", 200), "{entries:#?}");
     assert!(seen("pair", &watch, 200), "{entries:#?}");
@@ -317,7 +356,8 @@ fn pair_and_devices_on_the_command_line() {
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{stdout}{stderr}");
     let url = stdout.trim();
-    let code = url.split_once("/#pair=").map(|(_, c)| c).unwrap_or_else(|| panic!("no pairing URL: {stdout}"));
+    let code =
+        url.split_once("/#pair=").map(|(_, c)| c).unwrap_or_else(|| panic!("no pairing URL: {stdout}"));
     assert!(url.starts_with(&format!("http://127.0.0.1:{}/", hub.port)), "{url}");
     assert!(!stdout.contains(TEST_TOKEN) && !stderr.contains(TEST_TOKEN), "the token is printed");
     assert!(stderr.contains('█'), "a QR code: {stderr}");
@@ -329,7 +369,13 @@ fn pair_and_devices_on_the_command_line() {
 
     let list = home.command(&["devices"]).env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN).output().unwrap();
     let text = String::from_utf8_lossy(&list.stdout);
-    assert!(list.status.success() && text.contains(&id) && text.contains("kitchen tablet") && text.contains("watch"), "{text}");
+    assert!(
+        list.status.success()
+            && text.contains(&id)
+            && text.contains("kitchen tablet")
+            && text.contains("watch"),
+        "{text}"
+    );
     let (code, err) = run_cli(&home, &["devices", "rename", &id, "hall tablet"], &env);
     assert_eq!(code, 0, "{err}");
     let (code, err) = run_cli(&home, &["devices", "revoke", &id], &env);

@@ -66,7 +66,8 @@ pub async fn record(hub: &Hub, who: &Principal, action: &str, target: String, st
 
 /// The newest `limit` rows (older than row `before` when given), as `GET /api/audit` answers.
 pub async fn read(hub: &Hub, limit: i64, before: Option<i64>) -> Result<serde_json::Value, String> {
-    let rows = hub.store.run(move |st| st.read(|s| s.audit(limit, before))).await?.map_err(|e| e.to_string())?;
+    let rows =
+        hub.store.run(move |st| st.read(|s| s.audit(limit, before))).await?.map_err(|e| e.to_string())?;
     let entries: Vec<_> = rows
         .into_iter()
         .map(|r| {

@@ -102,7 +102,11 @@ impl Holds {
             !hit
         });
         if !cut_conns.is_empty() || !relays.is_empty() {
-            tracing::info!(connections = cut_conns.len(), relays = relays.len(), "credential cut: closing its connections");
+            tracing::info!(
+                connections = cut_conns.len(),
+                relays = relays.len(),
+                "credential cut: closing its connections"
+            );
         }
         relays
     }

@@ -128,7 +128,8 @@ fn normalize(code: &str) -> String {
 fn code_life() -> Duration {
     static LIFE: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *LIFE.get_or_init(|| {
-        let knob = zcode_shared::env::test_knob(&zcode_shared::env::ProcessEnv, "ZCODE_ACP_TEST_PAIRING_CODE_MS");
+        let knob =
+            zcode_shared::env::test_knob(&zcode_shared::env::ProcessEnv, "ZCODE_ACP_TEST_PAIRING_CODE_MS");
         knob.and_then(|v| v.trim().parse().ok()).map_or(CODE_LIFE, Duration::from_millis)
     })
 }
@@ -206,7 +207,9 @@ impl Devices {
         let mut state = self.state();
         state.codes.retain(|c| c.expires > now);
         if state.codes.len() >= MAX_CODES {
-            return Err(PairError::Full("16 pairing codes are waiting already: use one or let it expire (5 min)"));
+            return Err(PairError::Full(
+                "16 pairing codes are waiting already: use one or let it expire (5 min)",
+            ));
         }
         let raw: [u8; CODE_LEN] = random_bytes();
         let code: String = raw.iter().map(|b| ALPHABET[usize::from(b & 31)] as char).collect();
@@ -226,7 +229,8 @@ impl Devices {
         let now = Instant::now();
         let mut state = self.state();
         let (tokens, at) = state.wrong.unwrap_or((WRONG_CODES_BURST, now));
-        let tokens = (tokens + now.duration_since(at).as_secs_f64() * WRONG_CODES_PER_SEC).min(WRONG_CODES_BURST);
+        let tokens =
+            (tokens + now.duration_since(at).as_secs_f64() * WRONG_CODES_PER_SEC).min(WRONG_CODES_BURST);
         if tokens < 1.0 {
             state.wrong = Some((tokens, now));
             return Err(PairError::Limited(((1.0 - tokens) / WRONG_CODES_PER_SEC).ceil().max(1.0) as u64));
@@ -378,7 +382,8 @@ pub async fn revoke(hub: &Hub, id: &str) -> Result<Option<String>, String> {
     let cred = Credential::Device(id.to_owned());
     cut(hub, |c| *c == cred);
     let owned = id.to_owned();
-    let endpoints = hub.store.run(move |st| st.write(|w| w.device_remove(&owned))).await?.map_err(|e| e.to_string())?;
+    let endpoints =
+        hub.store.run(move |st| st.write(|w| w.device_remove(&owned))).await?.map_err(|e| e.to_string())?;
     for endpoint in endpoints.unwrap_or_default() {
         if let Err(e) = hub.account.push.unsubscribe(&endpoint).await {
             tracing::warn!("cannot remove a revoked device's push subscription: {e}");
@@ -391,7 +396,8 @@ pub async fn revoke(hub: &Hub, id: &str) -> Result<Option<String>, String> {
 pub async fn rename(hub: &Hub, id: &str, name: &str) -> Result<bool, String> {
     hub.devices.load(&hub.store).await?;
     let (i, n) = (id.to_owned(), name.to_owned());
-    let found = hub.store.run(move |st| st.write(|w| w.device_rename(&i, &n))).await?.map_err(|e| e.to_string())?;
+    let found =
+        hub.store.run(move |st| st.write(|w| w.device_rename(&i, &n))).await?.map_err(|e| e.to_string())?;
     if let Some(d) = hub.devices.state().devices.iter_mut().find(|d| d.row.id == id) {
         d.row.name = name.to_owned();
     }

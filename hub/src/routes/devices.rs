@@ -39,14 +39,12 @@ async fn object_body(req: Request<Incoming>, preauth: bool) -> Result<serde_json
     }
 }
 
-/// An optional name member, checked.
-fn name_of(body: &serde_json::Map<String, Value>) -> Result<Option<String>, Resp> {
+/// An optional name member, checked; the error is the 400's text.
+fn name_of(body: &serde_json::Map<String, Value>) -> Result<Option<String>, &'static str> {
     match body.get("name") {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => {
-            devices::check_name(s).map(Some).map_err(|why| error(StatusCode::BAD_REQUEST, why))
-        }
-        Some(_) => Err(error(StatusCode::BAD_REQUEST, "name must be a string")),
+        Some(Value::String(s)) => devices::check_name(s).map(Some),
+        Some(_) => Err("name must be a string"),
     }
 }
 
@@ -71,7 +69,7 @@ pub async fn new_code(req: Request<Incoming>, hub: &Hub) -> Resp {
     };
     let name = match name_of(&body) {
         Ok(n) => n,
-        Err(r) => return r,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
     let scope = match body.get("scope") {
         None | Some(Value::Null) => Scope::Full,
@@ -83,7 +81,10 @@ pub async fn new_code(req: Request<Incoming>, hub: &Hub) -> Resp {
     match hub.devices.new_code(name, scope) {
         Ok(c) => {
             let url = format!("{base}/#pair={}", c.code);
-            json(StatusCode::OK, &json!({"code": c.code, "url": url, "expiresAt": c.expires_at, "scope": scope.as_str()}))
+            json(
+                StatusCode::OK,
+                &json!({"code": c.code, "url": url, "expiresAt": c.expires_at, "scope": scope.as_str()}),
+            )
         }
         Err(e) => pair_error(e),
     }
@@ -97,12 +98,15 @@ fn pair_error(e: PairError) -> Resp {
              ask for a new one (`zcode-acp pair`)",
         ),
         PairError::Limited(secs) => {
-            let mut r = error(StatusCode::TOO_MANY_REQUESTS, "too many wrong pairing codes: wait and try again");
+            let mut r =
+                error(StatusCode::TOO_MANY_REQUESTS, "too many wrong pairing codes: wait and try again");
             r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
             r
         }
         PairError::Full(why) => error(StatusCode::CONFLICT, why),
-        PairError::Store(why) => error(StatusCode::SERVICE_UNAVAILABLE, format!("the store is unavailable: {why}")),
+        PairError::Store(why) => {
+            error(StatusCode::SERVICE_UNAVAILABLE, format!("the store is unavailable: {why}"))
+        }
     }
 }
 
@@ -117,7 +121,7 @@ pub async fn pair(req: Request<Incoming>, hub: &Hub, addr: IpAddr) -> Resp {
     };
     let name = match name_of(&body) {
         Ok(n) => n,
-        Err(r) => return r,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
     match devices::pair(hub, code, name, addr).await {
         Ok(p) => {
@@ -157,9 +161,11 @@ pub async fn one(req: Request<Incoming>, hub: &Hub, id: &str) -> Resp {
         let name = match name_of(&body) {
             Ok(Some(n)) => n,
             Ok(None) => return error(StatusCode::BAD_REQUEST, "name (a string) required"),
-            Err(r) => return r,
+            Err(why) => return error(StatusCode::BAD_REQUEST, why),
         };
-        devices::rename(hub, id, &name).await.map(|found| found.then(|| json!({"ok": true, "id": id, "name": name})))
+        devices::rename(hub, id, &name)
+            .await
+            .map(|found| found.then(|| json!({"ok": true, "id": id, "name": name})))
     } else {
         return say(StatusCode::METHOD_NOT_ALLOWED, "PATCH (rename) or DELETE (revoke) a device");
     };

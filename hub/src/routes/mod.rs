@@ -130,7 +130,13 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
 }
 
 /// Routes an authenticated request (`who` may make it).
-async fn route(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, slot: &Slot, who: &Principal) -> Resp {
+async fn route(
+    req: Request<Incoming>,
+    hub: &Arc<Hub>,
+    peer: SocketAddr,
+    slot: &Slot,
+    who: &Principal,
+) -> Resp {
     let path = req.uri().path();
     if path == "/api/instances" {
         return match *req.method() {

@@ -128,8 +128,10 @@ impl Writer<'_> {
 
     /// Renames device `id`; whether it exists.
     pub fn device_rename(&self, id: &str, name: &str) -> Result<bool, StoreError> {
-        let n =
-            self.tx.prepare_cached("UPDATE devices SET name = ?2 WHERE id = ?1")?.execute(params![id, name])?;
+        let n = self
+            .tx
+            .prepare_cached("UPDATE devices SET name = ?2 WHERE id = ?1")?
+            .execute(params![id, name])?;
         Ok(n > 0)
     }
 
@@ -207,8 +209,14 @@ mod tests {
         .unwrap();
         let got = s.read(|s| s.devices()).unwrap();
         assert_eq!(got.len(), 1);
-        assert_eq!((got[0].name.as_str(), got[0].last_seen_at, got[0].token_sha256), ("tablet", Some(5), [7; 32]));
-        assert_eq!(s.write(|w| w.device_remove("a")).unwrap(), Some(vec!["https://push.example/1".to_owned()]));
+        assert_eq!(
+            (got[0].name.as_str(), got[0].last_seen_at, got[0].token_sha256),
+            ("tablet", Some(5), [7; 32])
+        );
+        assert_eq!(
+            s.write(|w| w.device_remove("a")).unwrap(),
+            Some(vec!["https://push.example/1".to_owned()])
+        );
         assert_eq!(s.write(|w| w.device_remove("a")).unwrap(), None);
         assert!(s.read(|s| s.devices()).unwrap().is_empty());
     }
