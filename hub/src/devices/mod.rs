@@ -374,22 +374,24 @@ pub async fn pair(hub: &Hub, code: &str, name: Option<String>, addr: IpAddr) -> 
 /// closed, its push subscriptions removed. `Ok(None)`: no such device.
 pub async fn revoke(hub: &Hub, id: &str) -> Result<Option<String>, String> {
     hub.devices.load(&hub.store).await?;
-    let name = {
-        let mut state = hub.devices.state();
-        let Some(i) = state.devices.iter().position(|d| d.row.id == id) else { return Ok(None) };
-        state.devices.remove(i).row.name
-    };
-    let cred = Credential::Device(id.to_owned());
-    cut(hub, |c| *c == cred);
+    // The store first: a revocation the store did not take must not come back at the next start.
     let owned = id.to_owned();
     let endpoints =
         hub.store.run(move |st| st.write(|w| w.device_remove(&owned))).await?.map_err(|e| e.to_string())?;
-    for endpoint in endpoints.unwrap_or_default() {
+    let name = {
+        let mut state = hub.devices.state();
+        let i = state.devices.iter().position(|d| d.row.id == id);
+        i.map(|i| state.devices.remove(i).row.name)
+    };
+    let Some(endpoints) = endpoints else { return Ok(None) };
+    let cred = Credential::Device(id.to_owned());
+    cut(hub, |c| *c == cred);
+    for endpoint in endpoints {
         if let Err(e) = hub.account.push.unsubscribe(&endpoint).await {
             tracing::warn!("cannot remove a revoked device's push subscription: {e}");
         }
     }
-    Ok(Some(name))
+    Ok(Some(name.unwrap_or_default()))
 }
 
 /// Renames device `id`; `Ok(false)`: no such device.
