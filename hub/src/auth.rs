@@ -4,6 +4,9 @@
 //! cannot set headers on a WebSocket, and a URL lands in access logs), or as `?token=`,
 //! compared by SHA-256 digest in constant time.
 //!
+//! A paired device's own credential is accepted the same three ways (see [`crate::devices`]);
+//! an authenticated request is a [`Principal`]: which credential, and its [`Scope`].
+//!
 //! Failed authentications are rate-limited per client address with a token bucket. The check
 //! runs on the token FIRST, so a caller with the right token is never refused, however many
 //! bad attempts its address made. The client's address is the peer's, unless the operator
@@ -112,12 +115,73 @@ impl Auth {
         if self.valid(candidate) {
             return Ok(());
         }
+        Err(self.fail(addr))
+    }
+
+    /// Charges one failed attempt to `addr`: [`Refusal::Unauthorized`], or
+    /// [`Refusal::Limited`] once the address is over its limit.
+    pub fn fail(&self, addr: IpAddr) -> Refusal {
         let verdict = self.limiter.lock().unwrap_or_else(|p| p.into_inner()).fail(addr, Instant::now());
-        verdict.map_err(|wait| {
-            tracing::debug!(%addr, "too many failed authentications");
-            Refusal::Limited((wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1))
-        })?;
-        Err(Refusal::Unauthorized)
+        match verdict {
+            Ok(()) => Refusal::Unauthorized,
+            Err(wait) => {
+                tracing::debug!(%addr, "too many failed authentications");
+                Refusal::Limited(whole_secs(wait))
+            }
+        }
+    }
+
+    /// Whether `addr` may try once more without being charged: `Err` with the 429 when it is
+    /// over its limit. For secrets small enough to guess (pairing codes), which are checked
+    /// only after this says yes.
+    pub fn may_try(&self, addr: IpAddr) -> Result<(), Refusal> {
+        let verdict = self.limiter.lock().unwrap_or_else(|p| p.into_inner()).peek(addr, Instant::now());
+        verdict.map_err(|wait| Refusal::Limited(whole_secs(wait)))
+    }
+}
+
+fn whole_secs(wait: Duration) -> u64 {
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
+}
+
+/// What a credential may do: everything, or only watch (list, load, read, be notified); the
+/// bridge enforces it on ACP, told by the hub's dial.
+pub use zcode_shared::scope::Scope;
+
+/// Which credential a request presented: what a revocation or rotation cuts.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Credential {
+    /// The machine's token, as it was after this many rotations (see
+    /// [`zcode_shared::token::Live::generation`]).
+    Machine(u64),
+    /// A paired device's own credential (its id).
+    Device(String),
+}
+
+/// Who an authenticated request is: its credential, that credential's scope, and a name for
+/// the audit trail.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    /// The credential presented.
+    pub credential: Credential,
+    /// What it may do.
+    pub scope: Scope,
+    /// The device's name (`machine token` for the machine's).
+    pub name: String,
+}
+
+impl Principal {
+    /// What this request may do.
+    pub fn scope(&self) -> Scope {
+        self.scope
+    }
+
+    /// The device's id, or `machine` for the machine's token.
+    pub fn device_id(&self) -> &str {
+        match &self.credential {
+            Credential::Machine(_) => "machine",
+            Credential::Device(id) => id,
+        }
     }
 }
 
@@ -207,6 +271,16 @@ impl Bucket {
 }
 
 impl Limiter {
+    /// Whether `addr` has an attempt left, without charging it: `Err(wait)` when it has none.
+    pub fn peek(&mut self, addr: IpAddr, now: Instant) -> Result<(), Duration> {
+        let Some(b) = self.buckets.get_mut(&addr) else { return Ok(()) };
+        b.refill(now);
+        match b.tokens >= 1.0 {
+            true => Ok(()),
+            false => Err(Duration::from_secs_f64((1.0 - b.tokens) / REFILL_PER_SEC)),
+        }
+    }
+
     /// Charges one failed attempt to `addr`: `Err(wait)` when it has none left.
     pub fn fail(&mut self, addr: IpAddr, now: Instant) -> Result<(), Duration> {
         if self.buckets.len() >= MAX_TRACKED && !self.buckets.contains_key(&addr) {

@@ -163,7 +163,7 @@ pub async fn holder(host: &str, port: u16) -> Holder {
 
 /// A connection to `host:port` within 1 s, once its other end is known to be this user's;
 /// `Ok(None)` when nothing accepted it.
-async fn connect_verified(
+pub async fn connect_verified(
     host: &str,
     port: u16,
 ) -> Result<Option<tokio::net::TcpStream>, zcode_shared::peer::PeerError> {
@@ -263,6 +263,7 @@ pub async fn housekeeping(hub: Arc<Hub>, port_file: Option<PortFile>) {
         if hub.auth.token.refresh() {
             tracing::info!(source = %hub.auth.token.source(), "the token was rotated: the old one no longer works");
         }
+        crate::devices::after_rotation(&hub);
         let now = Instant::now();
         let (expired, live) = {
             let mut r = hub.bridges.registry();

@@ -6,6 +6,8 @@
 //! - [`server`]: the accept loop, one task per connection, graceful shutdown.
 //! - [`routes`]: the routing table; one module per route family.
 //! - [`auth`]: the token check, the failed-auth rate limit, the client's address.
+//! - [`devices`]: paired devices (pairing codes, their own credentials kept hashed in the
+//!   store, revocation closing their connections) and the audit trail.
 //! - [`registry`]: registered bridges, their TTL and probe marks, the listing's dedupe.
 //! - [`relay`]: the WebSocket relay between a client and its bridge (its own thread, an epoll
 //!   loop over every relayed socket).
@@ -29,6 +31,7 @@ pub mod attention;
 pub mod auth;
 pub mod catalog;
 pub mod daemon;
+pub mod devices;
 pub mod hold;
 pub mod http;
 pub mod launch;
@@ -85,6 +88,8 @@ pub struct Hub {
     pub bridges: Bridges,
     /// The user's account: plan quota, Web Push.
     pub account: Account,
+    /// Paired devices, pairing codes, live connections by credential.
+    pub devices: devices::Devices,
     /// This process: what it is, its port, how it stops.
     pub life: Life,
 }
@@ -118,7 +123,8 @@ impl Hub {
             tracker: TaskTracker::new(),
             listener: std::sync::OnceLock::new(),
         };
-        Ok(Arc::new(Hub { cfg, live, store, auth: auth::Auth::new(token), bridges, account, life }))
+        let devices = devices::Devices::default();
+        Ok(Arc::new(Hub { cfg, live, store, auth: auth::Auth::new(token), bridges, account, devices, life }))
     }
 
     /// The configuration as it is now (re-read when `config.json` changes).

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod agent;
+mod devices_cli;
 mod pairing;
 mod procs;
 mod signals;
@@ -128,6 +129,23 @@ enum Command {
         #[arg(long)]
         public_url: Option<String>,
     },
+    /// Pair a new device: a one-time code (5 minutes) and its URL and QR code, never the token
+    Pair {
+        /// The device may only watch (list, load, read, be notified), not prompt or change anything
+        #[arg(long)]
+        watch: bool,
+        /// The device's name (else the name it gives itself)
+        #[arg(long)]
+        name: Option<String>,
+        /// The address phones use (the tunnel's), for the URL
+        #[arg(long)]
+        public_url: Option<String>,
+    },
+    /// List the paired devices, or revoke or rename one
+    Devices {
+        #[command(subcommand)]
+        command: Option<devices_cli::DevicesCommand>,
+    },
     /// Plan quota of the configured coding plans (GLM, OpenCode Go, Ollama Cloud, commands):
     /// one card section per configured provider; exit status 1 when none answered
     #[command(after_long_help = QUOTA_HELP)]
@@ -187,6 +205,8 @@ fn run() -> anyhow::Result<ExitCode> {
             up::up(public_url, tunnel, agent_name, agent)
         }
         Command::Stop { all } => stop::stop(all),
+        Command::Pair { watch, name, public_url } => devices_cli::pair(watch, name, public_url),
+        Command::Devices { command } => devices_cli::devices(command),
         Command::Status { json } => status::status(json),
         Command::TunnelExec { parent, command } => tunnel::exec_tool(parent, &command),
         Command::Quota { provider, watch, interval, json } => {

@@ -129,11 +129,19 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, hub: Arc<Hub>, sl
     builder.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_buf_size(MAX_HEAD);
     let served = builder.serve_connection(TokioIo::new(stream), svc).with_upgrades();
     tokio::pin!(served);
+    let hold = crate::devices::holds::Holds::connection(&hub, slot.id);
     // Biased: hyper reads the request that is already in before it is told to shut down (it
     // closes a connection with no request under way at once).
     let result = tokio::select! {
         biased;
         r = served.as_mut() => r,
+        () = hold.cut.cancelled() => {
+            // A credential it used was revoked: the answer under way (the revocation's own)
+            // may finish, briefly.
+            tracing::debug!("connection cut: its credential was revoked");
+            served.as_mut().graceful_shutdown();
+            tokio::time::timeout(Duration::from_millis(300), served.as_mut()).await.unwrap_or(Ok(()))
+        }
         () = slot.evicted.cancelled() => {
             tracing::debug!("unauthenticated connection evicted");
             return;

@@ -169,6 +169,8 @@ pub struct Live {
 struct LiveState {
     token: String,
     digest: [u8; 32],
+    /// How many times the token changed since this process read it first.
+    generation: u64,
     /// The source file as last read (none for the environment, or when it cannot be read).
     stamp: Option<Stamp>,
 }
@@ -197,7 +199,7 @@ impl Live {
     fn new(token: String, source: TokenSource) -> Live {
         let stamp = Live::path(&source).and_then(stamp);
         let digest = digest(&token);
-        Live { source, state: std::sync::RwLock::new(LiveState { token, digest, stamp }) }
+        Live { source, state: std::sync::RwLock::new(LiveState { token, digest, generation: 0, stamp }) }
     }
 
     fn path(source: &TokenSource) -> Option<&std::path::Path> {
@@ -229,7 +231,27 @@ impl Live {
     /// Like [`Live::verify`], but a refused candidate gets one [`Live::refresh`] first: a
     /// caller that already has the rotated token is not refused while this process catches up.
     pub fn verify_fresh(&self, candidate: &str) -> bool {
-        self.verify(candidate) || (self.refresh() && self.verify(candidate))
+        self.verify_generation(candidate).is_some()
+    }
+
+    /// Like [`Live::verify_fresh`], telling which generation of the token `candidate` is (the
+    /// number of rotations this process saw before it; see [`Live::generation`]).
+    pub fn verify_generation(&self, candidate: &str) -> Option<u64> {
+        let checked = || {
+            let s = self.read();
+            verify(&s.digest, candidate).then_some(s.generation)
+        };
+        // The read lock is let go before `refresh` takes the write lock.
+        if let Some(generation) = checked() {
+            return Some(generation);
+        }
+        self.refresh();
+        checked()
+    }
+
+    /// How many times the token changed since this process first read it.
+    pub fn generation(&self) -> u64 {
+        self.read().generation
     }
 
     /// Re-reads the token if its file changed since the last read; whether the token changed.
@@ -253,6 +275,7 @@ impl Live {
             Some(t) if !t.is_empty() && t != state.token => {
                 state.digest = digest(&t);
                 state.token = t;
+                state.generation += 1;
                 true
             }
             _ => false,
@@ -352,7 +375,7 @@ mod tests {
         assert!(live.verify(&first) && !live.refresh(), "nothing changed yet");
         let (second, _) = rotate(&c).unwrap();
         assert!(live.verify(&first) && !live.verify(&second), "not re-read before a refresh");
-        assert!(live.verify_fresh(&second), "a caller with the new token is let in at once");
+        assert_eq!(live.verify_generation(&second), Some(1), "a caller with the new token is let in at once");
         assert!(!live.verify(&first), "the old token no longer works");
         assert_eq!(live.token(), second);
         std::fs::remove_file(dir.path().join("token")).unwrap();

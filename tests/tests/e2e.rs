@@ -18,6 +18,7 @@ mod cli;
 mod cli_stop;
 mod cli_up;
 mod demo_agent;
+mod devices;
 mod discovery;
 mod editor_stdio;
 mod fanout_load;

@@ -59,7 +59,7 @@ fn every_answer_carries_cors_and_any_options_is_204_without_auth() {
             assert_eq!(r.status, 204, "{method} {path}");
         }
         assert_eq!(r.header("access-control-allow-origin"), Some("*"), "{method} {path}: {r:?}");
-        assert_eq!(r.header("access-control-allow-methods"), Some("GET, POST, PUT, DELETE, OPTIONS"));
+        assert_eq!(r.header("access-control-allow-methods"), Some("GET, POST, PUT, PATCH, DELETE, OPTIONS"));
         assert_eq!(r.header("access-control-allow-headers"), Some("Authorization, Content-Type"));
         assert_eq!(r.header("access-control-expose-headers"), Some("X-Zcode-First-Line"));
     }

@@ -49,6 +49,8 @@ pub enum Command {
     /// Close every relay (with this end: [`End::Shutdown`] or [`End::Restart`]), and end the
     /// thread when the last is closed.
     Shutdown(End),
+    /// Close the relays with these numbers (with this end).
+    End(Vec<u64>, End),
 }
 
 /// How the relay thread reports ended relays: the call goes on the list, and one byte on a
@@ -161,6 +163,8 @@ fn write_to(pipe: &mut Pipe, dst: &mut Leg) -> io::Result<bool> {
 
 /// Everything an open relay holds.
 struct Relay {
+    /// The hub's number for it.
+    id: u64,
     c: Leg,
     b: Leg,
     /// Client → bridge; its frames arrive masked.
@@ -355,6 +359,14 @@ impl Loop {
             match self.commands.try_recv() {
                 Ok(Command::Open(o)) => self.open(o),
                 Ok(Command::Shutdown(end)) => self.stop(end),
+                Ok(Command::End(ids, end)) => {
+                    // Rare (a revocation): a scan of the slots costs microseconds.
+                    for slot in 0..self.slots.len() {
+                        if self.slots[slot].as_ref().is_some_and(|r| ids.contains(&r.id)) {
+                            self.end(slot, end);
+                        }
+                    }
+                }
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => return self.stop(End::Shutdown),
             }
@@ -378,7 +390,7 @@ impl Loop {
 
     /// Starts relaying between `o`'s client and bridge.
     fn open(&mut self, o: super::Open) {
-        let super::Open { client, client_early, bridge, bridge_early, on_end } = o;
+        let super::Open { id, client, client_early, bridge, bridge_early, on_end } = o;
         let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
             self.slots.len() - 1
@@ -405,6 +417,7 @@ impl Loop {
             return;
         }
         self.slots[slot] = Some(Relay {
+            id,
             c: Leg::new(c),
             b: Leg::new(b),
             up: Pipe::new(true, client_early),
@@ -782,6 +795,7 @@ mod tests {
         let (mut bridge, hub_b) = pair();
         let on_end = Box::new(|_| {});
         lp.open(super::super::Open {
+            id: 0,
             client: hub_c,
             client_early: vec![],
             bridge: hub_b,

@@ -67,6 +67,8 @@ pub enum End {
     Shutdown,
     /// The hub is restarting onto a new binary (1012 "service restart").
     Restart,
+    /// The client's credential was revoked or rotated (1008 to the client).
+    Revoked,
     /// The relay thread failed (its `poll` erred, or it panicked) and started over.
     Failed,
 }
@@ -78,6 +80,8 @@ pub type OnEnd = Box<dyn FnOnce(End) + Send>;
 /// A relay to start: both sockets (non-blocking, connected, the WebSocket handshakes done),
 /// each with the bytes already read from it during its handshake.
 pub struct Open {
+    /// The hub's number for it (what [`Relays::end`] names).
+    pub id: u64,
     /// The remote client's connection.
     pub client: TcpStream,
     /// Bytes the client sent after its upgrade request, already read.
@@ -163,6 +167,12 @@ impl Relays {
         // A full socket has rings waiting already: the loop wakes anyway.
         let _ = std::io::Write::write(&mut &to_loop.0, &[1]);
         Ok(())
+    }
+
+    /// Closes the relays numbered `ids` (their credential was revoked): 1008 to the client,
+    /// 1001 to the bridge.
+    pub fn end(&self, ids: Vec<u64>) {
+        let _ = self.tell(event_loop::Command::End(ids, End::Revoked));
     }
 
     /// Closes every relay with 1001 (each bounded by 500 ms); relays opened afterwards are
@@ -284,6 +294,7 @@ fn closes(end: End) -> (Close, Close) {
         }
         End::Shutdown => (Some((1001, "hub shutting down")), Some((1001, "hub shutting down"))),
         End::Restart => (Some((1012, "service restart")), Some((1012, "service restart"))),
+        End::Revoked => (Some((1008, "credential revoked")), Some((1001, "client went away"))),
         End::Failed => (Some((1011, "hub relay failed")), Some((1011, "hub relay failed"))),
     }
 }

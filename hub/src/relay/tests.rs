@@ -30,6 +30,7 @@ fn open(
 ) -> oneshot::Receiver<End> {
     let (tx, rx) = oneshot::channel();
     relays.open(Open {
+        id: 0,
         client: client.0,
         client_early: client.1,
         bridge: bridge.0,

@@ -22,7 +22,6 @@ use std::time::Instant;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tracing::{Instrument, Span};
-use zcode_shared::scope::Scope;
 
 /// Relays open at once, at most (each holds two sockets).
 pub const MAX_RELAYS: usize = 16_384;
@@ -52,15 +51,15 @@ impl Whose {
     }
 }
 
-/// Dials the bridge for a client of `scope` (which the bridge enforces), then accepts the
-/// client's upgrade and starts the relay (`conn`, `peer`: the client's connection, for the
-/// relay's log lines).
+/// Dials the bridge for `who`'s scope (which the bridge enforces), then accepts the client's
+/// upgrade and starts the relay (`conn`, `peer`: the client's connection, for the relay's log
+/// lines; `who`: whose credential it is, cut when that credential is revoked or rotated).
 pub async fn upgrade(
     mut req: Request<Incoming>,
     hub: &Arc<Hub>,
     conn: u64,
     peer: SocketAddr,
-    scope: Scope,
+    who: &crate::auth::Principal,
 ) -> Resp {
     let Some(accept) = accept_key(&req) else {
         return text(StatusCode::BAD_REQUEST, "a WebSocket upgrade (version 13) is required");
@@ -73,7 +72,7 @@ pub async fn upgrade(
     let Some(guard) = hub.bridges.relay_guard(max_relays()) else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "too many connections");
     };
-    let bridge = match upstream::dial_ws(port, &hub.auth.token.token(), scope).await {
+    let bridge = match upstream::dial_ws(port, &hub.auth.token.token(), who.scope()).await {
         Ok(ws) => ws,
         Err(e) => {
             tracing::debug!(instance = %id, port, "cannot dial the bridge: {e}");
@@ -87,7 +86,8 @@ pub async fn upgrade(
     // Inside the connection's span (current here); `Whose` makes it again for the relay's end.
     let span = tracing::info_span!("relay", instance = id.as_str());
     let whose = Whose { conn, peer, instance: id };
-    hub.life.tracker.spawn(relay_task(hub.clone(), on_upgrade, bridge, whose, guard).instrument(span));
+    let cred = who.credential.clone();
+    hub.life.tracker.spawn(relay_task(hub.clone(), on_upgrade, bridge, whose, guard, cred).instrument(span));
     let mut r = empty(StatusCode::SWITCHING_PROTOCOLS);
     let h = r.headers_mut();
     h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
@@ -126,6 +126,7 @@ async fn relay_task(
     bridge: (TcpStream, Vec<u8>),
     whose: Whose,
     guard: RelayGuard,
+    cred: crate::auth::Credential,
 ) {
     let upgraded = match on_upgrade.await {
         Ok(u) => u,
@@ -153,16 +154,22 @@ async fn relay_task(
     };
     tracing::debug!("relay open");
     let token = hub.life.tracker.token();
+    let id = hub.devices.holds.relay(&cred);
+    let ended = hub.clone();
     hub.bridges.relay.open(relay::Open {
+        id,
         client,
         client_early,
         bridge: bridge_io,
         bridge_early: bridge.1,
         on_end: Box::new(move |end| {
             whose.span().in_scope(|| log_end(end));
+            ended.devices.holds.relay_ended(id);
             drop((guard, token));
         }),
     });
+    // Revoked while it was being opened: closed now (see `crate::devices::holds`).
+    crate::devices::recheck(&hub, &cred);
 }
 
 /// How a relay ended: a leg that broke the rules at info (the other leg was told why), the

@@ -4,7 +4,9 @@
 //! token before it is even routed. No route reads a byte of body before the token is checked,
 //! except registration's at most 8 KiB. A request that authenticates takes its connection out
 //! of the pre-auth pool ([`zcode_shared::slots::Slot::authenticate`]); the token-carrying
-//! WebSocket subprotocol is removed from the request right after the check.
+//! WebSocket subprotocol is removed from the request right after the check. The token may be
+//! the machine's or a paired device's ([`crate::devices`]); a `watch` device gets 403 for
+//! anything that changes something, and changes are recorded in the audit trail.
 //!
 //! | route | module |
 //! | --- | --- |
@@ -22,12 +24,14 @@
 //! | `GET /api/version`, `POST /api/upgrade` | [`version`], [`crate::upgrade`] |
 //! | `GET /api/attention` | [`crate::attention`] |
 //! | `GET /api/workflow-overview` | [`crate::overview`] |
+//! | `POST /api/pairing`, `POST /api/pair` (no token), `GET /api/devices`, `PATCH|DELETE /api/devices/{id}`, `GET /api/audit` | [`devices`] |
 //! | `GET /acp?instance={id}` (WebSocket) | [`acp`] |
 //! | `GET|HEAD` of any other path (no token) | [`crate::web`]: the web client |
 
 pub mod acp;
 pub mod agents;
 pub mod create;
+pub mod devices;
 pub mod instance_relay;
 pub mod instances;
 pub mod projects;
@@ -39,7 +43,7 @@ pub mod usage;
 pub mod version;
 
 use crate::Hub;
-use crate::auth;
+use crate::auth::{self, Principal, Scope};
 use crate::http::{self, Resp, text};
 use hyper::body::Incoming;
 use hyper::header::IF_NONE_MATCH;
@@ -47,7 +51,6 @@ use hyper::{Method, Request, StatusCode};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use zcode_shared::scope::Scope;
 use zcode_shared::slots::Slot;
 
 /// Answers one request (the hyper service function).
@@ -98,20 +101,42 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
     {
         return page;
     }
-    {
-        let token = auth::presented(req.headers(), req.uri());
-        let addr = auth::client_addr(req.headers(), peer, hub.cfg.remote.client_address_header.as_deref());
-        if let Err(refused) = hub.auth.check(token.as_deref(), addr) {
-            return refused.response();
-        }
+    let addr = auth::client_addr(req.headers(), peer, hub.cfg.remote.client_address_header.as_deref());
+    if req.method() == Method::POST && req.uri().path() == "/api/pair" {
+        return devices::pair(req, hub, addr).await;
     }
+    let who = {
+        let token = auth::presented(req.headers(), req.uri());
+        match crate::devices::authenticate(hub, token.as_deref(), addr).await {
+            Ok(who) => who,
+            Err(refused) => return refused.response(),
+        }
+    };
     if let Err(full) = admit(slot) {
         return *full;
     }
+    crate::devices::hold(hub, slot.id, &who);
     auth::strip_subprotocol_token(req.headers_mut());
-    // What the credential may do, told to a bridge when the hub dials it (the machine token's
-    // is full; a paired device's is its own).
-    let scope = Scope::Full;
+    let audited = crate::devices::audit::action_of(req.method(), req.uri().path());
+    let resp = if who.scope() == Scope::Watch && !crate::devices::watch_may(req.method(), req.uri().path()) {
+        http::json(StatusCode::FORBIDDEN, &serde_json::json!({"error": "this device can only watch"}))
+    } else {
+        route(req, hub, peer, slot, &who).await
+    };
+    if let Some((action, target)) = audited {
+        crate::devices::audit::record(hub, &who, action, target, Some(resp.status().as_u16())).await;
+    }
+    resp
+}
+
+/// Routes an authenticated request (`who` may make it).
+async fn route(
+    req: Request<Incoming>,
+    hub: &Arc<Hub>,
+    peer: SocketAddr,
+    slot: &Slot,
+    who: &Principal,
+) -> Resp {
     let path = req.uri().path();
     if path == "/api/instances" {
         return match *req.method() {
@@ -129,7 +154,10 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         (&Method::GET, "/api/settings/usage") => return usage::usage(&req, hub).await,
         (&Method::GET, "/api/quota" | "/api/settings/quota") => return quota::quota(hub).await,
         (&Method::GET, "/api/push/vapid-public-key") => return push::vapid_public_key(hub).await,
-        (&Method::POST, "/api/push/subscriptions") => return push::subscribe(req, hub).await,
+        (&Method::POST, "/api/push/subscriptions") => return push::subscribe(req, hub, who).await,
+        (&Method::POST, "/api/pairing") => return devices::new_code(req, hub).await,
+        (&Method::GET, "/api/devices") => return devices::list(hub, who).await,
+        (&Method::GET, "/api/audit") => return devices::audit(&req, hub).await,
         (&Method::DELETE, "/api/push/subscriptions") => return push::unsubscribe(req, hub).await,
         (&Method::GET, "/api/version") => return version::get(&req, hub).await,
         (&Method::GET, "/api/attention") => return crate::attention::get(hub).await,
@@ -144,17 +172,21 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
     if path == "/api/backend/restart" {
         return settings::hub_restart();
     }
+    if let Some(id) = path.strip_prefix("/api/devices/") {
+        let id = id.to_owned();
+        return devices::one(req, hub, &id).await;
+    }
     if let Some(tail) = path.strip_prefix("/api/instances/") {
         return match tail.split_once('/') {
             Some((id, rest)) if !id.is_empty() && !rest.is_empty() => {
                 let (id, rest) = (id.to_owned(), rest.to_owned());
-                instance_relay::relay(req, hub, &id, &rest, scope).await
+                instance_relay::relay(req, hub, &id, &rest, who.scope()).await
             }
             _ => text(StatusCode::NOT_FOUND, "not found"),
         };
     }
     if path == "/acp" && req.method() == Method::GET {
-        return acp::upgrade(req, hub, slot.id, peer, scope).await;
+        return acp::upgrade(req, hub, slot.id, peer, who).await;
     }
     text(StatusCode::NOT_FOUND, "not found")
 }

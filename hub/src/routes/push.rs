@@ -28,8 +28,9 @@ pub async fn vapid_public_key(hub: &Hub) -> Resp {
     }
 }
 
-/// `POST /api/push/subscriptions`.
-pub async fn subscribe(req: Request<Incoming>, hub: &Hub) -> Resp {
+/// `POST /api/push/subscriptions` (a paired device's subscription is noted as its own: revoking
+/// the device removes it).
+pub async fn subscribe(req: Request<Incoming>, hub: &Hub, who: &crate::auth::Principal) -> Resp {
     let body = match read_json(req).await {
         Ok(b) => b,
         Err(e) => return e.response(),
@@ -39,8 +40,10 @@ pub async fn subscribe(req: Request<Incoming>, hub: &Hub) -> Resp {
         Err(why) => return text(StatusCode::BAD_REQUEST, why),
     };
     let (origin, turn_end) = (crate::push::subs::origin_of(&sub.endpoint), sub.notify_turn_end);
+    let endpoint = sub.endpoint.clone();
     match hub.account.push.subscribe(sub).await {
         Ok(new) => {
+            crate::devices::push_registered(hub, who, endpoint).await;
             tracing::info!(endpoint = %origin, notify_turn_end = turn_end, new, "push subscription stored");
             let status = if new { StatusCode::CREATED } else { StatusCode::OK };
             json(status, &json!({"ok": true, "notifyTurnEnd": turn_end}))

@@ -1,5 +1,6 @@
 //! The machine's SQLite store: the journal (session history) and the tasks index (sessions
-//! and their projects), and token usage ([`usage`]). This module tree is the only place in the
+//! and their projects), token usage ([`usage`]), and the hub's paired devices and audit trail
+//! ([`devices`]). This module tree is the only place in the
 //! workspace with SQL in it.
 //!
 //! One file per machine (`<data dir>/zcode-acp.sqlite3`), WAL mode, `busy_timeout` 5 s, every
@@ -8,6 +9,7 @@
 //! The schema is versioned by `PRAGMA user_version` and migrated forward on open; an open of a
 //! file already at the current schema takes no write lock.
 
+pub mod devices;
 mod journal;
 mod stream;
 mod tasks;
@@ -112,6 +114,29 @@ const MIGRATIONS: &[&str] = &[
      ) WITHOUT ROWID;",
     // 4: the agent that made (last ran) each session: its config name, else its command line.
     "ALTER TABLE sessions ADD COLUMN agent TEXT;",
+    // 5: paired devices (their credential's SHA-256 only), the push endpoints each registered,
+    // and the audit trail (see `devices`).
+    "CREATE TABLE devices (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        token_sha256 BLOB NOT NULL UNIQUE,
+        created_at INTEGER NOT NULL,
+        last_seen_at INTEGER
+     ) WITHOUT ROWID;
+     CREATE TABLE device_push (
+        endpoint TEXT PRIMARY KEY,
+        device_id TEXT NOT NULL
+     ) WITHOUT ROWID;
+     CREATE TABLE audit (
+        id INTEGER PRIMARY KEY,
+        at INTEGER NOT NULL,
+        device_id TEXT NOT NULL,
+        device_name TEXT NOT NULL,
+        action TEXT NOT NULL,
+        target TEXT NOT NULL DEFAULT '',
+        status INTEGER
+     );",
 ];
 
 /// What went wrong with the store.
