@@ -386,3 +386,39 @@ fn pair_and_devices_on_the_command_line() {
     let devices = call(hub.port, "GET", "/api/devices", TEST_TOKEN, None).json();
     assert_eq!(devices["devices"], json!([]), "{devices}");
 }
+
+/// The whole way: a `watch` device's WebSocket through the hub's relay loads and follows a
+/// session, and the bridge (told the scope by the hub's dial) refuses its prompt; a `full`
+/// device's prompt on the same session runs. A client's own `X-Zcode-Scope: full` changes
+/// nothing: the hub sets the header itself.
+#[test]
+fn a_watch_device_through_the_hubs_relay_cannot_prompt_and_a_full_one_can() {
+    let home = Home::new();
+    let (hub, b) = hub_and_bridge(&home, &[]);
+    let id = b.id();
+    let (_, watch_token) = paired(hub.port, "tv", "watch");
+    let (_, full_token) = paired(hub.port, "phone", "full");
+    let path = format!("/acp?instance={id}");
+    let (wh, fh) = (bearer(&watch_token), bearer(&full_token));
+    let mut full =
+        Peer::connect_ws_with(hub.port, &path, &[(wh.0, &fh.1)]).expect("the full device connects");
+    initialize(&mut full, json!({}));
+    let sid = zcode_tests::new_session(&mut full, home.path());
+    let mut watch = Peer::connect_ws_with(hub.port, &path, &[(wh.0, &wh.1), ("X-Zcode-Scope", "full")])
+        .expect("the watch device connects");
+    initialize(&mut watch, json!({}));
+    let (r, _) = watch.call("session/load", json!({"sessionId": sid, "cwd": home.path(), "mcpServers": []}));
+    assert!(r["result"].is_object(), "a watcher loads: {r}");
+
+    let (r, seen) = watch.call("session/prompt", zcode_tests::prompt(&sid, "from the watcher"));
+    assert_eq!(r["error"]["code"], -32003, "the watcher's prompt ran: {r}");
+    assert!(r["error"]["message"].as_str().unwrap_or_default().contains("can only watch"), "{r}");
+    assert!(seen.is_empty(), "the watcher's prompt had an effect: {seen:?}");
+
+    let (r, _) = full.call("session/prompt", zcode_tests::prompt(&sid, "from the phone"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    // The watcher follows the full device's turn.
+    watch.until("the full device's turn on the watcher", |m| {
+        m["method"] == "session/update" && m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    });
+}
