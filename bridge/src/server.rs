@@ -303,6 +303,8 @@ fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>, scope: Scope) -> Resp {
         return text(StatusCode::BAD_REQUEST, "a WebSocket upgrade (version 13) is required");
     };
     let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    // Past the token, as the scope: whose connection the hub says it is (the audit trail's).
+    let device = zcode_shared::scope::device_from_headers(h).map(String::into_boxed_str);
     let on_upgrade = hyper::upgrade::on(&mut req);
     let tracker = ctx.tracker.clone();
     tracker.spawn(async move {
@@ -313,7 +315,7 @@ fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>, scope: Scope) -> Resp {
         // Boxed: a task is as big as its largest state for its whole life, and the setup's
         // (the socket, the router's send) would otherwise sit beside `run`'s in every idle
         // client (3.9 KiB per task, where `run` alone needs a fraction of it).
-        let Some(remote) = Box::pin(join(upgraded, &ctx, scope)).await else { return };
+        let Some(remote) = Box::pin(join(upgraded, &ctx, scope, device)).await else { return };
         let client = remote.client;
         crate::remote::run(remote, &ctx.events).await;
         crate::router::trace::client(client).in_scope(|| tracing::debug!("remote client closed"));
@@ -334,6 +336,7 @@ async fn join(
     upgraded: Upgraded,
     ctx: &Ctx,
     scope: Scope,
+    device: Option<Box<str>>,
 ) -> Option<Box<Remote<Watched<TokioIo<Upgraded>>>>> {
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_MESSAGE))
@@ -348,7 +351,7 @@ async fn join(
     let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
     let client: ClientId = ctx.next_client.fetch_add(1, Ordering::Relaxed);
     let (outbox, reader) = Outbox::new(Some(REMOTE_QUEUE_LIMIT));
-    let connected = Event::Connected { client, kind: ClientKind::Remote, scope, outbox };
+    let connected = Event::Connected { client, kind: ClientKind::Remote, scope, device, outbox };
     ctx.events.send(connected).await.ok()?;
     crate::router::trace::client(client).in_scope(|| tracing::debug!(%scope, "remote client connected"));
     // Boxed: moved from here into `run`, a value this size was kept twice in the task.

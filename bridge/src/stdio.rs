@@ -19,6 +19,7 @@ pub async fn connect_editor(events: mpsc::Sender<Event>, tracker: &TaskTracker) 
             client: EDITOR,
             kind: crate::router::ClientKind::Editor,
             scope: zcode_shared::scope::Scope::Full,
+            device: None,
             outbox,
         })
         .await;

@@ -127,22 +127,34 @@ pub fn authorize(headers: &mut HeaderMap, port: u16, token: &str) {
     }
 }
 
-/// Sets the headers every request to a bridge carries: `Host`, the token, and the scope of the
-/// client it is made for (replacing any the client sent).
-pub fn authorize_scoped(headers: &mut HeaderMap, port: u16, token: &str, scope: Scope) {
+/// Sets the headers every request to a bridge carries: `Host`, the token, and the scope and
+/// device (`zcode_shared::scope::DEVICE_HEADER`: its id, or `machine`) of the client it is
+/// made for, replacing any the client sent.
+pub fn authorize_scoped(headers: &mut HeaderMap, port: u16, token: &str, scope: Scope, device: &str) {
     authorize(headers, port, token);
     scope.set_header(headers);
+    zcode_shared::scope::set_device_header(headers, device);
 }
 
 /// Opens the bridge's `/acp` WebSocket for a client of `scope` (the bridge enforces it): the
 /// socket, and any bytes the bridge sent right after its 101 (they belong to the relay).
-pub async fn dial_ws(port: u16, token: &str, scope: Scope) -> Result<(TcpStream, Vec<u8>), DialError> {
-    tokio::time::timeout(HANDSHAKE_TIMEOUT, dial_ws_inner(port, token, scope))
+pub async fn dial_ws(
+    port: u16,
+    token: &str,
+    scope: Scope,
+    device: &str,
+) -> Result<(TcpStream, Vec<u8>), DialError> {
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, dial_ws_inner(port, token, scope, device))
         .await
         .map_err(|_| DialError::Timeout)?
 }
 
-async fn dial_ws_inner(port: u16, token: &str, scope: Scope) -> Result<(TcpStream, Vec<u8>), DialError> {
+async fn dial_ws_inner(
+    port: u16,
+    token: &str,
+    scope: Scope,
+    device: &str,
+) -> Result<(TcpStream, Vec<u8>), DialError> {
     let tcp = connect_with(port, true).await?;
     let (mut sender, conn) = zcode_shared::http_client::handshake(tcp).await?;
     // Drives the connection until it is upgraded (or refused).
@@ -151,7 +163,7 @@ async fn dial_ws_inner(port: u16, token: &str, scope: Scope) -> Result<(TcpStrea
     let mut req = Request::new(Empty::<Bytes>::new());
     *req.uri_mut() = hyper::Uri::from_static("/acp");
     let h = req.headers_mut();
-    authorize_scoped(h, port, token, scope);
+    authorize_scoped(h, port, token, scope, device);
     h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
     h.insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
@@ -225,19 +237,25 @@ mod tests {
             let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.expect("bind");
             let port = listener.local_addr().expect("addr").port();
             let bridge = tokio::spawn(one_upgrade(listener));
-            dial_ws(port, "tok", scope).await.expect("dialled");
+            dial_ws(port, "tok", scope, "dev1").await.expect("dialled");
             let head = bridge.await.expect("the stand-in");
             let sent: Vec<&str> = head.lines().filter(|l| l.starts_with("x-zcode-scope:")).collect();
             assert_eq!(sent, [format!("x-zcode-scope: {scope}")], "{head}");
+            assert!(head.lines().any(|l| l == "x-zcode-device: dev1"), "{head}");
         }
     }
 
     #[test]
-    fn a_relayed_request_carries_the_hubs_scope_never_the_clients() {
+    fn a_relayed_request_carries_the_hubs_scope_and_device_never_the_clients() {
         let mut h = HeaderMap::new();
         h.append("x-zcode-scope", HeaderValue::from_static("full"));
         h.append("x-zcode-scope", HeaderValue::from_static("full"));
-        authorize_scoped(&mut h, 9, "tok", Scope::Watch);
+        h.append("x-zcode-device", HeaderValue::from_static("someone-else"));
+        authorize_scoped(&mut h, 9, "tok", Scope::Watch, "dev1");
+        assert_eq!(
+            h.get_all("x-zcode-device").iter().collect::<Vec<_>>(),
+            [HeaderValue::from_static("dev1")]
+        );
         let values: Vec<&HeaderValue> = h.get_all("x-zcode-scope").iter().collect();
         assert_eq!(values, [HeaderValue::from_static("watch")]);
     }

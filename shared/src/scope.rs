@@ -10,6 +10,29 @@ use hyper::header::{HeaderMap, HeaderValue};
 /// machine token's own scope). A bridge heeds it only on a request that showed the token.
 pub const HEADER: &str = "x-zcode-scope";
 
+/// The header the hub's dial of a bridge carries naming whose connection it is: a paired
+/// device's id, or `machine` for the machine's token. A bridge heeds it only past the token,
+/// and only to say who did what in the audit trail (`prompt`, `permission.answer`).
+pub const DEVICE_HEADER: &str = "x-zcode-device";
+
+/// The device [`DEVICE_HEADER`] names, when it is one an id can be (1 to 64 of `[A-Za-z0-9_-]`);
+/// a connection without one (a local tool straight to the bridge) is the machine token's.
+pub fn device_from_headers(headers: &HeaderMap) -> Option<String> {
+    let v = headers.get(DEVICE_HEADER)?.to_str().ok()?.trim();
+    let ok =
+        (1..=64).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    ok.then(|| v.to_owned())
+}
+
+/// Sets [`DEVICE_HEADER`] to `device`, replacing whatever a client sent (an id that is not
+/// a valid header value is left out: the bridge then records `machine`).
+pub fn set_device_header(headers: &mut HeaderMap, device: &str) {
+    headers.remove(DEVICE_HEADER);
+    if let Ok(v) = HeaderValue::from_str(device) {
+        headers.insert(DEVICE_HEADER, v);
+    }
+}
+
 /// The JSON-RPC error code of a request a watch connection may not make.
 pub const WATCH_ONLY_CODE: i64 = -32003;
 
@@ -82,6 +105,18 @@ impl std::fmt::Display for Scope {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_device_header_is_an_id_or_nothing() {
+        let mut h = HeaderMap::new();
+        assert_eq!(device_from_headers(&h), None);
+        set_device_header(&mut h, "dev_01-AB");
+        assert_eq!(device_from_headers(&h).as_deref(), Some("dev_01-AB"));
+        for bad in ["", "a b", "x/../y", &"x".repeat(65)] {
+            h.insert(DEVICE_HEADER, HeaderValue::from_str(bad).unwrap());
+            assert_eq!(device_from_headers(&h), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn names_round_trip_and_unknown_ones_are_refused() {

@@ -422,3 +422,49 @@ fn a_watch_device_through_the_hubs_relay_cannot_prompt_and_a_full_one_can() {
         m["method"] == "session/update" && m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
     });
 }
+
+/// Prompts and permission answers travel inside the byte-level relay: the bridge, told by the
+/// hub's dial whose connection it is, records them in the same trail, naming the device.
+#[test]
+fn a_devices_prompts_and_permission_answers_are_in_the_audit_trail() {
+    let home = Home::new();
+    let (hub, mut b) = hub_and_bridge(&home, &[]);
+    let id = b.id();
+    let (phone, phone_token) = paired(hub.port, "my phone", "full");
+    let auth = bearer(&phone_token);
+    let mut p = Peer::connect_ws_with(hub.port, &format!("/acp?instance={id}"), &[(auth.0, &auth.1)])
+        .expect("the phone connects");
+    initialize(&mut p, json!({}));
+    initialize(&mut b.editor, json!({}));
+    let sid = zcode_tests::new_session(&mut p, home.path());
+    let turn = p.request("session/prompt", zcode_tests::prompt(&sid, "permission"));
+    let (req, _) = p.until("the permission on the phone", |m| m["method"] == "session/request_permission");
+    p.send(&json!({"jsonrpc": "2.0", "id": req["id"],
+        "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}}));
+    let (r, _) = p.response_to(&turn);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    // The editor's own prompt is recorded as the editor's.
+    let (r, _) = b.editor.call("session/prompt", zcode_tests::prompt(&sid, "hello"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+
+    let target = format!("session {sid}");
+    let entries = || -> Vec<Value> {
+        let trail = call(hub.port, "GET", "/api/audit", TEST_TOKEN, None);
+        assert_eq!(trail.status, 200, "{}", trail.text());
+        trail.json()["entries"].as_array().cloned().unwrap_or_default()
+    };
+    let has = |e: &[Value], action: &str, device: &str, name: &str, target: &str| {
+        e.iter().any(|x| {
+            x["action"] == action
+                && x["deviceId"] == device
+                && x["deviceName"] == name
+                && x["target"] == target
+        })
+    };
+    wait_until("the phone's prompt, its answer and the editor's prompt in the audit trail", || {
+        let e = entries();
+        has(&e, "prompt", &phone, "my phone", &target)
+            && has(&e, "permission.answer", &phone, "my phone", &format!("{target}: allow"))
+            && has(&e, "prompt", "editor", "editor", &target)
+    });
+}

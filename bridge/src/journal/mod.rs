@@ -23,6 +23,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use zcode_shared::store::devices::AuditRow;
 use zcode_shared::store::{NewMessage, SessionMeta, Store, StoreError, TurnRecord};
 
 /// The longest a write waits, from when the router sends it, until it is committed.
@@ -65,6 +66,7 @@ enum Op {
     Update { session: String, line: Bytes, seed: bool },
     EndSeed { session: String },
     TurnEnd(TurnRecord),
+    Audit(Box<AuditRow>, &'static str),
     Read { session: String, mode: ReadMode, reply: Reply },
     Delete { session: String, reply: DeleteReply },
     Query(Query),
@@ -188,6 +190,13 @@ impl Journal {
         let _ = self.send(Op::TurnEnd(rec));
     }
 
+    /// Records in the audit trail what a client did here (a prompt, a permission answered),
+    /// with the next commit; `fallback_name` names a device the store does not list (`machine`,
+    /// `editor`).
+    pub fn audit(&self, row: AuditRow, fallback_name: &'static str) {
+        let _ = self.send(Op::Audit(Box::new(row), fallback_name));
+    }
+
     /// Reads a slice; `reply` runs on the journal thread (or here, when disabled).
     pub fn read(&self, session: &str, mode: ReadMode, reply: Reply) {
         if let Err(Op::Read { reply, session, mode }) =
@@ -252,6 +261,7 @@ enum Write {
     Body { session: String, key: u64 },
     State { session: String, kind: String, body: String },
     Turn(TurnRecord),
+    Audit(Box<AuditRow>, &'static str),
 }
 
 /// Per-session state of the writer.
@@ -439,6 +449,7 @@ impl Worker {
                 }
                 self.queue(Write::Turn(rec))
             }
+            Op::Audit(row, name) => self.queue(Write::Audit(row, name)),
             Op::EndSeed { session } => {
                 if let Some(s) = self.sessions.get_mut(&session) {
                     s.seeding = None;
@@ -555,6 +566,7 @@ impl Worker {
                     }
                     Write::State { session, kind, body } => w.put_state(session, kind, body, now)?,
                     Write::Turn(rec) => w.put_turn(rec, now)?,
+                    Write::Audit(row, name) => w.audit_add_seen(row, name)?,
                     Write::Append { session, .. } => {
                         // The run of appends to this session starting here goes in as one (the
                         // session's counters read and written once, not once per message).

@@ -369,6 +369,8 @@ pub struct Client {
     pub kind: ClientKind,
     /// What it may send ([`super::watch`] judges a watcher's messages).
     pub scope: zcode_shared::scope::Scope,
+    /// Whose it is, as the hub said (see `Event::Connected`): who the audit trail names.
+    pub device: Option<Box<str>>,
     /// Its queue.
     pub outbox: Outbox,
     /// Handshake state.
@@ -399,6 +401,7 @@ impl Client {
         Client {
             kind,
             scope: zcode_shared::scope::Scope::Full,
+            device: None,
             outbox,
             init: Init::No,
             caps: Caps::default(),

@@ -29,8 +29,15 @@ impl std::ops::Deref for Clients {
 
 impl Clients {
     /// A client connected.
-    pub fn connect(&mut self, client: ClientId, kind: ClientKind, scope: Scope, outbox: Outbox) {
-        self.map.insert(client, Box::new(Client { scope, ..Client::new(kind, outbox) }));
+    pub fn connect(
+        &mut self,
+        client: ClientId,
+        kind: ClientKind,
+        scope: Scope,
+        device: Option<Box<str>>,
+        outbox: Outbox,
+    ) {
+        self.map.insert(client, Box::new(Client { scope, device, ..Client::new(kind, outbox) }));
     }
 
     /// One client, to change.
@@ -185,7 +192,7 @@ mod tests {
         let before = gate.bytes();
         let (out, mut reader) = Outbox::editor();
         let mut clients = Clients::default();
-        clients.connect(EDITOR, ClientKind::Editor, Scope::Full, out);
+        clients.connect(EDITOR, ClientKind::Editor, Scope::Full, None, out);
         clients.get_mut(&EDITOR).expect("the editor").holds += 1;
         clients.send_to(EDITOR, Bytes::from_static(b"held while the replay is read"));
         assert_eq!(gate.bytes(), before + 29, "held bytes count");

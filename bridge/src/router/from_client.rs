@@ -178,6 +178,7 @@ impl Router {
         if !self.clients.get(&client).is_some_and(|c| c.sessions.contains(&sid)) {
             self.attach(client, &sid);
         }
+        self.audit(client, "prompt", format!("session {sid}"));
         if let Some(s) = self.sessions.get_mut(&sid) {
             s.queue.push_back(QueuedPrompt { client, id, msg, queued_at: zcode_shared::time::now_ms() });
         }
@@ -415,6 +416,16 @@ impl Router {
         if req.generation != self.agent.generation {
             return;
         }
+        if matches!(req.msg.method(), "session/request_permission" | "elicitation/create") {
+            let result = msg.result_as::<Value>().unwrap_or(Value::Null);
+            let outcome = &result["outcome"];
+            let answer =
+                outcome["optionId"].as_str().or(outcome["outcome"].as_str()).or(result["action"].as_str());
+            let session = req.session.as_deref().unwrap_or("-");
+            let answer: String =
+                zcode_shared::text::strip_controls(answer.unwrap_or("answered")).chars().take(64).collect();
+            self.audit(client, "permission.answer", format!("session {session}: {answer}"));
+        }
         if req.msg.method() == "terminal/create" && self.clients.is_editor(client) {
             if let Some(tid) =
                 msg.result_as::<Value>().and_then(|r| r["terminalId"].as_str().map(str::to_owned))
@@ -423,6 +434,27 @@ impl Router {
             }
         }
         self.agent.write(msg.line_with_id(Some(&req.upstream_id)));
+    }
+
+    /// Records in the audit trail that `client` did `action` on `target`: who, as the hub said
+    /// (a paired device's id), else `editor` or `machine` (a local tool with the token).
+    fn audit(&self, client: ClientId, action: &str, target: String) {
+        let Some(c) = self.clients.get(&client) else { return };
+        let (device, name): (&str, &'static str) = match (&c.device, c.kind) {
+            (Some(d), _) => (d, "machine token"),
+            (None, super::ClientKind::Editor) => ("editor", "editor"),
+            (None, _) => ("machine", "machine token"),
+        };
+        let row = zcode_shared::store::devices::AuditRow {
+            id: 0,
+            at: i64::try_from(zcode_shared::time::now_ms()).unwrap_or(i64::MAX),
+            device_id: device.to_owned(),
+            device_name: String::new(),
+            action: action.to_owned(),
+            target,
+            status: None,
+        };
+        self.journal.audit(row, name);
     }
 
     /// Fails every request held for a session (prompts queued, messages deferred).

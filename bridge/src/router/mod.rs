@@ -59,6 +59,9 @@ pub enum Event {
         kind: ClientKind,
         /// What it may do (the hub's word, for a remote; the editor's is full).
         scope: Scope,
+        /// Whose it is, as the hub said (a paired device's id, `machine`); `None`: the editor's,
+        /// or a local tool's straight to the bridge. For the audit trail only.
+        device: Option<Box<str>>,
         /// Where its messages go (and how it is dropped: [`Outbox::kill`]).
         outbox: Outbox,
     },
@@ -339,8 +342,8 @@ impl Router {
             let _in = span.enter();
             match event {
                 Event::Shutdown => break,
-                Event::Connected { client, kind, scope, outbox } => {
-                    self.clients.connect(client, kind, scope, outbox);
+                Event::Connected { client, kind, scope, device, outbox } => {
+                    self.clients.connect(client, kind, scope, device, outbox);
                 }
                 Event::Frame { client, msg } => self.on_frame(client, msg),
                 Event::Closed { client } => {

@@ -72,7 +72,7 @@ pub async fn upgrade(
     let Some(guard) = hub.bridges.relay_guard(max_relays()) else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "too many connections");
     };
-    let bridge = match upstream::dial_ws(port, &hub.auth.token.token(), who.scope()).await {
+    let bridge = match upstream::dial_ws(port, &hub.auth.token.token(), who.scope(), who.device_id()).await {
         Ok(ws) => ws,
         Err(e) => {
             tracing::debug!(instance = %id, port, "cannot dial the bridge: {e}");

@@ -25,7 +25,14 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Relays `req` to instance `id`'s `/{rest}` for a client of `scope` (the bridge enforces it:
 /// a watcher's writes are answered 403 there).
-pub async fn relay(req: Request<Incoming>, hub: &Arc<Hub>, id: &str, rest: &str, scope: Scope) -> Resp {
+pub async fn relay(
+    req: Request<Incoming>,
+    hub: &Arc<Hub>,
+    id: &str,
+    rest: &str,
+    scope: Scope,
+    device: &str,
+) -> Resp {
     if too_large(req.headers()) {
         return text(StatusCode::PAYLOAD_TOO_LARGE, "body too large");
     }
@@ -68,7 +75,7 @@ pub async fn relay(req: Request<Incoming>, hub: &Arc<Hub>, id: &str, rest: &str,
     *out.uri_mut() = uri;
     copy_end_to_end(&parts.headers, out.headers_mut());
     out.headers_mut().remove(header::AUTHORIZATION);
-    upstream::authorize_scoped(out.headers_mut(), port, &hub.auth.token.token(), scope);
+    upstream::authorize_scoped(out.headers_mut(), port, &hub.auth.token.token(), scope, device);
     match tokio::time::timeout(RESPONSE_TIMEOUT, upstream::request(port, out)).await {
         Ok(Ok(resp)) => {
             let (mut parts, body) = resp.into_parts();

@@ -180,7 +180,7 @@ async fn route(
         return match tail.split_once('/') {
             Some((id, rest)) if !id.is_empty() && !rest.is_empty() => {
                 let (id, rest) = (id.to_owned(), rest.to_owned());
-                instance_relay::relay(req, hub, &id, &rest, who.scope()).await
+                instance_relay::relay(req, hub, &id, &rest, who.scope(), who.device_id()).await
             }
             _ => text(StatusCode::NOT_FOUND, "not found"),
         };

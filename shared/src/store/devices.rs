@@ -158,6 +158,18 @@ impl Writer<'_> {
         Ok(())
     }
 
+    /// Records what a bridge saw a client do (`device_id` as the hub told it, or `machine` /
+    /// `editor`): the device's name is its current one in `devices`, else `fallback_name`.
+    pub fn audit_add_seen(&self, a: &AuditRow, fallback_name: &str) -> Result<(), StoreError> {
+        let name: Option<String> = self
+            .tx
+            .prepare_cached("SELECT name FROM devices WHERE id = ?1")?
+            .query_row(params![a.device_id], |r| r.get(0))
+            .optional()?;
+        let row = AuditRow { device_name: name.unwrap_or_else(|| fallback_name.to_owned()), ..a.clone() };
+        self.audit_add(&row)
+    }
+
     /// Appends an audit row (its `id` is ignored) and drops those beyond [`AUDIT_ROWS`].
     pub fn audit_add(&self, a: &AuditRow) -> Result<(), StoreError> {
         self.tx
