@@ -78,6 +78,17 @@ fn refused(status: u16, v: &Value) -> anyhow::Error {
     }
 }
 
+/// A one-time pairing code (5 minutes) from this user's running hub, for a device named `name`
+/// (else the name it gives itself), `watch` or full.
+pub(crate) fn new_code(cfg: &Config, watch: bool, name: Option<String>) -> anyhow::Result<String> {
+    let scope = if watch { "watch" } else { "full" };
+    let (status, v) = call(cfg, "POST", "/api/pairing", Some(json!({"name": name, "scope": scope})))?;
+    if status != 200 {
+        return Err(refused(status, &v));
+    }
+    v["code"].as_str().map(str::to_owned).ok_or_else(|| anyhow::anyhow!("the hub answered no code: {v}"))
+}
+
 /// `zcode-acp pair`: a one-time pairing code (5 minutes) for a new device, its URL (the code
 /// in the fragment, never the machine's token) and a QR code of it.
 pub(crate) fn pair(
@@ -88,15 +99,10 @@ pub(crate) fn pair(
     let cfg = Config::load()?;
     zcode_shared::logging::init(cfg.debug);
     let scope = if watch { "watch" } else { "full" };
-    let (status, v) = call(&cfg, "POST", "/api/pairing", Some(json!({"name": name, "scope": scope})))?;
-    if status != 200 {
-        return Err(refused(status, &v));
-    }
-    let code = v["code"].as_str().unwrap_or_default();
-    let base = public_url
-        .or_else(|| crate::tunnel::Advert::read(&cfg.paths).map(|t| t.url))
-        .unwrap_or_else(|| format!("http://{}:{}", cfg.remote.hub_host, hub(&cfg).map(|h| h.0).unwrap_or(0)));
-    let url = format!("{}/#pair={code}", base.trim_end_matches('/'));
+    let code = new_code(&cfg, watch, name)?;
+    let public_url = public_url.or_else(|| crate::tunnel::Advert::read(&cfg.paths).map(|t| t.url));
+    let port = hub(&cfg).map(|h| h.0).unwrap_or(0);
+    let url = crate::pairing::pairing_url(&cfg.remote.hub_host, port, &code, public_url);
     println!("{url}");
     eprintln!("pairing code {code} ({scope}): works once, for 5 minutes");
     if let Some(note) = loopback_note(&url) {

@@ -125,9 +125,6 @@ enum Command {
         /// Replace the token with a new random one
         #[arg(long)]
         rotate: bool,
-        /// The address phones use (the tunnel's), for the pairing URL
-        #[arg(long)]
-        public_url: Option<String>,
     },
     /// Pair a new device: a one-time code (5 minutes) and its URL and QR code, never the token
     Pair {
@@ -194,7 +191,7 @@ fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.command {
         Command::DemoAgent { delay_ms, resume_only } => agent::demo_agent(delay_ms, resume_only),
-        Command::Token { rotate, public_url } => pairing::token(rotate, public_url),
+        Command::Token { rotate } => pairing::token(rotate),
         Command::Bridge { agent_name, agent } => agent::bridge(agent_name, agent),
         Command::Serve { cwd, agent_name, agent } => agent::serve(cwd, agent_name, agent),
         Command::Hub { background, detached, successor, listener_on_stdin } => {

@@ -41,11 +41,11 @@ pub fn check_port_owner(host: &str, port: u16) -> Result<(), String> {
     }
 }
 
-/// The pairing URL: the hub's (or the tunnel's) address with the token in the fragment, so it
-/// never reaches a server log.
-pub fn pairing_url(host: &str, port: u16, token: &str, public_url: Option<String>) -> String {
+/// The pairing URL: the hub's (or the tunnel's) address with a one-time pairing `code` in the
+/// fragment, so it never reaches a server log (the web client redeems it at `POST /api/pair`).
+pub fn pairing_url(host: &str, port: u16, code: &str, public_url: Option<String>) -> String {
     let base = public_url.unwrap_or_else(|| format!("http://{host}:{port}"));
-    format!("{}/#token={token}", base.trim_end_matches('/'))
+    format!("{}/#pair={code}", base.trim_end_matches('/'))
 }
 
 /// What to say under a pairing URL only this machine can open (a phone cannot reach loopback).
@@ -115,8 +115,10 @@ pub fn qr(text: &str, colour: bool) -> String {
     out
 }
 
-/// `zcode-acp token`: prints the token (or rotates it), and how to pair a phone.
-pub(crate) fn token(rotate: bool, public_url: Option<String>) -> anyhow::Result<ExitCode> {
+/// `zcode-acp token`: prints the machine's token (or rotates it), for local tools and scripts.
+/// A phone is paired with `zcode-acp pair` (a one-time code): the token itself never goes in
+/// a URL or a QR code, where it would be kept by every browser that scanned it.
+pub(crate) fn token(rotate: bool) -> anyhow::Result<ExitCode> {
     let cfg = Config::load()?;
     zcode_shared::logging::init(cfg.debug);
     let (token, source) =
@@ -125,35 +127,15 @@ pub(crate) fn token(rotate: bool, public_url: Option<String>) -> anyhow::Result<
     if rotate {
         eprintln!(
             "new token written to {source}; the running hub and bridges take it within seconds \
-             (the old one stops working): give it to every remote client"
+             (the old one stops working, and every connection made with it is closed): give it to \
+             every local tool that used the old one"
         );
     } else {
         eprintln!("token from {source}");
     }
-    // Pairing goes to stderr: stdout stays the bare token, for scripts.
-    let port = match (&public_url, running_hub_port(&cfg)) {
-        (Some(_), _) => 0,
-        (None, Some(p)) => p,
-        (None, None) if cfg.remote.hub_port != 0 => cfg.remote.hub_port,
-        (None, None) => {
-            eprintln!(
-                "no hub is running (its port is picked when it starts): `zcode-acp up` prints the pairing URL"
-            );
-            return Ok(ExitCode::SUCCESS);
-        }
-    };
-    if public_url.is_none() {
-        if let Err(why) = check_port_owner(&cfg.remote.hub_host, port) {
-            eprintln!("zcode-acp token: {why}");
-            return Ok(ExitCode::FAILURE);
-        }
-    }
-    let url = pairing_url(&cfg.remote.hub_host, port, &token, public_url);
-    eprintln!("pair a phone: {url}");
-    if let Some(note) = loopback_note(&url) {
-        eprintln!("{note}");
-    }
-    eprint!("{}", qr(&url, colour_for(&std::io::stderr())));
+    eprintln!(
+        "to pair a phone or a browser: `zcode-acp pair` (a one-time code; the token never goes in a URL)"
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -217,7 +199,7 @@ mod tests {
 
     #[test]
     fn the_token_goes_in_the_fragment_after_one_slash() {
-        assert_eq!(pairing_url("127.0.0.1", 9, "T", None), "http://127.0.0.1:9/#token=T");
-        assert_eq!(pairing_url("h", 9, "T", Some("https://p.example/".into())), "https://p.example/#token=T");
+        assert_eq!(pairing_url("127.0.0.1", 9, "C", None), "http://127.0.0.1:9/#pair=C");
+        assert_eq!(pairing_url("h", 9, "C", Some("https://p.example/".into())), "https://p.example/#pair=C");
     }
 }

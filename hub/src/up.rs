@@ -11,7 +11,8 @@ use zcode_shared::config::Config;
 
 /// `up`: the hub (started in the background unless one answers), then a serve bridge over the
 /// chosen agent in the current directory, in the foreground until Ctrl-C; with `--tunnel`, the
-/// tunnel too, for as long as `up` runs. Prints the pairing URL, a QR code of it and the token.
+/// tunnel too, for as long as `up` runs. Prints a pairing URL with a one-time code (never the
+/// machine's token) and a QR code of it.
 pub(crate) fn up(
     public_url: Option<String>,
     tunnel: Option<tunnel::Kind>,
@@ -26,7 +27,8 @@ pub(crate) fn up(
     }
     // An unknown agent name fails here, before anything is started or printed.
     let spec = agent_spec(&cfg, AgentChoice::new(agent_name, agent))?;
-    let (token, _) = zcode_shared::token::resolve(&cfg)?;
+    // Made now if there is none yet: the hub and the bridge started below read the same one.
+    zcode_shared::token::resolve(&cfg)?;
     let host = cfg.remote.hub_host.clone();
     let stop = signals_now()?;
     let port = match running_hub_port(&cfg) {
@@ -70,7 +72,6 @@ pub(crate) fn up(
         None => None,
     };
     let public_url = tunnel.as_ref().map(|t| t.url.clone()).or(public_url);
-    let url = pairing_url(&host, port, &token, public_url);
     // What `zcode-acp status` shows as the hub's tunnel, for as long as this `up` runs: written
     // before the banner, so whoever reads the banner finds it.
     let _advert = tunnel.as_ref().map(|t| tunnel::Advert::write(&cfg.paths, t));
@@ -100,21 +101,31 @@ pub(crate) fn up(
         let _ = bridge.join();
         return Ok(ExitCode::FAILURE);
     }
-    // The hub was ours when found; a URL with the token is printed only while it still is.
+    // The hub was ours when found; a pairing URL is printed only while it still is.
     if let Err(why) = pairing::check_port_owner(&host, port) {
         eprintln!("zcode-acp up: {why}");
         stop.cancel();
         let _ = bridge.join();
         return Ok(ExitCode::FAILURE);
     }
+    // A one-time code, never the machine's token: a phone keeps its own credential, revocable.
+    let url = match crate::devices_cli::new_code(&cfg, false, None) {
+        Ok(code) => pairing_url(&host, port, &code, public_url),
+        Err(e) => {
+            eprintln!("zcode-acp up: no pairing code from the hub: {e:#}");
+            stop.cancel();
+            let _ = bridge.join();
+            return Ok(ExitCode::FAILURE);
+        }
+    };
     println!("zcode-acp is up.");
     println!("  open:   {url}");
+    println!("          (works once, for 5 minutes: `zcode-acp pair` makes another)");
     // The note first: read before the code is scanned, not found under it afterwards.
     if let Some(note) = loopback_note(&url) {
         println!("{note}");
     }
     print!("{}", qr(&url, pairing::colour_for(&std::io::stdout())));
-    println!("  token:  {token}");
     println!("  hub:    http://{host}:{port}");
     if let Some(t) = &tunnel {
         println!("  tunnel: {} (pid {}), stopped with this command", t.url, t.pid());

@@ -433,3 +433,13 @@ pub fn hold_hub_lock(home: &Home, pid: u32) -> Child {
     assert_eq!(line.trim(), "locked");
     c
 }
+
+/// Redeems the one-time code of a pairing URL (`…/#pair=CODE`, as `up` and `pair` print it) at
+/// the hub on `port`, as a phone's web client does: the new device's own credential.
+pub fn redeem_pairing_url(port: u16, url: &str) -> String {
+    let code = url.split("#pair=").nth(1).unwrap_or_else(|| panic!("a pairing code in {url}"));
+    let body = serde_json::json!({"code": code, "name": "test phone"}).to_string();
+    let r = http(port, "POST", "/api/pair", &[("Content-Type", "application/json")], body.as_bytes());
+    assert_eq!(r.status, 200, "redeeming {url}: {}", r.text());
+    r.json()["token"].as_str().expect("a device token").to_owned()
+}

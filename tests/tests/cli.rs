@@ -55,9 +55,11 @@ fn up_starts_the_hub_and_a_bridge_and_prints_the_pairing_url() {
         .find(|l| l.trim_start().starts_with("open:"))
         .expect("an open: line");
     let url = open.split_whitespace().nth(1).unwrap().to_owned();
-    let token = url.split("#token=").nth(1).expect("the token in the fragment").to_owned();
-    assert_eq!(token.len(), 43, "{url}");
+    // A one-time code, never the machine's token: redeemed, it is this device's own credential.
     let port: u16 = url.trim_start_matches("http://127.0.0.1:").split('/').next().unwrap().parse().unwrap();
+    let token = zcode_tests::hub::redeem_pairing_url(port, &url);
+    let machine = std::fs::read_to_string(home.path().join("token")).unwrap();
+    assert!(!url.contains(machine.trim()), "the machine's token is in {url}");
     // The bridge registers with origin serve, in the project directory.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
@@ -84,13 +86,13 @@ fn up_starts_the_hub_and_a_bridge_and_prints_the_pairing_url() {
 #[test]
 fn token_is_generated_once_and_rotated() {
     let home = Home::new();
-    let (code, first, err) = run(&home, &["token", "--public-url", "https://phone.example/"], &[]);
+    let (code, first, err) = run(&home, &["token"], &[]);
     assert_eq!(code, 0, "{err}");
     let first = first.trim().to_owned();
     assert!(first.len() >= 43, "{first}");
-    // The pairing URL carries the token in the fragment, with a QR code of it.
-    assert!(err.contains(&format!("https://phone.example/#token={first}")), "{err}");
-    assert!(err.contains('█') && err.contains('▀'), "no QR code: {err}");
+    // The token is for local tools: never in a URL or a QR code; a phone pairs with a code.
+    assert!(!err.contains(&first) && !err.contains('█'), "{err}");
+    assert!(err.contains("zcode-acp pair"), "{err}");
     let file = home.path().join("token");
     assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
     assert_eq!(run(&home, &["token"], &[]).1.trim(), first);
@@ -129,47 +131,52 @@ fn an_invalid_config_file_is_named_and_never_overwritten() {
 }
 
 #[test]
-fn token_pairs_with_the_running_hubs_port_and_says_when_a_phone_needs_a_tunnel() {
+fn pair_prints_a_one_time_code_for_the_running_hubs_port_and_says_when_a_phone_needs_a_tunnel() {
     use zcode_tests::TEST_TOKEN;
     let home = Home::new();
     // A hub on an OS-picked port while config.json says nothing (the default port, 8377).
     let hub = zcode_tests::hub::Hub::start(&home, &[]);
-    let (code, _, err) = run(&home, &["token"], &[("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN)]);
+    let env = [("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN)];
+    let (code, url, err) = run(&home, &["pair"], &env);
     assert_eq!(code, 0, "{err}");
-    assert!(
-        err.contains(&format!("pair a phone: http://127.0.0.1:{}/#token={TEST_TOKEN}", hub.port)),
-        "{err}"
-    );
+    let url = url.trim();
+    assert!(url.starts_with(&format!("http://127.0.0.1:{}/#pair=", hub.port)), "{url}");
+    assert!(!url.contains(TEST_TOKEN) && !err.contains(TEST_TOKEN), "the token was printed: {url} {err}");
+    assert!(err.contains('█') && err.contains('▀'), "no QR code: {err}");
     let note = err.lines().find(|l| l.trim_start().starts_with("note:")).unwrap_or_else(|| panic!("{err}"));
     assert!(note.contains("--tunnel cloudflare") && note.contains("--public-url https://"), "{note}");
-    // A tunnel's address needs no such note.
-    let (_, _, err) = run(&home, &["token", "--public-url", "https://phone.example"], &[]);
+    // A tunnel's address needs no such note; each code is new.
+    let (_, url2, err) = run(&home, &["pair", "--public-url", "https://phone.example"], &env);
+    assert!(url2.trim().starts_with("https://phone.example/#pair="), "{url2}");
     assert!(!err.contains("note:"), "{err}");
+    assert_ne!(url.split("#pair=").nth(1), url2.trim().split("#pair=").nth(1));
 }
 
 #[test]
-fn token_refuses_a_pairing_url_for_a_port_another_user_holds() {
+fn pair_with_an_os_picked_port_and_no_hub_says_there_is_none() {
+    let home = Home::new();
+    let (code, out, err) = run(&home, &["pair"], &[("ZCODE_ACP_HUB_PORT", "0")]);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(!out.contains("#pair=") && !err.contains(":0/"), "a pairing URL with no hub: {out}{err}");
+    assert!(err.contains("no hub is running"), "{err}");
+}
+
+#[test]
+fn pair_and_token_hand_nothing_to_a_port_another_user_holds() {
     use zcode_tests::TEST_TOKEN;
     let home = Home::new();
     let port = zcode_tests::squat::free_port();
     let squatter = zcode_tests::squat::Squatter::start(port);
     squatter.wait_bound();
     let env = [("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN), ("ZCODE_ACP_HUB_PORT", &port.to_string())];
+    let (code, out, err) = run(&home, &["pair"], &env);
+    assert_ne!(code, 0, "pair printed a URL for a port uid 65534 holds:\n{out}\n{err}");
+    assert!(!out.contains("#pair=") && !err.contains("#pair="), "a pairing URL was printed:\n{out}\n{err}");
+    // `token` prints the bare token for local tools, and no URL at all.
     let (code, out, err) = run(&home, &["token"], &env);
-    assert_ne!(code, 0, "token printed a URL for a port uid 65534 holds:\n{err}");
-    assert!(err.contains("another user (uid 65534)"), "{err}");
-    assert!(!err.contains("#token=") && !out.contains("#token="), "a token URL was printed:\n{out}\n{err}");
+    assert_eq!((code, out.trim()), (0, TEST_TOKEN), "{err}");
+    assert!(!err.contains("http"), "{err}");
     assert_eq!(squatter.received(), "", "the squatter was sent something");
-}
-
-#[test]
-fn token_with_an_os_picked_port_and_no_hub_says_there_is_none() {
-    let home = Home::new();
-    let (code, out, err) = run(&home, &["token"], &[("ZCODE_ACP_HUB_PORT", "0")]);
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(out.trim().len(), 43, "{out}");
-    assert!(!err.contains(":0/"), "a pairing URL with port 0: {err}");
-    assert!(err.contains("no hub is running"), "{err}");
 }
 
 #[test]
@@ -335,10 +342,12 @@ fn strip_sgr(line: &str) -> String {
 #[test]
 fn the_qr_code_has_a_quiet_zone_and_explicit_colours_on_a_terminal() {
     let home = Home::new();
+    let _hub = zcode_tests::hub::Hub::start(&home, &[]);
     // Under a pseudo-terminal (script(1)), as a person runs it.
-    let line = format!("'{}' token --public-url https://phone.example/", zcode_tests::bin().display());
+    let line = format!("'{}' pair --public-url https://phone.example/", zcode_tests::bin().display());
     let mut cmd = std::process::Command::new("script");
     cmd.args(["-qec", &line, "/dev/null"]).env("ZCODE_ACP_HOME", home.path()).env_remove("NO_COLOR");
+    cmd.env("ZCODE_ACP_REMOTE_TOKEN", zcode_tests::TEST_TOKEN);
     let out = cmd.stdin(std::process::Stdio::null()).output().expect("script(1)");
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -365,7 +374,7 @@ fn the_only_this_machine_note_comes_before_the_qr_code() {
     use zcode_tests::TEST_TOKEN;
     let home = Home::new();
     let _hub = zcode_tests::hub::Hub::start(&home, &[]);
-    let (code, _, err) = run(&home, &["token"], &[("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN)]);
+    let (code, _, err) = run(&home, &["pair"], &[("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN)]);
     assert_eq!(code, 0, "{err}");
     let note =
         err.lines().position(|l| l.trim_start().starts_with("note:")).unwrap_or_else(|| panic!("{err}"));

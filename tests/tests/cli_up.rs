@@ -148,9 +148,11 @@ impl Drop for Up {
     }
 }
 
-/// The token and port in a pairing URL `http://127.0.0.1:PORT/#token=T`.
-fn token_of(url: &str) -> String {
-    url.split("#token=").nth(1).expect("a token in the fragment").to_owned()
+/// The credential a phone gets for the one-time code in `up`'s pairing URL (`…/#pair=CODE`),
+/// redeemed at the home's hub as the web client does.
+fn token_of(home: &Home, url: &str) -> String {
+    let port = zcode_tests::hub::hub_port(home).expect("the hub's port file");
+    zcode_tests::hub::redeem_pairing_url(port, url)
 }
 
 /// A shell script agent that leaves `marker` behind, then runs the demo agent.
@@ -161,7 +163,7 @@ fn marking_agent(marker: &Path) -> Vec<String> {
 
 /// Connects to the `up` bridge through the hub and initializes, so that the agent starts.
 fn start_the_agent(home: &Home, url: &str) -> Peer {
-    let token = token_of(url);
+    let token = token_of(home, url);
     let port = zcode_tests::hub::hub_port(home).expect("the hub's port file");
     let deadline = Instant::now() + WAIT;
     let id = loop {
@@ -234,7 +236,7 @@ fn a_loopback_pairing_url_says_that_a_phone_needs_a_tunnel() {
         !before.iter().any(|l| l.contains('▀') || l.contains('▄')),
         "the note comes after the QR code: {before:?}"
     );
-    let after = up.lines_until("token:");
+    let after = up.lines_until("hub:");
     assert!(after.iter().any(|l| l.contains('▀') || l.contains('▄')), "no QR code after the note: {after:?}");
 }
 
@@ -336,7 +338,7 @@ fn tunnel_case(tool: &str, flag: &str, stdout: &str, stderr: &str, public: &str,
     stand_in(tools.path(), tool, stdout, stderr);
     let mut up = Up::start(&home, &["--tunnel", flag], Some(&path_with(tools.path())));
     let url = up.url();
-    assert!(url.starts_with(&format!("{public}/#token=")), "{url}\n{}", up.stderr());
+    assert!(url.starts_with(&format!("{public}/#pair=")), "{url}\n{}", up.stderr());
     let port = zcode_tests::hub::hub_port(&home).expect("the hub's port");
     let args = std::fs::read_to_string(tools.path().join(format!("{tool}.args"))).unwrap();
     assert!(args.starts_with(args_start), "{args}");
@@ -464,7 +466,11 @@ fn the_tunnel_tool_is_not_given_the_token() {
     let token = zcode_tests::TEST_TOKEN;
     let env = [("ZCODE_ACP_REMOTE_TOKEN", token)];
     let up = Up::start_with(&home, None, &["--tunnel", "cloudflare"], Some(&path_with(tools.path())), &env);
-    assert!(token_of(&up.url()) == token, "up runs with the token from its environment");
+    let url = up.url();
+    let port = zcode_tests::hub::hub_port(&home).expect("the hub's port");
+    assert!(!url.contains(token), "the token is in the pairing URL: {url}");
+    let (status, _) = zcode_tests::http_get(port, "/api/instances", Some(token));
+    assert_eq!(status, 200, "up runs with the token from its environment");
     let dumped = std::fs::read_to_string(tools.path().join("cloudflared.env")).unwrap();
     assert!(dumped.contains("PATH="), "the stand-in dumped its environment: {dumped}");
     assert!(!dumped.contains(token), "the tunnel tool was given the token:\n{dumped}");
@@ -623,7 +629,7 @@ fn up_refuses_a_port_another_user_holds_before_printing_a_url() {
         .unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(!out.status.success(), "{stdout}{stderr}");
-    assert!(!stdout.contains("#token=") && !stderr.contains("#token="), "{stdout}{stderr}");
+    assert!(!stdout.contains("#pair=") && !stderr.contains("#pair="), "{stdout}{stderr}");
     assert!(stderr.contains("another user (uid 65534)"), "{stderr}");
     assert_eq!(squatter.received(), "");
 }
