@@ -9,8 +9,9 @@
 //! - `run/tunnel` names the tunnel a running `zcode-acp up --tunnel` started (and that `up`).
 //! - [`housekeeping`]: the TTL sweep, the idle exit, and an exit when the port file vanishes
 //!   (its home was deleted, or another hub took over: this one could never be found again).
-//!   The idle rule: no exit while a bridge is registered, a relay is open, or a tunnel runs
-//!   (its `up` is alive): a tunnel must never forward to a port the hub has let go.
+//!   The idle rule: no exit while a bridge is registered, a relay is open, a tunnel runs (its
+//!   `up` is alive), or a device is paired (a phone reaches this port, perhaps through a tunnel
+//!   we did not start): a tunnel must never forward to a port the hub has let go.
 
 use crate::Hub;
 use nix::errno::Errno;
@@ -245,7 +246,7 @@ fn tunnel_runs(paths: &Paths) -> bool {
 }
 
 /// Runs until shutdown: drops expired instances every `min(TTL/2, 5 s)`, and stops the hub
-/// when it has had no instances, no relays and no tunnel for `hub_idle`, or when its port file
+/// when it has had no instances, relays, tunnel or paired device for `hub_idle`, or when its port file
 /// is gone.
 pub async fn housekeeping(hub: Arc<Hub>, port_file: Option<PortFile>) {
     let t = &hub.cfg.timings;
@@ -272,10 +273,14 @@ pub async fn housekeeping(hub: Arc<Hub>, port_file: Option<PortFile>) {
         for id in expired {
             tracing::info!(instance = %id, "instance expired: no heartbeat");
         }
-        if live == 0 && hub.bridges.relay_count() == 0 && !tunnel_runs(&hub.cfg.paths) {
+        if live == 0
+            && hub.bridges.relay_count() == 0
+            && !tunnel_runs(&hub.cfg.paths)
+            && !hub.devices.any_paired()
+        {
             let since = *idle_since.get_or_insert(now);
             if now.saturating_duration_since(since) >= t.hub_idle {
-                tracing::info!(idle = ?t.hub_idle, "no instances, no relays and no tunnel: exiting");
+                tracing::info!(idle = ?t.hub_idle, "no instances, relays, tunnel or paired device: exiting");
                 hub.life.shutdown.cancel();
                 return;
             }

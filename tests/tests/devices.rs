@@ -468,3 +468,27 @@ fn a_devices_prompts_and_permission_answers_are_in_the_audit_trail() {
             && has(&e, "prompt", "editor", "editor", &target)
     });
 }
+
+/// The idle rule: a hub with a paired device does not exit idle (the device reaches this port,
+/// maybe through a tunnel `up` did not start, and a port let go is another user's to take);
+/// once the last device is revoked it exits idle as before.
+#[test]
+fn a_hub_with_a_paired_device_does_not_exit_idle_and_exits_once_none_is_left() {
+    const IDLE_MS: u64 = 400;
+    let home = Home::new();
+    let mut hub = Hub::start(&home, &[("ZCODE_ACP_HUB_IDLE_MS", &IDLE_MS.to_string())]);
+    let (phone, _) = paired(hub.port, "phone", "full");
+    // Well past its idle limit, it still answers.
+    let since = Instant::now();
+    while since.elapsed() < Duration::from_millis(IDLE_MS * 5 / 2) {
+        assert_eq!(
+            hub.wait_exit(Duration::from_millis(50)),
+            None,
+            "the hub exited idle with a device paired"
+        );
+        assert_eq!(call(hub.port, "GET", "/api/health", TEST_TOKEN, None).status, 200);
+    }
+    assert_eq!(call(hub.port, "DELETE", &format!("/api/devices/{phone}"), TEST_TOKEN, None).status, 200);
+    assert!(hub.wait_exit(WAIT).is_some(), "the hub did not exit idle once no device was left");
+    assert!(hub.log().contains("no instances, relays, tunnel or paired device: exiting"), "{}", hub.log());
+}

@@ -282,6 +282,12 @@ impl Devices {
     pub fn name_of(&self, id: &str) -> Option<String> {
         self.state().devices.iter().find(|d| d.row.id == id).map(|d| d.row.name.clone())
     }
+
+    /// Whether any device is paired (and not revoked): the hub then does not exit idle, so
+    /// that the port a phone (and a tunnel of the user's own) reaches is never let go.
+    pub fn any_paired(&self) -> bool {
+        !self.state().devices.is_empty()
+    }
 }
 
 /// Who presents `candidate`: the machine's token (its generation), else a paired device;
