@@ -33,7 +33,8 @@ use zcode_shared::slots::{Client, Limits, Slot, Slots};
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest request head (request line and headers) accepted.
 const MAX_HEAD: usize = 16 * 1024;
-/// The pools' sizes: 1024 pending connections, 256 of them per client address (an IPv6 /64),
+/// The pools' sizes: 1024 pending connections, 256 of them per client (an address, an IPv6 /64,
+/// or a loopback connection's local user),
 /// and 4096 authenticated ones (relays are counted separately, once upgraded).
 pub const LIMITS: Limits = Limits { pending: 1024, per_addr: 256, authenticated: 4096 };
 /// What an evicted connection that never sent a byte is told.
