@@ -161,12 +161,13 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
         // takes a place: it could never show the token, and its silent sockets must not push
         // the hub's out of the pool.
         if let Err(e) = zcode_shared::peer::verify_addrs(stream.local_addr(), Ok(peer)) {
-            tracing::debug!(%peer, "connection refused: {e}");
+            // Trace only: a flood would otherwise fill the debug log.
+            tracing::trace!(%peer, "connection refused: {e}");
             continue;
         }
         // Admitted at once: at the cap, the oldest connection without the token makes room.
         next_conn += 1;
-        let slot = Slots::admit(&slots, next_conn, Client::User(own));
+        let slot = Slots::admit(&slots, next_conn, Client::User(own, peer.ip()));
         let _ = stream.set_nodelay(true);
         let _ = nix::sys::socket::setsockopt(&stream, nix::sys::socket::sockopt::SndBuf, &SEND_BUFFER);
         let conn_ctx = ctx.clone();

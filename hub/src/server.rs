@@ -14,8 +14,8 @@
 //! - The first byte must come within [`HEADER_TIMEOUT`], the whole head within as long again
 //!   (hyper's `header_read_timeout`, also the idle keep-alive limit), and a head is at most
 //!   16 KiB.
-//! - A loopback connection counts as its local user's, not its address's: another user's
-//!   silent sockets crowd out only each other (a bridge's registration stays in).
+//! - A loopback connection counts as its local user's at its address: another user's silent
+//!   sockets crowd out only each other (a bridge's registration stays in).
 //! - The listen queue is widened to the kernel's maximum: under a flood it is where a
 //!   legitimate client waits, and a full one drops its SYN.
 
@@ -34,7 +34,7 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest request head (request line and headers) accepted.
 const MAX_HEAD: usize = 16 * 1024;
 /// The pools' sizes: 1024 pending connections, 256 of them per client (an address, an IPv6 /64,
-/// or a loopback connection's local user),
+/// or a loopback connection's local user at its address),
 /// and 4096 authenticated ones (relays are counted separately, once upgraded).
 pub const LIMITS: Limits = Limits { pending: 1024, per_addr: 256, authenticated: 4096 };
 /// What an evicted connection that never sent a byte is told.
@@ -72,14 +72,14 @@ pub async fn serve(listener: TcpListener, hub: Arc<Hub>) {
 }
 
 /// Whose `stream` is for the pre-auth pool's per-client cap: a loopback connection is its
-/// local user's (one kernel query), so another user's silent sockets, from whatever loopback
-/// addresses, crowd out only each other; any other connection is its address's.
+/// local user's at its address (one kernel query), so another user's silent sockets crowd out
+/// only each other; any other connection is its address's.
 fn client(stream: &TcpStream, peer: SocketAddr) -> Client {
     let ip = peer.ip().to_canonical();
     if ip.is_loopback() {
         let local = stream.local_addr();
         if let Ok(Some(uid)) = local.and_then(|local| zcode_shared::peer::owner(local, peer)) {
-            return Client::User(uid);
+            return Client::User(uid, crate::auth::addr_key(peer.ip()));
         }
     }
     Client::Addr(crate::auth::addr_key(peer.ip()))

@@ -251,6 +251,13 @@ mod tests {
     }
 
     #[test]
+    fn a_listener_is_found_by_its_address_alone() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let found = diag::lookup(listener.local_addr().unwrap(), None).unwrap();
+        assert_eq!(found, Some(Found { state: LISTEN, uid: own_uid() }));
+    }
+
+    #[test]
     fn a_dual_stack_listeners_ipv4_connection_is_found_by_its_ipv4_addresses() {
         let Ok(listener) = std::net::TcpListener::bind("[::]:0") else { return };
         let port = listener.local_addr().unwrap().port();

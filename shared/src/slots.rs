@@ -6,9 +6,9 @@
 //! leaves it when a request on it authenticates ([`Slot::authenticate`]) for a pool of its own
 //! ([`Limits::authenticated`]; full, the request is refused rather than waiting). Admission
 //! never waits: a flood of silent sockets cannot keep the token out, since the newest
-//! connection is the last to be evicted. A loopback connection counts as its local user's
-//! ([`Client::User`], from [`crate::peer`]): another user's silent sockets crowd out only their
-//! own, whatever source addresses they bind.
+//! connection is the last to be evicted. A loopback connection counts as its local user's at
+//! its address ([`Client::User`], from [`crate::peer`]): another user's silent sockets crowd
+//! out only their own, from whatever loopback addresses.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 /// Whose a connection is, for the per-client cap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Client {
-    /// A local user's (a loopback connection whose owner the kernel told): their uid.
-    User(u32),
+    /// A local user's at an address (a loopback connection whose owner the kernel told).
+    User(u32, IpAddr),
     /// A client address (the caller's key: the hub counts an IPv6 /64 as one).
     Addr(IpAddr),
 }
@@ -267,13 +267,14 @@ mod tests {
         assert_eq!((pool.pending_total, pool.authenticated, pool.pending.len()), (0, 0, 0));
     }
 
-    /// The hub's loopback case: another user's silent sockets, from as many loopback addresses
-    /// as they like, count as one client; this user's connection is not the fullest client's.
+    /// The hub's loopback case: another user's silent sockets from our address are not ours;
+    /// this user's connection is not the fullest client's.
     #[test]
     fn another_users_connections_crowd_out_only_their_own() {
         let slots = Slots::new(limits(4, 3, 4));
-        let ours = Slots::admit(&slots, 1, Client::User(1000));
-        let theirs: Vec<_> = (2..12).map(|id| Slots::admit(&slots, id, Client::User(65534))).collect();
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let ours = Slots::admit(&slots, 1, Client::User(1000, lo));
+        let theirs: Vec<_> = (2..12).map(|id| Slots::admit(&slots, id, Client::User(65534, lo))).collect();
         assert!(!ours.evicted.is_cancelled(), "this user's connection was evicted");
         let held = theirs.iter().filter(|s| !s.evicted.is_cancelled()).count();
         assert_eq!(held, 3, "the other user holds at most its cap");
