@@ -17,17 +17,7 @@ pub(crate) fn hub_addr(cfg: &Config) -> Option<(String, u16)> {
     Some((host, cfg.hub_port_now()?))
 }
 
-/// Whether the other end of `tcp` (the hub's `port`) belongs to this user.
-pub(crate) async fn verify(
-    tcp: &tokio::net::TcpStream,
-    port: u16,
-) -> Result<(), zcode_shared::peer::PeerError> {
-    let unknown = |reason: String| zcode_shared::peer::PeerError::Unknown { port, reason };
-    let (local, peer) = (tcp.local_addr(), tcp.peer_addr());
-    let (local, peer) =
-        (local.map_err(|e| unknown(e.to_string()))?, peer.map_err(|e| unknown(e.to_string()))?);
-    // Reading the kernel's TCP tables is blocking file I/O.
-    tokio::task::spawn_blocking(move || zcode_shared::peer::verify(local, peer))
-        .await
-        .unwrap_or_else(|e| Err(unknown(e.to_string())))
+/// Whether the other end of `tcp` (the hub's port) belongs to this user.
+pub(crate) fn verify(tcp: &tokio::net::TcpStream) -> Result<(), zcode_shared::peer::PeerError> {
+    zcode_shared::peer::verify_addrs(tcp.local_addr(), tcp.peer_addr())
 }

@@ -71,7 +71,7 @@ impl QuotaSource {
         let Some((host, port)) = crate::hub::hub_addr(&self.cfg) else { return FromHub::NoHub };
         let connect = tokio::net::TcpStream::connect((host.as_str(), port));
         let Ok(Ok(tcp)) = tokio::time::timeout(CONNECT_TIMEOUT, connect).await else { return FromHub::NoHub };
-        if let Err(e) = crate::hub::verify(&tcp, port).await {
+        if let Err(e) = crate::hub::verify(&tcp) {
             e.warn_once("not asking the hub for quota");
             return FromHub::NoHub;
         }

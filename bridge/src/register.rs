@@ -257,7 +257,7 @@ impl Ctx {
         let (host, port) = self.hub_addr().ok_or(Unsent::Unreachable)?;
         let attempt = async {
             let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await.ok()?;
-            if let Err(e) = verify(&tcp, port).await {
+            if let Err(e) = verify(&tcp) {
                 e.warn_once("not registering with the hub");
                 return Some(Err(Unsent::NotOurs));
             }

@@ -9,8 +9,10 @@
 //! hub's `X-Zcode-Scope: watch` ([`zcode_shared::scope`]) limits a request to GET and HEAD
 //! (else 403) and an ACP client to what [`crate::router`] lets a watcher send.
 //!
-//! Other local users can still connect, so what a connection costs before it shows the token
-//! is bounded: its headers must arrive within `timings.header_timeout` (64 KiB at most), and
+//! Other local users can still connect: the accept loop closes their connections at once (the
+//! kernel tells who owns the other end, `zcode_shared::peer`), so their silent sockets never
+//! push the hub's out. What a connection of this user costs before it shows the token is
+//! bounded too: its headers must arrive within `timings.header_timeout` (64 KiB at most), and
 //! [`crate::slots`] caps open connections, evicting the oldest untrusted one at the cap. A
 //! remote client's writes are bounded too: see [`crate::stall`].
 
@@ -38,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use zcode_shared::scope::Scope;
-use zcode_shared::slots::{Slot, Slots};
+use zcode_shared::slots::{Client, Slot, Slots};
 
 /// The largest message a remote client may send (and we accept): 32 MiB.
 pub const MAX_MESSAGE: usize = 32 * 1024 * 1024;
@@ -141,6 +143,8 @@ impl Ctx {
 /// Accepts connections until shutdown.
 pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
     let slots = Slots::new(crate::slots::limits(ctx.limits.connections));
+    let own = zcode_shared::peer::own_uid();
+    widen_backlog(&listener);
     let mut next_conn: u64 = 0;
     loop {
         let (stream, peer) = tokio::select! {
@@ -156,9 +160,17 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
                 }
             },
         };
+        // Another user's connection (or one whose owner cannot be told) is closed before it
+        // takes a place: it could never show the token, and its silent sockets must not push
+        // the hub's out of the pool.
+        if let Err(e) = zcode_shared::peer::verify_addrs(stream.local_addr(), Ok(peer)) {
+            // Trace only: a flood would otherwise fill the debug log.
+            tracing::trace!(%peer, "connection refused: {e}");
+            continue;
+        }
         // Admitted at once: at the cap, the oldest connection without the token makes room.
         next_conn += 1;
-        let slot = Slots::admit(&slots, next_conn, peer.ip());
+        let slot = Slots::admit(&slots, next_conn, Client::User(own, peer.ip()));
         let _ = stream.set_nodelay(true);
         let _ = nix::sys::socket::setsockopt(&stream, nix::sys::socket::sockopt::SndBuf, &SEND_BUFFER);
         let conn_ctx = ctx.clone();
@@ -203,6 +215,15 @@ fn watch_only(path: &str) -> Resp {
 /// some clients try there).
 fn loggable(path: &str) -> &str {
     path.split(';').next().unwrap_or_default()
+}
+
+/// Widens the listen queue to the kernel's maximum (tokio binds with 1024): under another
+/// user's connection flood the queue is where the hub's dial waits, and a full one drops its
+/// SYN (a 1 s retransmit).
+fn widen_backlog(listener: &TcpListener) {
+    if let Err(e) = nix::sys::socket::listen(listener, nix::sys::socket::Backlog::MAXALLOWABLE) {
+        tracing::debug!("cannot widen the listen queue: {e}");
+    }
 }
 
 fn authorized(req: &Request<Incoming>, ctx: &Ctx) -> bool {

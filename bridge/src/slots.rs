@@ -1,7 +1,8 @@
 //! How many connections the bridge's loopback server keeps ([`zcode_shared::slots`], the pools
 //! the hub uses too): at most [`cap_for`] at once, half pending (not shown the token yet; the
-//! oldest is evicted to make room, so another local user holding idle sockets never keeps the
-//! hub's dial out: its token follows within microseconds), half authenticated.
+//! oldest is evicted to make room), half authenticated. Only this user's connections get a
+//! place: `crate::server` closes another user's at once, so their idle sockets never push the
+//! hub's dial out.
 //!
 //! Upgraded WebSockets hold no slot (the HTTP connection ends at the upgrade): only clients
 //! with the token get that far.

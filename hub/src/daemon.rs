@@ -171,7 +171,7 @@ pub async fn connect_verified(
     let host = if host == "0.0.0.0" || host == "::" { "127.0.0.1" } else { host };
     let dial = tokio::net::TcpStream::connect((host, port));
     let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(1), dial).await else { return Ok(None) };
-    crate::upstream::verify(&s).await?;
+    crate::upstream::verify(&s)?;
     Ok(Some(s))
 }
 

@@ -14,6 +14,8 @@
 //! - The first byte must come within [`HEADER_TIMEOUT`], the whole head within as long again
 //!   (hyper's `header_read_timeout`, also the idle keep-alive limit), and a head is at most
 //!   16 KiB.
+//! - A loopback connection counts as its local user's at its address: another user's silent
+//!   sockets crowd out only each other (a bridge's registration stays in).
 //! - The listen queue is widened to the kernel's maximum: under a flood it is where a
 //!   legitimate client waits, and a full one drops its SYN.
 //! - A hub restarting onto a new binary stops accepting (its successor accepts from the same
@@ -27,14 +29,15 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::Instrument;
-use zcode_shared::slots::{Limits, Slot, Slots};
+use zcode_shared::slots::{Client, Limits, Slot, Slots};
 
 /// A connection's first byte must arrive within this long, its request head within as long
 /// again (also the idle keep-alive limit).
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest request head (request line and headers) accepted.
 const MAX_HEAD: usize = 16 * 1024;
-/// The pools' sizes: 1024 pending connections, 256 of them per client address (an IPv6 /64),
+/// The pools' sizes: 1024 pending connections, 256 of them per client (an address, an IPv6 /64,
+/// or a loopback connection's local user at its address),
 /// and 4096 authenticated ones (relays are counted separately, once upgraded).
 pub const LIMITS: Limits = Limits { pending: 1024, per_addr: 256, authenticated: 4096 };
 /// How long a connection accepted just before a restart may take to send its first byte.
@@ -64,13 +67,27 @@ pub async fn serve(listener: TcpListener, hub: Arc<Hub>) {
         };
         let _ = stream.set_nodelay(true);
         next_conn += 1;
-        let slot = Slots::admit(&slots, next_conn, crate::auth::addr_key(peer.ip()));
+        let slot = Slots::admit(&slots, next_conn, client(&stream, peer));
         hub.life.tracker.spawn(connection(stream, peer, hub.clone(), slot));
         // Let the new connection look at its first bytes before more are accepted: under a
         // flood, a legitimate request is then read long before its address's newer
         // connections could push it out of the pre-auth pool.
         tokio::task::yield_now().await;
     }
+}
+
+/// Whose `stream` is for the pre-auth pool's per-client cap: a loopback connection is its
+/// local user's at its address (one kernel query), so another user's silent sockets crowd out
+/// only each other; any other connection is its address's.
+fn client(stream: &TcpStream, peer: SocketAddr) -> Client {
+    let ip = peer.ip().to_canonical();
+    if ip.is_loopback() {
+        let local = stream.local_addr();
+        if let Ok(Some(uid)) = local.and_then(|local| zcode_shared::peer::owner(local, peer)) {
+            return Client::User(uid, crate::auth::addr_key(peer.ip()));
+        }
+    }
+    Client::Addr(crate::auth::addr_key(peer.ip()))
 }
 
 /// Widens the listen queue to the kernel's maximum (`net.core.somaxconn`, 4096 on current

@@ -90,7 +90,7 @@ async fn connect_with(port: u16, relay: bool) -> Result<TcpStream, DialError> {
         Ok(Err(e)) => return Err(DialError::Connect(e)),
         Err(_) => return Err(DialError::Timeout),
     };
-    if let Err(e) = verify(&s).await {
+    if let Err(e) = verify(&s) {
         e.warn_once("not dialling a registered bridge");
         return Err(e.into());
     }
@@ -98,16 +98,10 @@ async fn connect_with(port: u16, relay: bool) -> Result<TcpStream, DialError> {
     Ok(s)
 }
 
-/// Whether the other end of `s` belongs to this user (`zcode_shared::peer::verify`, on the
-/// blocking pool: it reads the kernel's TCP tables, which are long on a busy machine).
-pub async fn verify(s: &TcpStream) -> Result<(), PeerError> {
-    let port = s.peer_addr().map_or(0, |a| a.port());
-    let unknown = |reason: String| PeerError::Unknown { port, reason };
-    let (local, peer) = (s.local_addr().map_err(|e| unknown(e.to_string()))?, s.peer_addr());
-    let peer = peer.map_err(|e| unknown(e.to_string()))?;
-    tokio::task::spawn_blocking(move || zcode_shared::peer::verify(local, peer))
-        .await
-        .unwrap_or_else(|e| Err(unknown(e.to_string())))
+/// Whether the other end of `s` belongs to this user (`zcode_shared::peer::verify`: one
+/// kernel query for that socket, cheap enough for the async task).
+pub fn verify(s: &TcpStream) -> Result<(), PeerError> {
+    zcode_shared::peer::verify_addrs(s.local_addr(), s.peer_addr())
 }
 
 /// Whether a TCP connect to `port` succeeds within [`CONNECT_TIMEOUT`] and reaches a process

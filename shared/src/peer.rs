@@ -1,12 +1,15 @@
-//! Who holds the other end of a local TCP connection: the uid owning the peer's socket, read
-//! from `/proc/net/tcp` and `/proc/net/tcp6` (Linux). The hub and the bridges send the token
-//! (and act on answers) only after [`verify`] says the peer runs as their own user: another
-//! user who binds the hub's port, or a dead bridge's, gets a connection and not one byte.
-//! Anything that cannot be established (no `/proc`, no matching row) fails closed.
+//! Who holds the other end of a local TCP connection: the uid owning the peer's socket, asked
+//! of the kernel for that one socket by its address pair (`sock_diag`, the netlink query `ss`
+//! makes; Linux). The hub and the bridges send the token (and act on answers) only after
+//! [`verify`] says the peer runs as their own user: another user who binds the hub's port, or
+//! a dead bridge's, gets a connection and not one byte; the bridge closes another user's
+//! connection at once. The query costs the same however many sockets the machine holds (a
+//! scan of `/proc/net/tcp` grew with them: docs/PERFORMANCE.md). Anything that cannot be
+//! established (no answer, no such socket) fails closed.
 
 use std::collections::HashSet;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 
 /// Why a peer is not trusted with the token.
@@ -60,112 +63,163 @@ pub fn own_uid() -> u32 {
 }
 
 /// Checks that the socket at `peer`, the other end of our connected socket at `local`, belongs
-/// to this process's user.
+/// to this process's user. A few system calls, no blocking I/O: fine on an async task.
 pub fn verify(local: SocketAddr, peer: SocketAddr) -> Result<(), PeerError> {
     let unknown = |reason: String| PeerError::Unknown { port: peer.port(), reason };
-    // A listener's new connection may still be a request socket for a moment: look twice.
-    let mut found = owner(local, peer).map_err(|e| unknown(format!("cannot read /proc/net/tcp: {e}")))?;
-    if found.is_none() {
-        std::thread::yield_now();
-        found = owner(local, peer).map_err(|e| unknown(format!("cannot read /proc/net/tcp: {e}")))?;
-    }
-    match found {
+    match owner(local, peer).map_err(|e| unknown(format!("the kernel did not say: {e}")))? {
         Some(uid) if uid == own_uid() => Ok(()),
         Some(uid) => Err(PeerError::Foreign { port: peer.port(), uid }),
         None => Err(unknown("no socket on this machine holds the other end".into())),
     }
 }
 
+/// [`verify`] for a connected socket's two addresses as `local_addr()` and `peer_addr()`
+/// give them (an error there fails closed).
+pub fn verify_addrs(local: io::Result<SocketAddr>, peer: io::Result<SocketAddr>) -> Result<(), PeerError> {
+    let port = peer.as_ref().map_or(0, SocketAddr::port);
+    let unknown = |e: io::Error| PeerError::Unknown { port, reason: e.to_string() };
+    verify(local.map_err(unknown)?, peer.map_err(unknown)?)
+}
+
 /// The uid owning the socket whose local address is `peer` and whose remote address is
-/// `local` (our end), from the kernel's TCP tables; `None` when no such socket is listed.
-/// An error when `/proc/net/tcp` cannot be read.
+/// `local` (our end); `None` when the kernel holds no such socket. A connection a listener
+/// has not finished setting up (a request socket, which carries no owner) is its listener's,
+/// as an accepted one is. An error when the kernel cannot be asked.
 pub fn owner(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<u32>> {
-    if let Some(uid) = find("/proc/net/tcp", local, peer)? {
-        return Ok(Some(uid));
+    let (local, peer) = (unmap(local), unmap(peer));
+    if local.is_ipv4() != peer.is_ipv4() {
+        return Ok(None);
     }
-    // A dual-stack listener's connections are IPv6 sockets with IPv4-mapped addresses.
-    match find("/proc/net/tcp6", local, peer) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        r => r,
+    match diag::lookup(peer, Some(local))? {
+        Some(found) if found.state == TIME_WAIT => Ok(None),
+        Some(found) if found.state == NEW_SYN_RECV || found.state == SYN_RECV => {
+            // The lookup without a remote address finds the listener the kernel would use.
+            Ok(diag::lookup(peer, None)?.filter(|l| l.state == LISTEN).map(|l| l.uid))
+        }
+        Some(found) => Ok(Some(found.uid)),
+        None => Ok(None),
     }
 }
 
-fn find(table: &str, local: SocketAddr, peer: SocketAddr) -> io::Result<Option<u32>> {
-    let text = std::fs::read_to_string(table)?;
-    // Rows are matched on the ports' text first: the tables hold every socket of the machine.
-    let (peer_port, local_port) = (format!(":{:04X}", peer.port()), format!(":{:04X}", local.port()));
-    for line in text.lines().skip(1) {
-        let mut cols = line.split_whitespace().skip(1);
-        let (Some(l), Some(r)) = (cols.next(), cols.next()) else { continue };
-        if !l.ends_with(&peer_port) || !r.ends_with(&local_port) {
-            continue;
-        }
-        let Some(row) = parse_row(line) else { continue };
-        // A TIME_WAIT leftover of an earlier connection is nobody's (uid 0): not our peer.
-        if row.state != TIME_WAIT && same(row.local, peer) && same(row.remote, local) {
-            return Ok(Some(row.uid));
-        }
-    }
-    Ok(None)
-}
+/// TCP states (`include/net/tcp_states.h`) the lookup may answer with.
+const SYN_RECV: u8 = 3;
+/// A TIME_WAIT leftover of an earlier connection is nobody's (uid 0): not our peer.
+const TIME_WAIT: u8 = 6;
+const LISTEN: u8 = 10;
+const NEW_SYN_RECV: u8 = 12;
 
-/// The `st` value of a TIME_WAIT socket.
-const TIME_WAIT: u8 = 0x06;
-
-/// One socket of `/proc/net/tcp{,6}`: the columns this module reads.
+/// What the kernel says of one socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Row {
-    /// `local_address`.
-    pub local: SocketAddr,
-    /// `rem_address`.
-    pub remote: SocketAddr,
-    /// `st` (TCP state: 0x01 established, 0x0A listen…).
-    pub state: u8,
-    /// `uid`: the owner of the socket (for an accepted one, its listener's).
-    pub uid: u32,
+struct Found {
+    state: u8,
+    uid: u32,
 }
 
-/// Parses one data line of `/proc/net/tcp` or `/proc/net/tcp6`; `None` for anything else.
-pub fn parse_row(line: &str) -> Option<Row> {
-    let mut cols = line.split_whitespace();
-    let _slot = cols.next()?;
-    let local = parse_addr(cols.next()?)?;
-    let remote = parse_addr(cols.next()?)?;
-    let state = u8::from_str_radix(cols.next()?, 16).ok()?;
-    // tx_queue:rx_queue, tr:tm->when, retrnsmt, then uid.
-    let uid = cols.nth(3)?.parse().ok()?;
-    Some(Row { local, remote, state, uid })
-}
-
-/// `0100007F:1F90` → 127.0.0.1:8080. The kernel prints each 32-bit word of the address as
-/// the hex of its in-memory (network-order) bytes read as a native integer, and the port in
-/// host order.
-fn parse_addr(s: &str) -> Option<SocketAddr> {
-    let (ip, port) = s.split_once(':')?;
-    let port = u16::from_str_radix(port, 16).ok()?;
-    let word = |h: &str| u32::from_str_radix(h, 16).ok().map(u32::to_ne_bytes);
-    let ip = match ip.len() {
-        8 => IpAddr::V4(Ipv4Addr::from(word(ip)?)),
-        32 => {
-            let mut bytes = [0u8; 16];
-            for (i, chunk) in bytes.chunks_exact_mut(4).enumerate() {
-                chunk.copy_from_slice(&word(ip.get(i * 8..i * 8 + 8)?)?);
-            }
-            IpAddr::V6(Ipv6Addr::from(bytes))
-        }
-        _ => return None,
+/// The `sock_diag` query for one TCP socket (netlink(7), sock_diag(7)): a request carrying the
+/// socket's addresses, answered synchronously with its `inet_diag_msg` or an error. Built and
+/// read as bytes, so no `unsafe` is needed.
+#[cfg(target_os = "linux")]
+mod diag {
+    use super::Found;
+    use nix::sys::socket::{
+        AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, recv, sendto, socket,
     };
-    Some(SocketAddr::new(ip, port))
+    use std::io;
+    use std::net::{IpAddr, SocketAddr};
+    use std::os::fd::AsRawFd;
+
+    const SOCK_DIAG_BY_FAMILY: u16 = 20;
+    const NLMSG_ERROR: u16 = 2;
+    const NLM_F_REQUEST: u16 = 1;
+    const IPPROTO_TCP: u8 = 6;
+    /// `nlmsghdr` (16 bytes) then `inet_diag_req_v2` (56).
+    const REQUEST_LEN: usize = 16 + 56;
+    /// Where `idiag_state` and `idiag_uid` sit in an answer (`nlmsghdr`, then `inet_diag_msg`).
+    const STATE_AT: usize = 16 + 1;
+    const UID_AT: usize = 16 + 64;
+
+    /// The socket whose local address is `at` and whose remote one is `remote`, or (`None`)
+    /// the listener that takes connections to `at`.
+    pub(super) fn lookup(at: SocketAddr, remote: Option<SocketAddr>) -> io::Result<Option<Found>> {
+        let fd = socket(
+            AddressFamily::Netlink,
+            SockType::Datagram,
+            SockFlag::SOCK_CLOEXEC,
+            SockProtocol::NetlinkSockDiag,
+        )?;
+        sendto(fd.as_raw_fd(), &request(at, remote), &NetlinkAddr::new(0, 0), MsgFlags::empty())?;
+        // The kernel answers while handling the send: the answer is already queued.
+        let mut answer = [0u8; 512];
+        let n = recv(fd.as_raw_fd(), &mut answer, MsgFlags::MSG_DONTWAIT)?;
+        parse(answer.get(..n).unwrap_or_default())
+    }
+
+    fn request(at: SocketAddr, remote: Option<SocketAddr>) -> [u8; REQUEST_LEN] {
+        let mut r = [0u8; REQUEST_LEN];
+        r[0..4].copy_from_slice(&(REQUEST_LEN as u32).to_ne_bytes());
+        r[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        r[6..8].copy_from_slice(&NLM_F_REQUEST.to_ne_bytes());
+        r[8..12].copy_from_slice(&1u32.to_ne_bytes()); // sequence number
+        let family = if at.is_ipv4() { nix::libc::AF_INET } else { nix::libc::AF_INET6 };
+        r[16] = u8::try_from(family).unwrap_or_default();
+        r[17] = IPPROTO_TCP;
+        r[20..24].copy_from_slice(&u32::MAX.to_ne_bytes()); // every state
+        // inet_diag_sockid: sport, dport (network order), src[16], dst[16], if, cookie[2].
+        let id = 24;
+        r[id..id + 2].copy_from_slice(&at.port().to_be_bytes());
+        r[id + 2..id + 4].copy_from_slice(&remote.map_or(0, |a| a.port()).to_be_bytes());
+        put_ip(&mut r[id + 4..id + 20], at.ip());
+        if let Some(remote) = remote {
+            put_ip(&mut r[id + 20..id + 36], remote.ip());
+        }
+        // No cookie (INET_DIAG_NOCOOKIE twice): the addresses alone pick the socket.
+        r[id + 40..id + 48].fill(0xFF);
+        r
+    }
+
+    fn put_ip(out: &mut [u8], ip: IpAddr) {
+        match ip {
+            IpAddr::V4(v4) => out[..4].copy_from_slice(&v4.octets()),
+            IpAddr::V6(v6) => out.copy_from_slice(&v6.octets()),
+        }
+    }
+
+    /// The answer: the socket found, `None` for "no such socket" (ENOENT), an error otherwise.
+    pub(super) fn parse(answer: &[u8]) -> io::Result<Option<Found>> {
+        let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("sock_diag: {what}"));
+        let u32_at =
+            |at: usize| answer.get(at..at + 4).and_then(|b| b.try_into().ok()).map(u32::from_ne_bytes);
+        let kind = answer.get(4..6).and_then(|b| b.try_into().ok()).map(u16::from_ne_bytes);
+        match kind {
+            Some(SOCK_DIAG_BY_FAMILY) => {
+                let (Some(&state), Some(uid)) = (answer.get(STATE_AT), u32_at(UID_AT)) else {
+                    return Err(bad("a short answer"));
+                };
+                Ok(Some(Found { state, uid }))
+            }
+            Some(NLMSG_ERROR) => match u32_at(16).map(|e| (e as i32).unsigned_abs()) {
+                Some(e) if e == nix::errno::Errno::ENOENT as u32 => Ok(None),
+                Some(e) => Err(io::Error::from_raw_os_error(e as i32)),
+                None => Err(bad("a short error")),
+            },
+            _ => Err(bad("an unexpected answer")),
+        }
+    }
 }
 
-/// The same address and port (an IPv4-mapped address equal to its IPv4 one; the tables carry
-/// no IPv6 flow or scope).
-fn same(row: SocketAddr, ours: SocketAddr) -> bool {
-    let (row, ours) = (unmap(row), unmap(ours));
-    row.ip() == ours.ip() && row.port() == ours.port()
+#[cfg(not(target_os = "linux"))]
+mod diag {
+    use super::Found;
+    use std::io;
+    use std::net::SocketAddr;
+
+    pub(super) fn lookup(_at: SocketAddr, _remote: Option<SocketAddr>) -> io::Result<Option<Found>> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, "only Linux says who owns a socket"))
+    }
 }
 
-/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+/// An IPv4-mapped IPv6 address as the IPv4 address it is (a dual-stack socket's IPv4
+/// connection: the kernel finds it by its IPv4 addresses).
 fn unmap(a: SocketAddr) -> SocketAddr {
     match a.ip() {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -180,61 +234,39 @@ fn unmap(a: SocketAddr) -> SocketAddr {
 mod tests {
     use super::*;
 
-    // Rows as a little-endian kernel prints them (x86_64, aarch64).
-    #[cfg(target_endian = "little")]
-    #[test]
-    fn ipv4_and_ipv6_rows_parse_with_the_kernels_byte_order() {
-        let v4 = "   3: 0100007F:1F90 0200007F:D431 01 00000000:00000000 00:00000000 00000000 65534        0 123456 1 0000000000000000 20 4 30 10 -1";
-        let row = parse_row(v4).unwrap();
-        assert_eq!(row.local, "127.0.0.1:8080".parse().unwrap());
-        assert_eq!(row.remote, "127.0.0.2:54321".parse().unwrap());
-        assert_eq!((row.state, row.uid), (0x01, 65534));
-
-        let v6 = "   0: 00000000000000000000000001000000:20B9 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 99 1 0000000000000000 100 0 0 10 0";
-        let row = parse_row(v6).unwrap();
-        assert_eq!(row.local, "[::1]:8377".parse().unwrap());
-        assert_eq!(row.remote, "[::]:0".parse().unwrap());
-        assert_eq!((row.state, row.uid), (0x0A, 1000));
-
-        // An IPv4-mapped address (a dual-stack socket's IPv4 connection), and fe80::1.
-        let mapped = "  1: 0000000000000000FFFF00000100007F:1F90 000080FE000000000000000001000000:0050 01 0:0 0:0 0 0 0 1";
-        let row = parse_row(mapped).unwrap();
-        assert_eq!(unmap(row.local), "127.0.0.1:8080".parse().unwrap());
-        assert_eq!(row.remote, "[fe80::1]:80".parse().unwrap());
-    }
-
-    #[test]
-    fn headers_and_garbage_are_not_rows() {
-        for line in [
-            "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode",
-            "",
-            "0: 0100007F:1F90",
-            "0: 0100007F 0200007F:D431 01 0:0 0:0 0 0",
-            "0: 0100007F:1F90 0200007F:D431 01 0:0 0:0 0 -1",
-            "0: 0100007F:1F90 0200007F:D431 01 0:0 0:0 0",
-            "0: 01007F:1F90 0200007F:D431 01 0:0 0:0 0 0",
-            "0: 0100007F:1F9000 0200007F:D431 01 0:0 0:0 0 0",
-            "0: 0000000000000000FFFF00000100007Ã:1F90 0200007F:D431 01 0:0 0:0 0 0",
-        ] {
-            assert_eq!(parse_row(line), None, "{line:?}");
-        }
-    }
-
     #[test]
     fn a_connection_to_our_own_listener_is_ours_both_ways() {
         for host in ["127.0.0.1", "::1"] {
             let Ok(listener) = std::net::TcpListener::bind((host, 0)) else { continue };
             let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
             let (local, peer) = (client.local_addr().unwrap(), client.peer_addr().unwrap());
-            // Not accepted yet: the row is the listener's queued connection, owned as it is.
+            // Not accepted yet: the peer is the listener's queued connection, owned as it is.
             assert_eq!(owner(local, peer).unwrap(), Some(own_uid()), "{host}");
             assert_eq!(verify(local, peer), Ok(()));
             let (server, _) = listener.accept().unwrap();
-            assert_eq!(
-                owner(server.local_addr().unwrap(), server.peer_addr().unwrap()).unwrap(),
-                Some(own_uid())
-            );
+            let (local, peer) = (server.local_addr().unwrap(), server.peer_addr().unwrap());
+            assert_eq!(owner(local, peer).unwrap(), Some(own_uid()), "{host}: the client's socket");
+            assert_eq!(verify_addrs(server.local_addr(), server.peer_addr()), Ok(()));
         }
+    }
+
+    #[test]
+    fn a_listener_is_found_by_its_address_alone() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let found = diag::lookup(listener.local_addr().unwrap(), None).unwrap();
+        assert_eq!(found, Some(Found { state: LISTEN, uid: own_uid() }));
+    }
+
+    #[test]
+    fn a_dual_stack_listeners_ipv4_connection_is_found_by_its_ipv4_addresses() {
+        let Ok(listener) = std::net::TcpListener::bind("[::]:0") else { return };
+        let port = listener.local_addr().unwrap().port();
+        let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        // The accepted socket is IPv6 with IPv4-mapped addresses.
+        assert!(server.local_addr().unwrap().is_ipv6());
+        assert_eq!(verify(server.local_addr().unwrap(), server.peer_addr().unwrap()), Ok(()));
+        assert_eq!(verify(client.local_addr().unwrap(), client.peer_addr().unwrap()), Ok(()));
     }
 
     #[test]
@@ -242,5 +274,34 @@ mod tests {
         let nobody: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let err = verify("127.0.0.1:2".parse().unwrap(), nobody).unwrap_err();
         assert!(matches!(err, PeerError::Unknown { port: 1, .. }), "{err}");
+        // A closed connection: its other end is gone (or only a TIME_WAIT leftover).
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (local, peer) = (client.local_addr().unwrap(), client.peer_addr().unwrap());
+        let (server, _) = listener.accept().unwrap();
+        drop((server, listener));
+        drop(client);
+        assert!(matches!(verify(local, peer), Err(PeerError::Unknown { .. })));
+        let err = verify_addrs(Err(io::Error::other("gone")), Ok(peer)).unwrap_err();
+        assert!(matches!(err, PeerError::Unknown { .. }), "{err}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn kernel_answers_parse_and_anything_else_fails_closed() {
+        let mut found = vec![0u8; 16 + 72];
+        found[4..6].copy_from_slice(&20u16.to_ne_bytes());
+        found[16 + 1] = 1;
+        found[16 + 64..16 + 68].copy_from_slice(&65534u32.to_ne_bytes());
+        assert_eq!(diag::parse(&found).unwrap(), Some(Found { state: 1, uid: 65534 }));
+        assert!(diag::parse(&found[..60]).is_err(), "a short answer");
+        let mut error = vec![0u8; 36];
+        error[4..6].copy_from_slice(&2u16.to_ne_bytes());
+        error[16..20].copy_from_slice(&(-2i32).to_ne_bytes());
+        assert_eq!(diag::parse(&error).unwrap(), None, "ENOENT: no such socket");
+        error[16..20].copy_from_slice(&(-13i32).to_ne_bytes());
+        assert!(diag::parse(&error).is_err(), "EACCES");
+        assert!(diag::parse(&[]).is_err());
+        assert!(diag::parse(&[0u8; 40]).is_err(), "another message type");
     }
 }

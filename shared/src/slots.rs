@@ -1,24 +1,41 @@
 //! The connection pools of both servers (the hub's public one, `zcode_hub::server`, and the
 //! bridge's loopback one, `zcode_bridge::server`), so that nobody without the token can crowd
 //! out anyone with it: a connection is admitted at once into the **pre-auth pool**
-//! ([`Limits::pending`], of which one client address holds at most [`Limits::per_addr`]; at the
-//! cap, the oldest pending connection of that address, or of the fullest one, is evicted), and
+//! ([`Limits::pending`], of which one [`Client`] holds at most [`Limits::per_addr`]; at the
+//! cap, the oldest pending connection of that client, or of the fullest one, is evicted), and
 //! leaves it when a request on it authenticates ([`Slot::authenticate`]) for a pool of its own
 //! ([`Limits::authenticated`]; full, the request is refused rather than waiting). Admission
 //! never waits: a flood of silent sockets cannot keep the token out, since the newest
-//! connection is the last to be evicted.
+//! connection is the last to be evicted. A loopback connection counts as its local user's at
+//! its address ([`Client::User`], from [`crate::peer`]): another user's silent sockets crowd
+//! out only their own, from whatever loopback addresses.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
 
+/// Whose a connection is, for the per-client cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Client {
+    /// A local user's at an address (a loopback connection whose owner the kernel told).
+    User(u32, IpAddr),
+    /// A client address (the caller's key: the hub counts an IPv6 /64 as one).
+    Addr(IpAddr),
+}
+
+impl From<IpAddr> for Client {
+    fn from(addr: IpAddr) -> Client {
+        Client::Addr(addr)
+    }
+}
+
 /// The pools' sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Connections not (yet) authenticated, at most.
     pub pending: usize,
-    /// Of those, at most this many from one client address (the key the caller passes).
+    /// Of those, at most this many from one [`Client`].
     pub per_addr: usize,
     /// Authenticated connections open at once, at most.
     pub authenticated: usize,
@@ -39,15 +56,15 @@ impl Slots {
         self.pool.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Puts new connection `id` from client address `addr` (the caller's key: the hub counts an
-    /// IPv6 /64 as one) into the pre-auth pool, evicting as needed; never waits.
-    pub fn admit(slots: &Arc<Slots>, id: u64, addr: IpAddr) -> Arc<Slot> {
+    /// Puts new connection `id` of `addr` into the pre-auth pool, evicting as needed; never
+    /// waits.
+    pub fn admit(slots: &Arc<Slots>, id: u64, addr: Client) -> Arc<Slot> {
         let evicted = CancellationToken::new();
         slots.pool().admit(id, addr, evicted.clone());
         Arc::new(Slot { id, addr, evicted, slots: slots.clone(), authenticated: Mutex::new(false) })
     }
 
-    /// Evicts the oldest pending connection of the fullest address (an accept failed: out of
+    /// Evicts the oldest pending connection of the fullest client (an accept failed: out of
     /// file descriptors, usually).
     pub fn evict_one(&self) {
         self.pool().evict_one();
@@ -58,7 +75,7 @@ impl Slots {
 pub struct Slot {
     /// The connection's number, for logs.
     pub id: u64,
-    addr: IpAddr,
+    addr: Client,
     /// Cancelled when the connection is evicted from the pre-auth pool.
     pub evicted: CancellationToken,
     slots: Arc<Slots>,
@@ -99,7 +116,7 @@ impl Drop for Slot {
 /// The pools' bookkeeping: pending connections per address, oldest first, and how many are
 /// authenticated.
 struct Pool {
-    pending: HashMap<IpAddr, VecDeque<(u64, CancellationToken)>>,
+    pending: HashMap<Client, VecDeque<(u64, CancellationToken)>>,
     pending_total: usize,
     authenticated: usize,
     max_pending: usize,
@@ -119,7 +136,7 @@ impl Pool {
         }
     }
 
-    fn admit(&mut self, id: u64, addr: IpAddr, evicted: CancellationToken) {
+    fn admit(&mut self, id: u64, addr: Client, evicted: CancellationToken) {
         if self.pending.get(&addr).map_or(0, VecDeque::len) >= self.max_per_addr {
             self.evict_from(addr);
         } else if self.pending_total >= self.max_pending {
@@ -140,7 +157,7 @@ impl Pool {
         fullest.is_some_and(|addr| self.evict_from(addr))
     }
 
-    fn evict_from(&mut self, addr: IpAddr) -> bool {
+    fn evict_from(&mut self, addr: Client) -> bool {
         let Some(q) = self.pending.get_mut(&addr) else { return false };
         let Some((_, evicted)) = q.pop_front() else { return false };
         evicted.cancel();
@@ -152,7 +169,7 @@ impl Pool {
     }
 
     /// Forgets pending connection `id` (gone or authenticated); nothing if it was evicted.
-    fn remove(&mut self, id: u64, addr: IpAddr) {
+    fn remove(&mut self, id: u64, addr: Client) {
         let Some(q) = self.pending.get_mut(&addr) else { return };
         let Some(at) = q.iter().position(|(i, _)| *i == id) else { return };
         q.remove(at);
@@ -167,8 +184,8 @@ impl Pool {
 mod tests {
     use super::*;
 
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
+    fn ip(s: &str) -> Client {
+        Client::Addr(s.parse().unwrap())
     }
 
     fn limits(pending: usize, per_addr: usize, authenticated: usize) -> Limits {
@@ -248,5 +265,19 @@ mod tests {
         drop((oldest, trusted, younger, newest));
         let pool = slots.pool();
         assert_eq!((pool.pending_total, pool.authenticated, pool.pending.len()), (0, 0, 0));
+    }
+
+    /// The hub's loopback case: another user's silent sockets from our address are not ours;
+    /// this user's connection is not the fullest client's.
+    #[test]
+    fn another_users_connections_crowd_out_only_their_own() {
+        let slots = Slots::new(limits(4, 3, 4));
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let ours = Slots::admit(&slots, 1, Client::User(1000, lo));
+        let theirs: Vec<_> = (2..12).map(|id| Slots::admit(&slots, id, Client::User(65534, lo))).collect();
+        assert!(!ours.evicted.is_cancelled(), "this user's connection was evicted");
+        let held = theirs.iter().filter(|s| !s.evicted.is_cancelled()).count();
+        assert_eq!(held, 3, "the other user holds at most its cap");
+        assert!(theirs.last().is_some_and(|s| !s.evicted.is_cancelled()), "its newest stays");
     }
 }

@@ -1,6 +1,6 @@
 //! Helpers for the end-to-end suite: the real `zcode-acp` binary, a private `ZCODE_ACP_HOME`,
 //! and a raw JSON-RPC peer over a child's stdio. [`hub`]: the hub's helpers; [`net`]: sockets
-//! from chosen loopback addresses; [`history`]: big session histories for replay tests;
+//! from chosen loopback addresses; [`flood`]: another user's connection flood; [`history`]: big session histories for replay tests;
 //! [`world`]: a hub with projects, agents and a private tmux server.
 
 use serde_json::{Value, json};
@@ -705,6 +705,7 @@ pub fn http_with_body(
     hub::http(port, method, path, &headers, body.unwrap_or_default())
 }
 
+pub mod flood;
 pub mod history;
 pub mod hub;
 pub mod net;

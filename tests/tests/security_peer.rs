@@ -1,13 +1,17 @@
 //! Issue 12, point 1: the token goes only to processes of our own user. Another user (uid
 //! 65534, through `setpriv`) squats the hub's port or a dead bridge's port and records every
 //! byte it receives; it must get nothing, while the bridge keeps serving its editor and the
-//! hub refuses to start on a port another user holds.
+//! hub refuses to start on a port another user holds. Issue 32, point 9: the kernel names the
+//! owner of our own and another user's sockets, and that user's flood of silent connections
+//! on a bridge's port and the hub's keeps no relayed call and no heartbeat out.
 
 use serde_json::json;
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use zcode_shared::peer::{PeerError, own_uid};
+use zcode_tests::flood::Flood;
 use zcode_tests::hub::{
     AUTH, Hub, http, hub_pid, listed, run_cli, signal, wait_gone, wait_instances, wait_port_closed,
 };
@@ -259,4 +263,85 @@ fn another_user_on_a_dead_bridges_port_gets_no_token_no_relay_and_no_health() {
     let refusal = format!("port {} is held by another user (uid {NOBODY})", b.port);
     assert_eq!(log.matches(&refusal).count(), 1, "the hub logs the refusal once:\n{log}");
     drop(b);
+}
+
+#[test]
+fn the_kernel_names_the_owner_of_our_own_and_another_users_sockets() {
+    // Our connection to another user's listener: its end is theirs.
+    let squatter = Squatter::start(0);
+    let theirs = std::net::TcpStream::connect(("127.0.0.1", squatter.port)).expect("connect");
+    let (local, peer) = (theirs.local_addr().expect("local"), theirs.peer_addr().expect("peer"));
+    assert_eq!(zcode_shared::peer::owner(local, peer).expect("asked"), Some(NOBODY));
+    assert_eq!(
+        zcode_shared::peer::verify(local, peer),
+        Err(PeerError::Foreign { port: squatter.port, uid: NOBODY })
+    );
+    // Another user's connection to our listener: the client's socket is theirs.
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind");
+    let _flood = Flood::start(1, &[listener.local_addr().expect("address").port()]);
+    let (accepted, _) = listener.accept().expect("the other user's connection");
+    let (local, peer) = (accepted.local_addr().expect("local"), accepted.peer_addr().expect("peer"));
+    assert_eq!(zcode_shared::peer::owner(local, peer).expect("asked"), Some(NOBODY));
+    // Our own connection to our own listener: ours, seen from either end.
+    let ours = std::net::TcpStream::connect(listener.local_addr().expect("address")).expect("connect");
+    let (local, peer) = (ours.local_addr().expect("local"), ours.peer_addr().expect("peer"));
+    assert_eq!(zcode_shared::peer::owner(local, peer).expect("asked"), Some(own_uid()));
+    let (accepted, _) = listener.accept().expect("our connection");
+    let (local, peer) = (accepted.local_addr().expect("local"), accepted.peer_addr().expect("peer"));
+    assert_eq!(zcode_shared::peer::owner(local, peer).expect("asked"), Some(own_uid()));
+    squatter.assert_learned_nothing();
+}
+
+/// Silent connections the flood holds on each port it floods.
+const FLOOD: usize = 2000;
+
+#[test]
+fn another_users_connection_flood_on_a_bridge_and_the_hub_keeps_no_relayed_call_out() {
+    let home = Home::new();
+    let hub = Hub::start(&home, &[]);
+    let (b, log) = Bridge::start_logged(
+        &home,
+        &demo_agent(0),
+        &[("ZCODE_ACP_HEARTBEAT_MS", "100"), ("RUST_LOG", "info,zcode_bridge::register=debug")],
+    );
+    let id = b.id();
+    wait_instances(hub.port, "the bridge", |l| listed(l, &id));
+    let flood = Flood::start(FLOOD, &[b.port, hub.port]);
+    // Every socket opened once, and as many reopened.
+    assert!(flood.wait_made(4 * FLOOD as u64, WAIT), "the flood opened only {} connections", flood.made());
+    let heartbeats_before = std::fs::read_to_string(&log).unwrap_or_default().lines().count();
+
+    let mut failed = Vec::new();
+    for i in 0..40 {
+        let r = http(hub.port, "GET", &format!("/api/instances/{id}/status"), &[AUTH], b"");
+        if r.status != 200 {
+            failed.push(format!("status call {i}: {} {}", r.status, r.text()));
+        }
+        if i < 30
+            && let Err(status) = hub.connect(&id)
+        {
+            failed.push(format!("WebSocket open {i}: {status}"));
+        }
+    }
+    let made = flood.made();
+    assert!(
+        failed.is_empty(),
+        "{} of 70 relayed calls failed under uid {NOBODY}'s flood ({made} connections opened, {:.0}/s):\n{}\nhub log:\n{}",
+        failed.len(),
+        flood.rate(),
+        failed.join("\n"),
+        hub.log().lines().filter(|l| l.contains("WARN")).collect::<Vec<_>>().join("\n")
+    );
+    // The bridge's heartbeats all reached the hub meanwhile.
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    let during: Vec<&str> = said.lines().skip(heartbeats_before).collect();
+    for needle in ["no hub answered", "no hub of this user answered", "refused the registration"] {
+        assert!(
+            !during.iter().any(|l| l.contains(needle)),
+            "a heartbeat failed under the flood ({needle:?}):\n{}",
+            during.join("\n")
+        );
+    }
+    wait_instances(hub.port, "the bridge still listed", |l| listed(l, &id));
+    drop(flood);
 }

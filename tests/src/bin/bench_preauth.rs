@@ -9,8 +9,14 @@
 //!   fresh connection from 127.0.0.1 too, one at a time. Reported: their latency (median and
 //!   worst of `BENCH_REQUESTS`, default 10; a request taking over 60 s counts as 60 s and ends
 //!   the series) and the hub's resident memory while the sockets are held.
+//! - **Another user's flood** (issue 32, point 9): 4000 silent connections from uid 65534
+//!   (`setpriv`, the system's python3) on a bridge's port and 4000 on the hub's, each reopened
+//!   as soon as it is closed; meanwhile `BENCH_FLOOD_CALLS` (default 1000) relayed
+//!   `GET /api/instances/ID/status` calls and as many relayed WebSocket opens, one at a time,
+//!   and the bridge's heartbeats (every 200 ms). Reported: how many of each succeeded, and the
+//!   flood's rate.
 //!
-//! `ZCODE_ACP_BIN` is the hub measured. With `BENCH_BASELINE_BIN` set too, the same runs are
+//! `BENCH_ONLY=flood` runs the last attack only. `ZCODE_ACP_BIN` is the hub measured. With `BENCH_BASELINE_BIN` set too, the same runs are
 //! made against that binary first (this program re-runs itself for it) and the table has a
 //! column for each. Prints a Markdown table.
 
@@ -19,8 +25,9 @@ use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use zcode_tests::hub::Hub;
-use zcode_tests::{Home, TEST_TOKEN, rss_kib};
+use zcode_tests::flood::Flood;
+use zcode_tests::hub::{Hub, listed, wait_instances};
+use zcode_tests::{Bridge, Home, TEST_TOKEN, demo_agent, rss_kib};
 
 const BOMB_CONNECTIONS: usize = 1500;
 const BOMB_BODY: usize = 1 << 20;
@@ -33,7 +40,10 @@ const GIVE_UP: Duration = Duration::from_secs(60);
 /// One hub's numbers, in the order of [`LABELS`].
 type Numbers = Vec<String>;
 
-const LABELS: [&str; 8] = [
+/// Silent connections another user holds on each flooded port.
+const FLOOD: usize = 4000;
+
+const LABELS: [&str; 12] = [
     "hub RSS at start",
     "1500 × 1 MiB body bomb: peak RSS (VmHWM)",
     "… RSS after it (2 s later)",
@@ -42,6 +52,10 @@ const LABELS: [&str; 8] = [
     "… hub's open descriptors",
     "… authenticated request latency, median",
     "… authenticated request latency, worst",
+    "uid 65534: 4000 silent sockets on a bridge's port and 4000 on the hub's, reopened: connections/s",
+    "… relayed status calls that succeeded",
+    "… relayed WebSocket opens that succeeded",
+    "… bridge heartbeats sent / failed meanwhile",
 ];
 
 fn main() {
@@ -82,6 +96,12 @@ fn main() {
 }
 
 fn measure() -> Numbers {
+    // BENCH_ONLY=flood runs the flood only (the other rows say "—").
+    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "flood") {
+        let mut out = vec!["—".to_owned(); LABELS.len() - 4];
+        out.extend(flooded());
+        return out;
+    }
     let mut out = Vec::new();
     {
         let home = Home::new();
@@ -141,7 +161,80 @@ fn measure() -> Numbers {
     };
     out.push(show(times[times.len() / 2]));
     out.push(format!("{} (of {})", show(times[times.len() - 1]), times.len()));
+    drop(hub);
+    out.extend(flooded());
     out
+}
+
+/// Another user's flood on a bridge's port and the hub's while relayed calls are made.
+fn flooded() -> Numbers {
+    let home = Home::new();
+    let hub = Hub::start(&home, &[NO_IDLE_EXIT]);
+    let (bridge, log) = Bridge::start_logged(
+        &home,
+        &demo_agent(0),
+        &[("ZCODE_ACP_HEARTBEAT_MS", "200"), ("RUST_LOG", "info,zcode_bridge::register=trace")],
+    );
+    let id = bridge.id();
+    wait_instances(hub.port, "the bridge", |l| listed(l, &id));
+    eprintln!("bench-preauth: uid 65534 floods the bridge's port and the hub's ({FLOOD} each) …");
+    let flood = Flood::start(FLOOD, &[bridge.port, hub.port]);
+    if !flood.wait_made(4 * FLOOD as u64, Duration::from_secs(60)) {
+        eprintln!("bench-preauth: the flood opened only {} connections in 60 s", flood.made());
+    }
+    let lines_before = std::fs::read_to_string(&log).unwrap_or_default().lines().count();
+    let n: usize = std::env::var("BENCH_FLOOD_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let (mut status_ok, mut ws_ok) = (0, 0);
+    for i in 0..n {
+        match relayed(hub.port, &format!("GET /api/instances/{id}/status HTTP/1.1\r\nConnection: close\r\n"))
+        {
+            Ok(200) => status_ok += 1,
+            other => eprintln!("bench-preauth: status call {i}: {other:?}"),
+        }
+        let upgrade = format!(
+            "GET /acp?instance={id} HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        );
+        match relayed(hub.port, &upgrade) {
+            Ok(101) => ws_ok += 1,
+            other => eprintln!("bench-preauth: WebSocket open {i}: {other:?}"),
+        }
+    }
+    let rate = flood.rate();
+    drop(flood);
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    let during: Vec<&str> = said.lines().skip(lines_before).collect();
+    let sent =
+        during.iter().filter(|l| l.contains("heartbeat sent") || l.contains("registered with")).count();
+    let failed = during
+        .iter()
+        .filter(|l| {
+            ["no hub answered", "no hub of this user", "refused the registration"]
+                .iter()
+                .any(|f| l.contains(f))
+        })
+        .count();
+    vec![
+        format!("{rate:.0}"),
+        format!("{status_ok} of {n}"),
+        format!("{ws_ok} of {n}"),
+        format!("{sent} / {failed}"),
+    ]
+}
+
+/// Sends one request head (`head`: the request line and headers but `Host`, the token and the
+/// final blank line) to the hub on a fresh connection: the answer's status, or why none came
+/// (within 10 s).
+fn relayed(port: u16, head: &str) -> Result<u16, String> {
+    let mut s =
+        TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_secs(10))
+            .map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    write!(s, "{head}Host: x\r\nAuthorization: Bearer {TEST_TOKEN}\r\n\r\n")
+        .map_err(|e| format!("send: {e}"))?;
+    let mut answer = [0u8; 12];
+    s.read_exact(&mut answer).map_err(|e| format!("read: {e}"))?;
+    String::from_utf8_lossy(&answer[9..12]).parse().map_err(|_| format!("answer {answer:?}"))
 }
 
 fn mib(kib: u64) -> String {

@@ -8,8 +8,12 @@
 //! - round trips per second with 16 connections busy at once, and the relay's CPU time per
 //!   relayed message (all its threads' run time from `/proc/<pid>/task/*/schedstat`, in ns; the
 //!   user/system split from `/proc/<pid>/stat`, in clock ticks);
-//! - the relay's resident memory per idle connection with 5000 held (each did `initialize`
-//!   once), and the 64 B round trip while they are held.
+//! - opening connections many at once (issue 32, point 9): a burst of 1000 opens, 200 in
+//!   flight (how long, how many failed), then 5000 opened 200 at a time and held: how long
+//!   that took, the relay's resident memory per idle connection (each did `initialize` once),
+//!   and the 64 B round trip while they are held;
+//! - one open at a time (connect, handshake, `initialize`; median of 200) on a quiet machine
+//!   and with 10 000 more sockets open on it (5000 loopback connections this program holds).
 //!
 //! All but the last run `BENCH_ROUNDS` times (default 5), the targets taking turns each round
 //! (every latency first, then every busy phase, in an order that turns by one each round), and
@@ -23,7 +27,7 @@
 use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tungstenite::client::IntoClientRequest;
 use tungstenite::{Message, WebSocket};
@@ -31,6 +35,11 @@ use zcode_tests::hub::{Hub, listed, wait_instances};
 use zcode_tests::{Bridge, Home, TEST_TOKEN, demo_agent};
 
 const IDLE: usize = 5000;
+/// The burst of opens, and how many are in flight at once (in the burst and opening [`IDLE`]).
+const BURST: usize = 1000;
+const IN_FLIGHT: usize = 200;
+/// Sockets held open on the machine while one open at a time is timed again.
+const OTHER_SOCKETS: usize = 10_000;
 const BUSY: usize = 16;
 /// How long the busy phase lasts (`BENCH_BUSY_SECS`, default 3).
 fn busy_for() -> Duration {
@@ -62,6 +71,12 @@ struct Row {
     rounds: Vec<(f64, Option<(f64, f64)>)>,
     idle_kib: Option<f64>,
     held: Option<(f64, f64)>,
+    /// The burst: (seconds, failed opens).
+    burst: Option<(f64, usize)>,
+    /// Opening the idle connections: (seconds, failed opens).
+    opened: Option<(f64, usize)>,
+    /// One open at a time, median ms: (quiet, with [`OTHER_SOCKETS`] more open).
+    one_open: Option<(f64, f64)>,
 }
 
 fn main() {
@@ -139,26 +154,123 @@ fn main() {
             rows[i].rounds.push(busy(&targets[i]));
         }
     }
+    for (t, row) in targets.iter().zip(&mut rows) {
+        eprintln!("bench-relay: a burst of {BURST} opens, {IN_FLIGHT} in flight: {} …", t.name);
+        let (opened, failed, took) = open_many(t, BURST, IN_FLIGHT);
+        eprintln!("bench-relay: {} opened, {failed} failed, in {took:?}", opened.len());
+        row.burst = Some((took.as_secs_f64(), failed));
+        close_all(opened);
+    }
     for ((t, row), ws) in targets.iter().zip(&mut rows).zip(&mut conns) {
         if let Some(pid) = t.pid.filter(|_| idle_too) {
-            eprintln!("bench-relay: {IDLE} idle connections: {} …", t.name);
-            let (kib, held) = idle(t, pid, ws);
-            (row.idle_kib, row.held) = (Some(kib), Some(held));
+            eprintln!("bench-relay: {IDLE} idle connections, {IN_FLIGHT} opening at once: {} …", t.name);
+            let (kib, held, opened) = idle(t, pid, ws);
+            (row.idle_kib, row.held, row.opened) = (Some(kib), Some(held), Some(opened));
         }
     }
+    let quiet: Vec<f64> = targets.iter().map(one_open).collect();
+    eprintln!("bench-relay: opening {} loopback connections ({OTHER_SOCKETS} sockets) …", OTHER_SOCKETS / 2);
+    let others = other_sockets(OTHER_SOCKETS / 2);
+    for ((t, row), q) in targets.iter().zip(&mut rows).zip(quiet) {
+        row.one_open = Some((q, one_open(t)));
+    }
+    drop(others);
     print_table(&targets, &rows);
 }
 
 fn connect(t: &Target) -> Ws {
+    try_connect(t).unwrap_or_else(|e| panic!("{}: {e}", t.name))
+}
+
+/// A WebSocket to `t` that answered `initialize`, or why not.
+fn try_connect(t: &Target) -> Result<Ws, String> {
     let mut req = format!("ws://127.0.0.1:{}{}", t.port, t.path).into_client_request().expect("request");
     req.headers_mut().insert("authorization", format!("Bearer {TEST_TOKEN}").parse().expect("header"));
-    let stream = TcpStream::connect(("127.0.0.1", t.port)).expect("connect");
-    stream.set_nodelay(true).expect("nodelay");
-    let (mut ws, _) = tungstenite::client::client(req, stream).expect("websocket handshake");
+    let stream = TcpStream::connect(("127.0.0.1", t.port)).map_err(|e| format!("connect: {e}"))?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let (mut ws, _) = tungstenite::client::client(req, stream).map_err(|e| format!("handshake: {e}"))?;
     let init = r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":1}}"#;
-    ws.send(Message::text(init)).expect("send initialize");
-    read_text(&mut ws);
-    ws
+    ws.send(Message::text(init)).map_err(|e| format!("send initialize: {e}"))?;
+    loop {
+        match ws.read().map_err(|e| format!("read: {e}"))? {
+            Message::Text(_) => return Ok(ws),
+            Message::Close(f) => return Err(format!("closed: {f:?}")),
+            _ => {}
+        }
+    }
+}
+
+/// Opens `n` connections to `t` (each does `initialize`), `in_flight` at a time: those that
+/// opened, how many failed, and how long it all took. The first failure of each kind is
+/// printed.
+fn open_many(t: &Target, n: usize, in_flight: usize) -> (Vec<Ws>, usize, Duration) {
+    let next = AtomicUsize::new(0);
+    let failed = AtomicUsize::new(0);
+    let seen = std::sync::Mutex::new(std::collections::HashSet::new());
+    let started = Instant::now();
+    let opened = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..in_flight)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    while next.fetch_add(1, Ordering::Relaxed) < n {
+                        match try_connect(t) {
+                            Ok(ws) => mine.push(ws),
+                            Err(e) => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                                let kind: String = e.chars().take(40).collect();
+                                if seen.lock().expect("lock").insert(kind) {
+                                    eprintln!("bench-relay: {}: an open failed: {e}", t.name);
+                                }
+                            }
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("an opening thread")).collect::<Vec<Ws>>()
+    });
+    (opened, failed.into_inner(), started.elapsed())
+}
+
+/// Closes `conns` and waits (2 s at most each) for the other end's close.
+fn close_all(mut conns: Vec<Ws>) {
+    for ws in &mut conns {
+        let _ = ws.close(None);
+    }
+    for mut ws in conns {
+        let _ = ws.get_mut().set_read_timeout(Some(Duration::from_secs(2)));
+        while ws.read().is_ok() {}
+    }
+}
+
+/// The median of 200 opens of one connection to `t` at a time (connect, handshake,
+/// `initialize`, then close), ms.
+fn one_open(t: &Target) -> f64 {
+    let times: Vec<f64> = (0..200)
+        .map(|_| {
+            let started = Instant::now();
+            let ws = connect(t);
+            let took = started.elapsed().as_secs_f64() * 1e3;
+            close_all(vec![ws]);
+            took
+        })
+        .collect();
+    median(times)
+}
+
+/// `n` loopback connections to a listener of this program (2 × `n` sockets), held until
+/// dropped.
+fn other_sockets(n: usize) -> Vec<TcpStream> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let mut held = Vec::with_capacity(2 * n);
+    for _ in 0..n {
+        held.push(TcpStream::connect(addr).expect("connect"));
+        held.push(listener.accept().expect("accept").0);
+    }
+    held
 }
 
 fn read_text(ws: &mut Ws) -> usize {
@@ -224,6 +336,9 @@ fn in_turn(conns: &mut [Ws], size: usize, warm: usize, n: usize) -> Vec<Vec<Dura
 
 /// (p50, p99) of `times`, µs.
 fn pcts(times: &mut [Duration]) -> (f64, f64) {
+    if times.is_empty() {
+        return (0.0, 0.0);
+    }
     times.sort();
     let at = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)].as_secs_f64() * 1e6;
     (at(0.50), at(0.99))
@@ -269,12 +384,15 @@ fn busy(t: &Target) -> (f64, Option<(f64, f64)>) {
     (trips / secs, cpu)
 }
 
-/// Opens [`IDLE`] connections (each does `initialize`) and holds them: (relay KiB per idle
-/// connection, (p50, p99) µs of 64 B round trips on `ws` while they are held).
-fn idle(t: &Target, pid: u32, ws: &mut Ws) -> (f64, (f64, f64)) {
+/// Opens [`IDLE`] connections, [`IN_FLIGHT`] at a time (each does `initialize`), and holds
+/// them: (relay KiB per idle connection, (p50, p99) µs of 64 B round trips on `ws` while they
+/// are held, (seconds the opening took, failed opens)).
+fn idle(t: &Target, pid: u32, ws: &mut Ws) -> (f64, (f64, f64), (f64, usize)) {
     std::thread::sleep(Duration::from_millis(500));
     let before = rss_kib(pid);
-    let held: Vec<Ws> = (0..IDLE).map(|_| connect(t)).collect();
+    let (held, failed, took) = open_many(t, IDLE, IN_FLIGHT);
+    eprintln!("bench-relay: {} opened, {failed} failed, in {took:?}", held.len());
+    let count = held.len().max(1);
     let stop = Arc::new(AtomicBool::new(false));
     let holder = {
         let stop = stop.clone();
@@ -287,7 +405,7 @@ fn idle(t: &Target, pid: u32, ws: &mut Ws) -> (f64, (f64, f64)) {
     drop(holder.join());
     // Let the relay close its legs before the next target.
     std::thread::sleep(Duration::from_secs(2));
-    ((after - before) / IDLE as f64, latency)
+    ((after - before) / count as f64, latency, (took.as_secs_f64(), failed))
 }
 
 /// Keeps idle connections open, answering the relay's pings, until `stop`.
@@ -497,5 +615,20 @@ fn print_table(targets: &[Target], rows: &[Row]) {
     line(
         &format!("64 B round trip p50 / p99 with {IDLE} idle held (µs)"),
         rows.iter().map(|r| opt(r.held.map(pair))).collect(),
+    );
+    let took = |x: Option<(f64, usize)>| x.map(|(secs, failed)| format!("{secs:.2} s, {failed} failed"));
+    line(
+        &format!("opening the {IDLE} idle connections, {IN_FLIGHT} at once"),
+        rows.iter().map(|r| opt(took(r.opened))).collect(),
+    );
+    line(
+        &format!("a burst of {BURST} opens, {IN_FLIGHT} in flight"),
+        rows.iter().map(|r| opt(took(r.burst))).collect(),
+    );
+    line(
+        &format!("one open at a time, median (ms): quiet / with {OTHER_SOCKETS} other sockets (ratio)"),
+        rows.iter()
+            .map(|r| opt(r.one_open.map(|(q, l)| format!("{q:.2} / {l:.2} ({:.2}×)", l / q.max(1e-9)))))
+            .collect(),
     );
 }
