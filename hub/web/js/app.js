@@ -98,7 +98,8 @@ export const app = {
   },
 };
 
-onRevoked((message) => app.pair(message));
+// The pairing screen says the device was removed (its own words, from the kept device).
+onRevoked(() => app.pair(''));
 
 function mount(make) {
   if (cleanup) {
@@ -172,7 +173,7 @@ function pairView(root, message) {
     }
   } },
   h('h2', { id: 'pair-title', text: removed ? 'This device was removed' : 'Pair this browser' }),
-  removed ? h('p', { id: 'pair-removed', text: `"${d.name || 'This browser'}" was removed from the hub (on another device, or with \`zcode-acp devices revoke\`): its credential no longer works. To use it again, pair it anew with a fresh code.` }) : null,
+  removed ? h('p', { id: 'pair-removed', text: `"${d.name || 'This browser'}" was removed from the hub (on another device, or by zcode-acp devices revoke on the machine): its credential no longer works. To use it again, pair it anew with a fresh code.` }) : null,
   h('p', { id: 'pair-help' }, 'Open a pairing link that ', h('code', { text: 'zcode-acp pair' }), ' or ', h('code', { text: 'zcode-acp up' }),
     ' prints on the machine (or scan its QR code, or use Devices on a paired phone), or type its code here. Each link works once, for 5 minutes; this browser then keeps its own credential.'),
   problem, h('div', { class: 'row' }, input, h('button', { type: 'submit', class: 'primary' }, removed ? 'Pair again' : 'Pair')));
