@@ -364,12 +364,17 @@ mod tests {
     #[test]
     fn the_page_carries_the_policy_in_a_meta_too() {
         let index = std::str::from_utf8(ASSETS[0].body).unwrap();
-        let meta = index.split("http-equiv=\"Content-Security-Policy\" content=\"").nth(1).expect("a CSP <meta>");
+        let meta =
+            index.split("http-equiv=\"Content-Security-Policy\" content=\"").nth(1).expect("a CSP <meta>");
         let meta = &meta[..meta.find('"').unwrap()];
         // The header's policy minus what a <meta> cannot carry (frame-ancestors).
         let want: Vec<&str> = CSP.split("; ").filter(|d| !d.starts_with("frame-ancestors")).collect();
         assert_eq!(meta.split("; ").collect::<Vec<_>>(), want);
-        assert!(CSP.contains("object-src 'none'") && CSP.contains("frame-ancestors 'none'") && CSP.contains("base-uri 'none'"));
+        assert!(
+            CSP.contains("object-src 'none'")
+                && CSP.contains("frame-ancestors 'none'")
+                && CSP.contains("base-uri 'none'")
+        );
     }
 
     #[test]

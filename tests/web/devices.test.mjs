@@ -102,6 +102,12 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
     await phone.locator(`#device-list li[data-device="${mine.device.id}"] .this-device`).waitFor();
     assert.equal(await phone.locator(`#device-list li[data-device="${mine.device.id}"] .revoke`).count(), 0, 'no Remove for itself');
     await phone.locator('#audit-list li[data-action="pair"]').first().waitFor();
+    // Its default name is changed here, on the phone itself.
+    await phone.locator(`#device-list li[data-device="${mine.device.id}"] .rename`).click();
+    await phone.locator('#device-rename-input').fill('My phone');
+    await phone.locator('dialog.modal button', { hasText: 'Rename' }).click();
+    await phone.locator('#this-device-name', { hasText: 'My phone' }).waitFor();
+    assert.equal((await stack.api('/api/devices')).devices.find((d) => d.id === mine.device.id).name, 'My phone');
     await looksRight(phone, 'devices-screen', { fullPage: true });
     await phone.context().close();
   });
