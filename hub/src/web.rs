@@ -13,7 +13,11 @@
 //! The client is an installable web app: `/manifest.webmanifest`, PNG icons (192, 512, and a
 //! maskable 512) and a service worker at `/sw.js` (its default scope is `/`, so it needs no
 //! `Service-Worker-Allowed`), which caches the shell for offline starts and shows Web Push
-//! notifications.
+//! notifications. `sw.js` is served with the SHA-256 of every other asset written into it: the
+//! worker caches and serves only bytes that hash to those, so a page served on this origin by
+//! anyone else (another user's program on the port while the hub is down) never becomes the
+//! cached app shell. `index.html` carries the same policy in a `<meta>` (minus what a `<meta>`
+//! cannot say), so the page keeps it whoever serves it from a cache.
 
 use crate::http::{Body, Resp, full};
 use hyper::header::{self, HeaderValue};
@@ -24,8 +28,10 @@ use std::sync::OnceLock;
 /// script can run, whatever text ends up in the page), images also from `data:`/`blob:` (file
 /// previews), sockets to the hub, the service worker and the manifest from the hub, never
 /// framed, no `<base>` rewriting.
+/// No plugins (`object-src 'none'`). `connect-src` names `ws: wss:` because Safari before 15.4
+/// did not count the page's own WebSocket origin as `'self'`.
 pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; \
-connect-src 'self' ws: wss:; worker-src 'self'; manifest-src 'self'; frame-ancestors 'none'; \
+connect-src 'self' ws: wss:; worker-src 'self'; manifest-src 'self'; object-src 'none'; frame-ancestors 'none'; \
 base-uri 'none'; form-action 'self'";
 
 /// One asset: its path, content type and bytes.
@@ -90,6 +96,8 @@ const ASSETS: &[Asset] = &[
     Asset { path: "/js/board.js", mime: JS, body: include_bytes!("../web/js/board.js") },
     Asset { path: "/js/about.js", mime: JS, body: include_bytes!("../web/js/about.js") },
     Asset { path: "/js/saved.js", mime: JS, body: include_bytes!("../web/js/saved.js") },
+    Asset { path: "/js/devices.js", mime: JS, body: include_bytes!("../web/js/devices.js") },
+    Asset { path: "/js/qr.js", mime: JS, body: include_bytes!("../web/js/qr.js") },
 ];
 
 /// What the service worker's `VERSION` says in `sw.js` as written; the hub serves it with a
@@ -105,16 +113,35 @@ fn digest_hex(body: &[u8]) -> String {
     d.iter().take(10).map(|b| format!("{b:02x}")).collect()
 }
 
-/// The bytes served for `asset`: its own, but `sw.js` with this build's version filled in.
+/// Where `sw.js` gets each asset's SHA-256, and the page's policy.
+const SW_HASHES: &str = "/*__ZCODE_WEB_HASHES__*/";
+const SW_CSP: &str = "__ZCODE_WEB_CSP__";
+
+/// The full hex SHA-256 of `body`, as the service worker computes it.
+fn sha256_hex(body: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(body).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes served for `asset`: its own, but `sw.js` with this build's version, every other
+/// asset's SHA-256 (`"/path": "hex"`, and `"/"` for the page) and the policy filled in.
 fn body_of(asset: &Asset) -> &'static [u8] {
     static SW: OnceLock<Vec<u8>> = OnceLock::new();
     if asset.path != "/sw.js" {
         return asset.body;
     }
     SW.get_or_init(|| {
-        let all: String = ASSETS.iter().filter(|a| a.path != "/sw.js").map(|a| digest_hex(a.body)).collect();
+        let others = || ASSETS.iter().filter(|a| a.path != "/sw.js");
+        let all: String = others().map(|a| digest_hex(a.body)).collect();
+        let mut hashes = format!("\"/\": \"{}\"", sha256_hex(ASSETS[0].body));
+        for a in others() {
+            hashes.push_str(&format!(", \"{}\": \"{}\"", a.path, sha256_hex(a.body)));
+        }
         let text = std::str::from_utf8(asset.body).expect("sw.js is UTF-8");
-        text.replace(SW_VERSION, &digest_hex(all.as_bytes())).into_bytes()
+        text.replace(SW_VERSION, &digest_hex(all.as_bytes()))
+            .replace(SW_HASHES, &hashes)
+            .replace(SW_CSP, CSP)
+            .into_bytes()
     })
 }
 
@@ -318,6 +345,36 @@ mod tests {
         assert!(version.len() == 20 && version.chars().all(|c| c.is_ascii_hexdigit()), "{version}");
         // The validator is the served bytes': a new version is a new worker to the browser.
         assert_eq!(etag, format!("\"{}\"", digest_hex(sw.as_bytes())));
+    }
+
+    #[tokio::test]
+    async fn the_service_worker_knows_every_assets_hash_and_the_policy() {
+        let sw = body(serve(&Method::GET, "/sw.js", None).unwrap()).await;
+        assert!(!sw.contains(SW_HASHES) && !sw.contains(SW_CSP), "placeholders filled in");
+        for a in ASSETS.iter().filter(|a| a.path != "/sw.js") {
+            let served = body_bytes(serve(&Method::GET, a.path, None).unwrap()).await;
+            let entry = format!("\"{}\": \"{}\"", a.path, sha256_hex(&served));
+            assert!(sw.contains(&entry), "sw.js lacks {entry}");
+        }
+        let page = body_bytes(serve(&Method::GET, "/", None).unwrap()).await;
+        assert!(sw.contains(&format!("\"/\": \"{}\"", sha256_hex(&page))));
+        assert!(!CSP.contains('"') && sw.contains(&format!("const CSP = \"{CSP}\";")));
+    }
+
+    #[test]
+    fn the_page_carries_the_policy_in_a_meta_too() {
+        let index = std::str::from_utf8(ASSETS[0].body).unwrap();
+        let meta =
+            index.split("http-equiv=\"Content-Security-Policy\" content=\"").nth(1).expect("a CSP <meta>");
+        let meta = &meta[..meta.find('"').unwrap()];
+        // The header's policy minus what a <meta> cannot carry (frame-ancestors).
+        let want: Vec<&str> = CSP.split("; ").filter(|d| !d.starts_with("frame-ancestors")).collect();
+        assert_eq!(meta.split("; ").collect::<Vec<_>>(), want);
+        assert!(
+            CSP.contains("object-src 'none'")
+                && CSP.contains("frame-ancestors 'none'")
+                && CSP.contains("base-uri 'none'")
+        );
     }
 
     #[test]

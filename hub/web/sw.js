@@ -6,9 +6,18 @@
 // the new assets) and which drops the old cache. So the assets are served from the cache first,
 // and a start with no answering network (a dead tunnel, one that accepts and never answers, one
 // that answers its own "502" page) opens the app at once; its own error UI then says the hub
-// is unreachable. Only what is not in the shell goes to the network, and a response that is
-// not a 2xx is never kept. The API and the ACP socket are never cached or answered here: they
-// always reach the hub, or fail.
+// is unreachable. The API and the ACP socket are never cached or answered here: they always
+// reach the hub, or fail.
+//
+// Only the hub's own bytes are ever kept or served: the hub writes the SHA-256 of every asset
+// into HASHES when it serves this file, and an asset is cached only when its bytes hash to
+// that (at install, every one must, or the install fails and the worker already in place stays;
+// later, a missing one is fetched and checked the same way). So whoever else answers on this
+// origin (another user's program holding the port while the hub is down, a tunnel's page)
+// never becomes the app shell: an answer that does not match is refused, never cached. The
+// cached page is served with this worker's own Content-Security-Policy (and carries the same
+// policy in a <meta>). What this cannot stop is a new sw.js served by someone else at an update
+// check: see docs/SECURITY.md.
 //
 // Push: the hub sends a small JSON payload, {title, body, url, tag}; the `push` handler shows
 // it as a system notification, and a click opens (or focuses) the session it names. Nothing
@@ -22,6 +31,10 @@
 /** This build of the client (written by the hub; the placeholder when served from elsewhere). */
 const VERSION = '__ZCODE_WEB_VERSION__';
 const CACHE = `zcode-acp-shell-${VERSION}`;
+/** Each asset's SHA-256 (hex) as this build's hub serves it (written by the hub; empty elsewhere: nothing is cached). */
+const HASHES = {/*__ZCODE_WEB_HASHES__*/};
+/** The page's policy, as the hub sends it (written by the hub). */
+const CSP = "__ZCODE_WEB_CSP__";
 /** What the worker hands to a page that opens later (a renewed subscription); kept across versions. */
 const STATE = 'zcode-acp-state';
 /** The key, in STATE, of a renewal no page has sent to the hub yet. */
@@ -56,12 +69,17 @@ const SHELL = [
   '/js/board.js',
   '/js/about.js',
   '/js/saved.js',
+  '/js/devices.js',
+  '/js/qr.js',
 ];
 
 self.addEventListener('install', (event) => {
   event.waitUntil((async () => {
+    // Every asset fetched and checked before anything is kept: one that is not the hub's fails
+    // the install, and the worker (and cache) in place stay.
+    const verified = await Promise.all(SHELL.map((p) => fetchVerified(p, new Request(p, { cache: 'no-cache' }))));
     const cache = await caches.open(CACHE);
-    await cache.addAll(SHELL.map((p) => new Request(p, { cache: 'no-cache' })));
+    for (let i = 0; i < SHELL.length; i++) await cache.put(SHELL[i], verified[i]);
     await self.skipWaiting();
   })());
 });
@@ -85,20 +103,56 @@ self.addEventListener('fetch', (event) => {
   if (url.origin !== self.location.origin || isApi(url.pathname)) return;
   // Every client route is the page itself (client-side routing).
   const key = req.mode === 'navigate' ? '/' : url.pathname;
+  // Not an asset of this build: the network's, never kept.
+  if (!Object.prototype.hasOwnProperty.call(HASHES, key)) return;
   event.respondWith(shell(req, key));
 });
 
+/** The hex SHA-256 of `buf`. */
+async function sha256(buf) {
+  const d = new Uint8Array(await crypto.subtle.digest('SHA-256', buf));
+  return Array.from(d, (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
 /**
- * The cached copy of `key` (an asset of this build); the network's answer when there is none,
- * kept only when it is a 2xx of this origin (never a tunnel's error page).
+ * Fetches `req` (the asset `key`) and returns it rebuilt from its bytes, once they hash to what
+ * HASHES says: the hub's own, with the hub's policy. Anything else (another status, other
+ * bytes, no hash known) throws.
+ */
+async function fetchVerified(key, req) {
+  const want = HASHES[key];
+  if (!want) throw new Error(`${key}: no hash for it in this worker`);
+  const resp = await fetch(req);
+  if (resp.status !== 200 || resp.type !== 'basic') throw new Error(`${key}: HTTP ${resp.status}`);
+  const buf = await resp.arrayBuffer();
+  if ((await sha256(buf)) !== want) throw new Error(`${key}: not the bytes this build's hub serves`);
+  const headers = new Headers({ 'Content-Type': resp.headers.get('Content-Type') || 'application/octet-stream' });
+  headers.set('Content-Security-Policy', CSP);
+  headers.set('X-Content-Type-Options', 'nosniff');
+  headers.set('Referrer-Policy', 'no-referrer');
+  return new Response(buf, { status: 200, headers });
+}
+
+/**
+ * The cached copy of `key` (an asset of this build); when there is none, the network's answer
+ * checked against its hash and kept; an answer that does not match is refused (503), never
+ * served or kept.
  */
 async function shell(req, key) {
   const cache = await caches.open(CACHE);
   const cached = await cache.match(key);
   if (cached) return cached;
-  const resp = await fetch(req);
-  if (resp.ok && resp.type === 'basic') await cache.put(key, resp.clone()).catch(() => {});
-  return resp;
+  let verified;
+  try {
+    verified = await fetchVerified(key, key === '/' ? new Request('/', { cache: 'no-cache' }) : req);
+  } catch (e) {
+    if (e instanceof TypeError) throw e; // no answer at all: the page's own UI says so
+    return new Response(`This answer is not your hub's (${e.message}). Reload when the hub runs again.`, {
+      status: 503, headers: { 'Content-Type': 'text/plain; charset=utf-8', 'Content-Security-Policy': CSP },
+    });
+  }
+  await cache.put(key, verified.clone()).catch(() => {});
+  return verified;
 }
 
 /** The notification a push payload asks for; a payload that is not the hub's JSON still says something. */

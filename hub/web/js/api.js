@@ -1,9 +1,16 @@
-// The hub's HTTP API: the token (kept in localStorage, sent as a Bearer header), requests with
-// a timeout, and errors sorted into what a person can act on. A tunnel's HTML error page, a
+// The hub's HTTP API: the credential (kept in localStorage, sent as a Bearer header), requests
+// with a timeout, and errors sorted into what a person can act on. A tunnel's HTML error page, a
 // 502 or a dropped connection never surfaces as a blank page: each becomes an ApiError with a
 // readable message and a `retry` hint.
+//
+// The credential is either this browser's own device token (paired with a one-time code, see
+// `pairWithCode`; `device()` then says which device this is, and its scope) or a token pasted or
+// given as `#token=` (the machine's, for local tools). A 401 to a device's own token means the
+// device was removed: `onRevoked` is told once, and the app stops asking (no loop of 401s).
 
 const TOKEN_KEY = 'zcode-acp.token';
+/** This browser's device: {id, name, scope, removed?} as JSON, or absent (a pasted token). */
+const DEVICE_KEY = 'zcode-acp.device';
 const TIMEOUT_MS = 15000;
 
 /** The stored token, or ''. */
@@ -11,14 +18,124 @@ export function token() {
   try { return localStorage.getItem(TOKEN_KEY) || ''; } catch { return ''; }
 }
 
-/** Stores (or, with '', forgets) the token. */
-export function setToken(t) {
+/**
+ * Stores (or, with '', forgets) the token. A token given this way is not a device's (pasted,
+ * or `#token=`): the device this browser was is forgotten, unless `keepDevice`.
+ */
+export function setToken(t, keepDevice = false) {
   try {
     if (t) localStorage.setItem(TOKEN_KEY, t); else localStorage.removeItem(TOKEN_KEY);
+    if (!keepDevice) localStorage.removeItem(DEVICE_KEY);
   } catch { /* private mode: the token lives for this page only */ }
   memoryToken = t;
+  if (!keepDevice) memoryDevice = null;
+  showScope();
 }
 let memoryToken = '';
+let memoryDevice = null;
+
+/** This browser's paired device, {id, name, scope, removed?}, or null (a pasted token). */
+export function device() {
+  try {
+    const d = JSON.parse(localStorage.getItem(DEVICE_KEY) || 'null');
+    if (d && typeof d === 'object') return d;
+  } catch { /* none, or private mode */ }
+  return memoryDevice;
+}
+
+function setDevice(d) {
+  memoryDevice = d;
+  try {
+    if (d) localStorage.setItem(DEVICE_KEY, JSON.stringify(d)); else localStorage.removeItem(DEVICE_KEY);
+  } catch { /* private mode */ }
+  showScope();
+}
+
+/** Updates what is known of this device (`patch`: name, scope). */
+export function noteDevice(patch) {
+  const d = device();
+  if (d && !d.removed) setDevice({ ...d, ...patch });
+}
+
+/** Whether this browser may change things (a `watch` device may not). */
+export function canWrite() {
+  const d = device();
+  return !(d && d.scope === 'watch');
+}
+
+/** Marks the page with this device's scope (`html[data-scope]`: the styles hide what a watch device cannot do). */
+function showScope() {
+  if (typeof document === 'undefined') return;
+  document.documentElement.dataset.scope = canWrite() ? 'full' : 'watch';
+}
+showScope();
+
+/** The words a watch device's refused action is met with. */
+export const WATCH_ONLY = 'This device can only watch: sending, stopping, answering and changing things need a device paired with full access.';
+
+let revokedHandler = null;
+/** `fn()` is called (once per credential) when the hub says this device's own token is no longer valid. */
+export function onRevoked(fn) {
+  revokedHandler = fn;
+}
+
+/** Forgets the removed device's token, remembering that it was removed (the pairing screen says so). */
+export function forgetRevoked() {
+  const d = device();
+  try { localStorage.removeItem(TOKEN_KEY); } catch { /* private mode */ }
+  memoryToken = '';
+  setDevice(d ? { ...d, removed: true } : null);
+}
+
+/** A name for this browser from its user agent ("Chrome on Android"); the person can change it. */
+export function defaultDeviceName() {
+  const ua = (typeof navigator !== 'undefined' && navigator.userAgent) || '';
+  const browser = /Edg\//.test(ua) ? 'Edge' : /Firefox\//.test(ua) ? 'Firefox'
+    : /(Chrome|Chromium|CriOS)\//.test(ua) ? 'Chrome' : /Safari\//.test(ua) ? 'Safari' : 'Browser';
+  const os = /iPhone/.test(ua) ? 'iPhone' : /iPad/.test(ua) ? 'iPad' : /Android/.test(ua) ? 'Android'
+    : /Mac OS X/.test(ua) ? 'Mac' : /Windows/.test(ua) ? 'Windows' : /CrOS/.test(ua) ? 'ChromeOS' : /Linux/.test(ua) ? 'Linux' : '';
+  return os ? `${browser} on ${os}` : browser;
+}
+
+/**
+ * Pairs this browser with a one-time `code` (`POST /api/pair`, no token): the device token it
+ * returns becomes this browser's credential. Rejects with an ApiError whose message says why
+ * (a used, expired or unknown code in the hub's words).
+ */
+export async function pairWithCode(code, name = defaultDeviceName()) {
+  const r = await api('/api/pair', { method: 'POST', json: { code, name }, noAuth: true, what: 'Pairing', expectJson: true, pairing: true });
+  if (!r || typeof r.token !== 'string' || !r.token) throw new ApiError('garbage', 200, 'Pairing: the hub answered without a credential.');
+  try { localStorage.setItem(TOKEN_KEY, r.token); } catch { /* private mode */ }
+  memoryToken = r.token;
+  setDevice({ id: String(r.deviceId || ''), name: String(r.name || name), scope: 'full' });
+  // The scope is the code's: the hub tells it in the device list.
+  await refreshDevice().catch(() => {});
+  return r;
+}
+
+/** Reads this device's row from `GET /api/devices` (its scope, its name); returns the list. */
+export async function refreshDevice() {
+  const list = await getJson('/api/devices', 'The device list');
+  const rows = (list && Array.isArray(list.devices)) ? list.devices : [];
+  const me = rows.find((d) => d && d.current);
+  if (me) noteDevice({ id: String(me.id), name: String(me.name || ''), scope: me.scope === 'watch' ? 'watch' : 'full' });
+  return rows;
+}
+
+/**
+ * Reads `#pair=CODE` from the address and removes it from the address bar (and history) at
+ * once, whatever becomes of it. Returns the code, or null.
+ */
+export function takePairCodeFromFragment() {
+  const frag = location.hash.replace(/^#/, '');
+  const params = new URLSearchParams(frag);
+  const code = params.get('pair');
+  if (code === null) return null;
+  params.delete('pair');
+  const rest = params.toString();
+  history.replaceState(history.state, '', location.pathname + location.search + (rest ? `#${rest}` : ''));
+  return code.trim();
+}
 
 function currentToken() {
   return token() || memoryToken;
@@ -54,16 +171,31 @@ export class ApiError extends Error {
   }
 }
 
-/** A short server message worth showing (plain text, one line, not HTML). */
+/** A short server message worth showing (plain text or a JSON `error`, one line, not HTML). */
 function serverText(body, type) {
   if (!body || /html/i.test(type) || /^\s*</.test(body)) return '';
+  if (/json/i.test(type) || /^\s*\{/.test(body)) {
+    try {
+      const e = JSON.parse(body).error;
+      if (typeof e === 'string' && e && e.length <= 300) return e;
+      if (e && typeof e.message === 'string' && e.message.length <= 300) return e.message;
+    } catch { /* not JSON after all */ }
+  }
   const line = body.trim().split('\n')[0];
   return line.length <= 200 ? line : '';
 }
 
 /** Sorts a non-2xx answer into an ApiError. */
-export function errorFor(status, body, type, what) {
+export function errorFor(status, body, type, what, pairing = false) {
   const said = serverText(body, type);
+  if (pairing && (status === 401 || status === 429 || status === 409)) {
+    return new ApiError(status === 401 ? 'code' : status === 429 ? 'limited' : 'http', status, said || `${what}: HTTP ${status}`, body);
+  }
+  const d = device();
+  if (status === 401 && d && !d.removed) {
+    return new ApiError('auth', 401, `This device ("${d.name || 'this browser'}") was removed from the hub, or its credential is no longer valid. Pair it again with a new code.`, body);
+  }
+  if (status === 403 && !canWrite()) return new ApiError('watch', 403, `${what}: ${WATCH_ONLY}`, body);
   if (status === 401) return new ApiError('auth', 401, 'The hub rejected the token (it was rotated, or it is wrong). Pair again with a fresh link.', body);
   if (status === 429) return new ApiError('limited', 429, 'Too many wrong tokens from this address: wait a minute, then retry.', body);
   if (/html/i.test(type) || /^\s*<(!doctype|html)/i.test(body)) {
@@ -88,6 +220,7 @@ export async function api(path, opts = {}) {
   const headers = {};
   const t = currentToken();
   if (t && !opts.noAuth) headers.Authorization = `Bearer ${t}`;
+  const sentDevice = !opts.noAuth && t && device() && !device().removed;
   let body;
   if (opts.json !== undefined) {
     headers['Content-Type'] = 'application/json';
@@ -109,7 +242,16 @@ export async function api(path, opts = {}) {
     if (opts.raw && resp.ok) return resp;
     const type = resp.headers.get('content-type') || '';
     const text = await resp.text();
-    if (!resp.ok) throw errorFor(resp.status, text, type, what);
+    if (!resp.ok) {
+      const err = errorFor(resp.status, text, type, what, opts.pairing);
+      // This device's own credential refused, and still the one kept: it was removed.
+      if (resp.status === 401 && sentDevice && currentToken() === t && revokedHandler) {
+        forgetRevoked();
+        const fn = revokedHandler;
+        queueMicrotask(() => fn(err.message));
+      }
+      throw err;
+    }
     if (/json/i.test(type)) {
       try { return JSON.parse(text); } catch { /* fall through */ }
       throw new ApiError('garbage', resp.status, `${what}: the answer was cut short or is not JSON.`, text);

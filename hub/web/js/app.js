@@ -1,7 +1,9 @@
-// The client's entry point: pairing (the token arrives in the URL fragment, is stored locally
-// and dropped from the address bar), client-side routing over the history API, the header's
+// The client's entry point: pairing (a one-time code arrives in the URL fragment as `#pair=`,
+// is dropped from the address bar and exchanged for this device's own credential; a local
+// tool's `#token=` is stored as it is), client-side routing over the history API, the header's
 // connection indicator, and a catch-all so an unexpected error shows a message, never a blank
-// page.
+// page. When the hub refuses this device's credential (it was removed), every screen gives way
+// to the pairing screen saying so, and nothing more is asked of the hub until it is paired again.
 //
 // Routes: /                      home (instances, sessions, projects, browse)
 //         /s/<instance>/<sid>    a session   (?cwd=)
@@ -10,10 +12,12 @@
 //         /usage                 token usage (?range=7d|30d|all)
 //         /settings/hooks        the hooks tree (config.json)
 //         /settings[/<instance>] settings (settings.js)
-//         /pair                  pairing (paste a token)
+//         /devices               paired devices, pairing another, the audit trail (devices.js)
+//         /pair                  pairing (a code, or paste a token)
 
-import { h, clear, $ } from './dom.js';
-import { token, setToken, takeTokenFromFragment, getJson } from './api.js';
+import { h, clear, $, toast } from './dom.js';
+import { token, setToken, takeTokenFromFragment, getJson, takePairCodeFromFragment, pairWithCode, device, onRevoked, refreshDevice } from './api.js';
+import { devicesView } from './devices.js';
 import { homeView, newSessionView } from './home.js';
 import { sessionView } from './session.js';
 import { filesView } from './files.js';
@@ -87,11 +91,15 @@ export const app = {
 
   /** Shows the pairing screen with `message` (a rejected or missing token). */
   pair(message) {
-    setToken('');
+    const d = device();
+    if (d && d.removed) setToken('', true); else setToken('');
     if (location.pathname !== '/pair') history.pushState(null, '', '/pair');
     mount((root) => pairView(root, message));
   },
 };
+
+// The pairing screen says the device was removed (its own words, from the kept device).
+onRevoked(() => app.pair(''));
 
 function mount(make) {
   if (cleanup) {
@@ -121,22 +129,40 @@ function route() {
   }
   if (parts[0] === 'usage' && parts.length === 1) return mount((root) => usageView(root, app, { range: q.get('range') }));
   if (parts[0] === 'settings' && parts[1] === 'hooks') return mount((root) => hooksSettingsView(root, app));
+  if (parts[0] === 'devices' && parts.length === 1) return mount((root) => devicesView(root, app));
   if (parts[0] === 'settings' && parts.length <= 2) return mount((root) => settingsView(root, app, { instance: parts[1] || '' }));
   if (location.pathname !== '/') history.replaceState(null, '', '/');
   return mount((root) => homeView(root, app));
 }
 
+/** Whether `text` looks like a pairing code (`XXXXX-XXXXX`, Crockford's base32) rather than a token. */
+function isCode(text) {
+  return /^[0-9A-Za-z]{5}[- ]?[0-9A-Za-z]{5}$/.test(text);
+}
+
 function pairView(root, message) {
   app.setTitle('Pair');
-  app.setConn('unpaired', 'Not paired');
-  const input = h('input', { type: 'password', id: 'token-input', autocomplete: 'off', spellcheck: 'false', 'aria-label': 'Token', placeholder: 'Paste the token' });
+  const d = device();
+  const removed = Boolean(d && d.removed);
+  app.setConn('unpaired', removed ? 'This device was removed' : 'Not paired');
+  const input = h('input', { type: 'password', id: 'token-input', autocomplete: 'off', spellcheck: 'false', 'aria-label': 'Pairing code or token', placeholder: 'Pairing code (XXXXX-XXXXX) or token' });
   const problem = h('p', { class: 'error', role: 'alert', id: 'pair-error', hidden: !message, text: message || '' });
   const form = h('form', { class: 'card pair', onsubmit: async (e) => {
     e.preventDefault();
     const t = input.value.trim();
     if (!t) return;
-    setToken(t);
     problem.hidden = true;
+    if (isCode(t)) {
+      try {
+        await pairWithCode(t);
+        app.navigate('/');
+      } catch (err) {
+        problem.textContent = err.message;
+        problem.hidden = false;
+      }
+      return;
+    }
+    setToken(t);
     try {
       await getJson('/api/instances', 'The instance list');
       app.navigate('/');
@@ -146,10 +172,11 @@ function pairView(root, message) {
       problem.hidden = false;
     }
   } },
-  h('h2', { text: 'Pair this browser' }),
-  h('p', { id: 'pair-help' }, 'Open the pairing link that ', h('code', { text: 'zcode-acp up' }), ' or ', h('code', { text: 'zcode-acp token' }),
-    ' prints on the machine (or scan its QR code), or paste the token here. It is kept in this browser only.'),
-  problem, h('div', { class: 'row' }, input, h('button', { type: 'submit', class: 'primary' }, 'Pair')));
+  h('h2', { id: 'pair-title', text: removed ? 'This device was removed' : 'Pair this browser' }),
+  removed ? h('p', { id: 'pair-removed', text: `"${d.name || 'This browser'}" was removed from the hub (on another device, or by zcode-acp devices revoke on the machine): its credential no longer works. To use it again, pair it anew with a fresh code.` }) : null,
+  h('p', { id: 'pair-help' }, 'Open a pairing link that ', h('code', { text: 'zcode-acp pair' }), ' or ', h('code', { text: 'zcode-acp up' }),
+    ' prints on the machine (or scan its QR code, or use Devices on a paired phone), or type its code here. Each link works once, for 5 minutes; this browser then keeps its own credential.'),
+  problem, h('div', { class: 'row' }, input, h('button', { type: 'submit', class: 'primary' }, removed ? 'Pair again' : 'Pair')));
   clear(root, form);
   input.focus();
 }
@@ -198,11 +225,52 @@ async function tryNewToken() {
   return true;
 }
 
+/**
+ * A pairing link's one-time code (`#pair=`, already dropped from the address bar) is
+ * exchanged for this device's credential; a refused code shows the pairing screen saying why.
+ */
+async function pairFromLink(code) {
+  if (!code) {
+    app.pair('The pairing link had no code in it.');
+    return false;
+  }
+  app.setConn('connecting', 'Pairing…');
+  clear(view(), h('p', { class: 'empty', text: 'Pairing this browser…' }));
+  try {
+    await pairWithCode(code);
+    return true;
+  } catch (e) {
+    // A browser that works already keeps its credential: only the link was bad.
+    const d = device();
+    if (token() && !(d && d.removed)) {
+      toast(e.message, 'error', 15000);
+      return true;
+    }
+    app.pair(e.message);
+    return false;
+  }
+}
+
 async function boot() {
   startApp();
-  const paired = takeTokenFromFragment();
+  const code = takePairCodeFromFragment();
+  if (code !== null && !(await pairFromLink(code))) {
+    listen();
+    return;
+  }
+  const paired = code === null && takeTokenFromFragment();
   if (paired && !token()) return app.pair('The pairing link had an empty token.');
   if (paired && !(await tryNewToken())) return;
+  listen();
+  // What this device may do (its scope) as the hub says now; a removed one goes to pairing.
+  if (device() && token()) refreshDevice().catch(() => {});
+  route();
+}
+
+let listening = false;
+function listen() {
+  if (listening) return;
+  listening = true;
   window.addEventListener('popstate', route);
   document.addEventListener('click', (e) => {
     const a = e.target.closest && e.target.closest('a[data-nav]');
@@ -212,8 +280,14 @@ async function boot() {
   });
   $('#conn').addEventListener('click', () => ($('#conn-detail').hidden ? showConnDetail() : hideConnDetail()));
   window.addEventListener('unhandledrejection', (e) => { console.warn('unhandled', e.reason); e.preventDefault(); });
-  window.addEventListener('hashchange', async () => { if (takeTokenFromFragment() && (await tryNewToken())) route(); });
-  route();
+  window.addEventListener('hashchange', async () => {
+    const code = takePairCodeFromFragment();
+    if (code !== null) {
+      if (await pairFromLink(code)) app.navigate('/', { replace: true });
+      return;
+    }
+    if (takeTokenFromFragment() && (await tryNewToken())) route();
+  });
 }
 
 boot();

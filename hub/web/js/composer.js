@@ -5,6 +5,7 @@
 // a new line and the Send button sends. Ctrl/Cmd+Enter sends everywhere.
 
 import { h, clear } from './dom.js';
+import { canWrite, WATCH_ONLY } from './api.js';
 
 /** Whether this is a touch screen, where Enter must type a newline. */
 function touch() {
@@ -27,12 +28,15 @@ export function composer({ onSend, onCancel }) {
   });
   const send = h('button', { type: 'submit', class: 'primary', id: 'send', 'aria-label': 'Send' }, 'Send');
   const cancel = h('button', { type: 'button', class: 'danger', id: 'cancel', hidden: true, onclick: () => onCancel() }, 'Stop');
+  // A watch-only device is not offered Send or Stop (the styles hide them under
+  // `html[data-scope=watch]`); it is told why instead.
+  const watchNote = h('p', { class: 'watch-only', id: 'watch-only-note', role: 'note', text: WATCH_ONLY });
   const form = h('form', { class: 'composer', onsubmit: (e) => { e.preventDefault(); submit(); } },
-    list, input, h('div', { class: 'composer-buttons' }, cancel, send));
+    watchNote, list, input, h('div', { class: 'composer-buttons' }, cancel, send));
 
   function submit() {
     const text = input.value;
-    if (!text.trim()) return;
+    if (!text.trim() || !canWrite()) return;
     input.value = '';
     grow();
     close();
@@ -120,7 +124,7 @@ export function composer({ onSend, onCancel }) {
       cancel.textContent = stopping ? 'Stopping…' : 'Stop';
       grow(); // the box is narrower while Stop shows
     },
-    setEnabled(on) { send.disabled = !on; },
+    setEnabled(on) { send.disabled = !on || !canWrite(); },
     setCommands(list2) {
       commands = (Array.isArray(list2) ? list2 : []).filter((c) => c && typeof c.name === 'string')
         .map((c) => ({ name: c.name.replace(/^\//, ''), description: typeof c.description === 'string' ? c.description : '' }));

@@ -164,12 +164,14 @@ export function settingsView(root, app, { instance }) {
     if (usage && usage.error) usageNote = 'The usage store cannot be read.';
     else if (usage && usage.available === false) usageNote = 'Nothing recorded yet.';
     else if (usage && usage.summary) usageNote = `${Number(usage.summary.totalTokens || 0).toLocaleString()} tokens in the last 7 days.`;
-    return h('section', { class: 'card', id: 'more-card' }, h('h2', { text: 'Hooks and usage' }),
+    return h('section', { class: 'card', id: 'more-card' }, h('h2', { text: 'Hooks, usage and devices' }),
       h('ul', { class: 'rows' },
         h('li', {}, h('span', { class: 'title' }, h('a', { class: 'button', href: '/settings/hooks', 'data-nav': '', id: 'settings-hooks-link' }, 'Hooks →'),
           ' ', h('span', { class: 'muted', text: hooksNote }))),
         h('li', {}, h('span', { class: 'title' }, h('a', { class: 'button', href: '/usage', 'data-nav': '', id: 'settings-usage-link' }, 'Token usage →'),
-          ' ', h('span', { class: 'muted', text: usageNote })))));
+          ' ', h('span', { class: 'muted', text: usageNote }))),
+        h('li', {}, h('span', { class: 'title' }, h('a', { class: 'button', href: '/devices', 'data-nav': '', id: 'settings-devices-link' }, 'Devices →'),
+          ' ', h('span', { class: 'muted', text: 'Paired phones and browsers, pairing a new one, activity.' })))));
   }
 
   function mcpCard(mcp) {
