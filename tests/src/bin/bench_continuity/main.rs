@@ -141,6 +141,20 @@ fn main() {
         })
     };
 
+    // The hub's resident memory, sampled every 100 ms.
+    let hub_rss = Arc::new(Mutex::new((zcode_tests::rss_kib(hub.pid()), 0u64)));
+    let sampling = {
+        let (rss, done, pid) = (hub_rss.clone(), done.clone(), hub.pid());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                let now = zcode_tests::rss_kib(pid);
+                let mut r = rss.lock().expect("rss");
+                r.1 = r.1.max(now);
+                drop(r);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
     eprintln!(
         "bench-continuity: {events} events over {} lanes (seed {seed}), each to a resuming and a tail client",
         lanes.len()
@@ -197,6 +211,14 @@ fn main() {
     }
     done.store(true, Ordering::SeqCst);
     watching.join().expect("the watcher");
+    sampling.join().expect("the sampler");
+    let (rss_start, rss_peak) = *hub_rss.lock().expect("rss");
+    let rss_end = zcode_tests::rss_kib(hub.pid());
+    let log = hub.log();
+    let said: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
+    for l in said.iter().take(20) {
+        eprintln!("bench-continuity: the hub said: {l}");
+    }
     let truth = truth.lock().expect("truth");
 
     let counts = counts.lock().expect("counts");
@@ -209,6 +231,13 @@ fn main() {
         counts.get("502").unwrap_or(&0),
         lanes.len(),
         missed.load(Ordering::SeqCst),
+    );
+    println!(
+        "The hub's resident memory: {} MiB at the start, {} MiB at the peak, {} MiB at the end; its log has {} warnings or errors.",
+        rss_start / 1024,
+        rss_peak / 1024,
+        rss_end / 1024,
+        said.len()
     );
     println!();
     let mut cols = [Figures::default(), Figures::default()];
