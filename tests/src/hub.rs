@@ -304,11 +304,16 @@ impl Hub {
     /// empty value removes a variable: `("ZCODE_ACP_REMOTE_TOKEN", "")` leaves the hub the
     /// home's token file); returns once it answers `/api/health`.
     pub fn start(home: &Home, env: &[(&str, &str)]) -> Hub {
+        Hub::start_exe(home, crate::bin(), env)
+    }
+
+    /// Like [`Hub::start`], running the binary at `exe` (a copy a self-upgrade test replaces).
+    pub fn start_exe(home: &Home, exe: &Path, env: &[(&str, &str)]) -> Hub {
         let old = hub_port(home);
         static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log_file = home.path().join(format!("hub-{n}.log"));
-        let mut cmd = home.command(&["hub"]);
+        let mut cmd = home.command_of(exe, &["hub"]);
         cmd.env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN);
         for (k, v) in env {
             match v.is_empty() {
@@ -317,7 +322,20 @@ impl Hub {
             };
         }
         let log = std::fs::File::create(&log_file).expect("hub log");
-        let child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn().expect("spawn hub");
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
+        // A copy just written is "busy" while a child another test thread forked meanwhile
+        // still holds its write descriptor (until that child execs): ETXTBSY for a moment.
+        let mut tries = 0;
+        let child = loop {
+            match cmd.spawn() {
+                Ok(c) => break c,
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("spawn hub: {e}"),
+            }
+        };
         let port = wait_for_hub(home, old);
         Hub { child, port, log_file }
     }

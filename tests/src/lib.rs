@@ -78,7 +78,12 @@ impl Home {
     /// `ZCODE_ACP_HUB_PORT=0`: every bridge registers with (and may start) a hub, and it must
     /// be this home's own on an OS-picked port, never the machine's 8377.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(bin());
+        self.command_of(bin(), args)
+    }
+
+    /// Like [`Home::command`], running the binary at `exe` (a copy the test installs over).
+    pub fn command_of(&self, exe: &Path, args: &[&str]) -> Command {
+        let mut cmd = Command::new(exe);
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("ZCODE_ACP_") {
                 cmd.env_remove(k);

@@ -2,10 +2,11 @@
 //! `_meta.zcode.seq` and `.epoch`; a `session/load` with `_meta.zcode.afterSeq` and `.epoch`
 //! replays exactly what followed, then the live stream, or falls back to the tail replay
 //! saying why (`epoch`, `gap`); a pending permission is delivered again and answering it works;
-//! the same through the hub's relay. The editor's bytes carry no numbers.
+//! the same through the hub's relay, and across the hub's self-upgrade restart. The editor's
+//! bytes carry no numbers.
 
 use serde_json::{Value, json};
-use zcode_tests::hub::{Hub, listed, wait_instances};
+use zcode_tests::hub::{AUTH, Hub, http, hub_pid, hub_port, listed, wait_instances, wait_until};
 use zcode_tests::{Bridge, Home, Peer, demo_agent, initialize, new_session, prompt, shared_session};
 
 /// A message's `_meta.zcode.seq`, if it has one.
@@ -248,4 +249,91 @@ fn a_pending_permission_is_delivered_again_on_resume_and_answering_it_ends_the_t
     assert_eq!(rest.last().expect("the turn end")["params"]["stopReason"], "end_turn");
     assert!(rest.iter().all(|m| m["method"] != "session/request_permission"), "delivered twice: {rest:?}");
     assert_contiguous(&rest, n + 1, &epoch);
+}
+
+/// A hub self-upgrade (`POST /api/upgrade`, a new build on disk) while a phone follows a long
+/// turn through its relay: the phone keeps what came before the close (1012), reconnects
+/// through the successor on the same port and resumes from its last number: `resumed: true`,
+/// then every message to the turn's end, none missing, none twice, the same as a client
+/// attached straight to the bridge throughout.
+#[test]
+fn a_hub_self_upgrade_mid_stream_loses_nothing_the_phone_resumes_through_the_successor() {
+    let home = Home::new();
+    // The hub runs from a copy a new build is installed over (by rename, like an install).
+    let disk = tempfile::tempdir().expect("temp dir");
+    let exe = disk.path().join("zcode-acp");
+    std::fs::copy(zcode_tests::bin(), &exe).expect("copy the binary");
+    let mut hub = Hub::start_exe(&home, &exe, &[]);
+    let port = hub.port;
+    let mut b = Bridge::start_env(&home, &demo_agent(5), &[("ZCODE_ACP_HEARTBEAT_MS", "200")]);
+    let bid = b.id();
+    wait_instances(port, "the bridge to register", |l| listed(l, &bid));
+    initialize(&mut b.editor, json!({}));
+    let sid = new_session(&mut b.editor, home.path());
+    let mut watcher = b.remote();
+    initialize(&mut watcher, json!({}));
+    load(&mut watcher, &sid, home.path(), json!({"limit": 0}));
+    let mut phone = hub.connect(&bid).expect("the relay accepts");
+    initialize(&mut phone, json!({}));
+    let (r, _) = load(&mut phone, &sid, home.path(), json!({"limit": 0}));
+    let (epoch, start) = numbering(&r);
+
+    let turn = b.editor.request("session/prompt", prompt(&sid, "long stream please"));
+    let mut got = Vec::new();
+    while got.iter().filter(|m| is_chunk(m)).count() < 40 {
+        got.push(phone.recv("the long turn on the phone"));
+    }
+    let new_build = exe.with_extension("new");
+    let mut bytes = std::fs::read(&exe).expect("read the binary");
+    bytes.extend_from_slice(b"another build");
+    std::fs::write(&new_build, bytes).expect("write the new build");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&new_build, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::rename(&new_build, &exe).expect("install the new build");
+    let r = http(port, "POST", "/api/upgrade", &[AUTH], b"").json();
+    assert_eq!((&r["restarting"], &r["reason"]), (&json!(true), &json!("fingerprint")), "{r}");
+    // What reached the phone before the hub went is the phone's.
+    while let Some(m) = phone.quiet_for(zcode_tests::WAIT) {
+        got.push(m);
+    }
+    assert_eq!(phone.closed, Some(Some(1012)), "the phone is told: service restart");
+    let after = got.iter().filter_map(seq).max().expect("numbered messages");
+    assert!(!got.iter().any(turn_end), "the turn ended before the restart: the test proves nothing");
+
+    assert!(hub.wait_exit(zcode_tests::WAIT).is_some_and(|s| s.success()), "the old hub exits cleanly");
+    wait_until("the successor hub on the same port", || {
+        hub_pid(&home).is_some_and(|p| p != hub.pid())
+            && hub_port(&home) == Some(port)
+            && http(port, "GET", "/api/health", &[], b"").status == 200
+    });
+    wait_instances(port, "the bridge re-registered with the successor", |l| listed(l, &bid));
+    let mut back = hub.connect(&bid).expect("the successor's relay accepts");
+    initialize(&mut back, json!({}));
+    let (r, mut resumed) = load(&mut back, &sid, home.path(), json!({"afterSeq": after, "epoch": epoch}));
+    assert_eq!(r["replayMeta"]["resumed"], true, "{r}");
+    assert!(r["replayMeta"].get("reason").is_none(), "{r}");
+    resumed.extend(numbered_until_turn_end(&mut back, "the rest of the turn after the resume"));
+    assert_eq!(resumed.last().expect("the turn end")["params"]["stopReason"], "end_turn");
+
+    // The phone's whole view of the turn: numbered from its attach on, each number once.
+    let mut phone_saw: Vec<Value> = got.into_iter().filter(|m| m.get("method").is_some()).collect();
+    phone_saw.extend(resumed);
+    assert_contiguous(&phone_saw, start + 1, &epoch);
+    let all = numbered_until_turn_end(&mut watcher, "the whole turn on the watcher");
+    assert_eq!(
+        phone_saw.len(),
+        all.len(),
+        "the phone got {} messages, the watcher {}",
+        phone_saw.len(),
+        all.len()
+    );
+    assert_eq!(phone_saw, all, "the phone's stream differs from the watcher's");
+    assert_eq!(zcode_tests::agent_text(&all).matches("tick ").count(), 600);
+    let (answer, _) = b.editor.response_to(&turn);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    // The successor is not the test's child: it is stopped here.
+    if let Some(pid) = hub_pid(&home) {
+        zcode_tests::hub::signal(pid, "TERM");
+        zcode_tests::hub::wait_gone(pid, zcode_tests::WAIT);
+    }
 }

@@ -242,7 +242,7 @@ fn a_browser_preflight_for_a_settings_put_or_delete_is_allowed() {
             assert_eq!(r.header("access-control-allow-origin"), Some("*"));
             let methods: Vec<&str> =
                 r.header("access-control-allow-methods").unwrap_or("").split(", ").collect();
-            assert_eq!(methods, ["GET", "POST", "PUT", "DELETE", "OPTIONS"], "{path}");
+            assert_eq!(methods, ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"], "{path}");
             let allowed = r.header("access-control-allow-headers").unwrap_or("").to_ascii_lowercase();
             assert!(allowed.contains("authorization") && allowed.contains("content-type"), "{allowed}");
         }
