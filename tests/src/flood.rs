@@ -3,14 +3,13 @@
 //! loopback ports, each reopened as soon as it is closed. Used by `security_peer` and by
 //! `scripts/bench-preauth`.
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The uid the flood runs as.
-pub const NOBODY: u32 = 65534;
+pub use crate::squat::NOBODY;
 
 /// Holds `argv[1]` silent connections to each port of `argv[2:]` on 127.0.0.1, reopening any
 /// that the other end closes (or answers: a silent client reads nothing it wants), and prints
@@ -65,29 +64,9 @@ impl Flood {
     /// Starts `per_port` silent connections to each of `ports` as uid 65534; panics when
     /// privileges cannot be dropped. Returns once the process runs as that user.
     pub fn start(per_port: usize, ports: &[u16]) -> Flood {
-        let mut child = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", FLOOD])
-            .arg(per_port.to_string())
-            .args(ports.iter().map(u16::to_string))
-            .current_dir("/")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run setpriv to act as uid {NOBODY}: {e}"));
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        if !matches!(lines.next(), Some(Ok(l)) if l == "started") {
-            let mut err = String::new();
-            let _ = child.stderr.take().expect("stderr").read_to_string(&mut err);
-            let _ = child.wait();
-            panic!("cannot drop privileges to uid {NOBODY} (setpriv, /usr/bin/python3): {err}");
-        }
-        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).expect("status");
-        let uid_line = status.lines().find(|l| l.starts_with("Uid:")).expect("Uid line").to_owned();
-        assert!(
-            uid_line.split_whitespace().skip(1).all(|u| u == NOBODY.to_string()),
-            "the flood does not run as uid {NOBODY}: {uid_line}"
-        );
+        let mut args = vec![per_port.to_string()];
+        args.extend(ports.iter().map(u16::to_string));
+        let (child, lines) = crate::squat::as_nobody(FLOOD, &args, "the flood");
         let made = Arc::new(AtomicU64::new(0));
         let counter = made.clone();
         std::thread::spawn(move || {

@@ -48,7 +48,8 @@ while True:
 
 #[derive(Default)]
 struct Seen {
-    bound: bool,
+    /// The port it holds, once it does.
+    bound: Option<u16>,
     connections: usize,
     received: Vec<u8>,
 }
@@ -60,38 +61,17 @@ pub struct Squatter {
 }
 
 impl Squatter {
-    /// Starts the bind loop on 127.0.0.1:`port` as uid 65534 (checked in `/proc`); panics when
-    /// privileges cannot be dropped.
+    /// Starts the bind loop on 127.0.0.1:`port` (0: any free port) as uid 65534 (checked in
+    /// `/proc`); panics when privileges cannot be dropped.
     pub fn start(port: u16) -> Squatter {
-        let mut child = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", SCRIPT])
-            .arg(port.to_string())
-            .current_dir("/")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run setpriv to act as uid {NOBODY}: {e}"));
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        if !matches!(lines.next(), Some(Ok(l)) if l == "started") {
-            let mut err = String::new();
-            let _ = child.stderr.take().expect("stderr").read_to_string(&mut err);
-            let _ = child.wait();
-            panic!("cannot drop privileges to uid {NOBODY} (setpriv, python3 as another user): {err}");
-        }
-        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).expect("status");
-        let uid_line = status.lines().find(|l| l.starts_with("Uid:")).expect("Uid line").to_owned();
-        assert!(
-            uid_line.split_whitespace().skip(1).all(|u| u == NOBODY.to_string()),
-            "the squatter does not run as uid {NOBODY}: {uid_line}"
-        );
+        let (child, lines) = as_nobody(SCRIPT, &[port.to_string()], "the squatter");
         let seen = Arc::new(Mutex::new(Seen::default()));
         let s = seen.clone();
         std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {
                 let mut s = s.lock().expect("lock");
-                if line.starts_with("bound ") {
-                    s.bound = true;
+                if let Some(port) = line.strip_prefix("bound ") {
+                    s.bound = port.parse().ok();
                 } else if line == "conn" {
                     s.connections += 1;
                 } else if let Some(hex) = line.strip_prefix("data ") {
@@ -106,13 +86,21 @@ impl Squatter {
 
     /// Whether it ever held the port.
     pub fn bound(&self) -> bool {
-        self.seen.lock().expect("lock").bound
+        self.seen.lock().expect("lock").bound.is_some()
     }
 
     /// Waits until it holds the port.
     pub fn wait_bound(&self) {
+        self.port();
+    }
+
+    /// The port it holds, once it does (waited for).
+    pub fn port(&self) -> u16 {
         let deadline = Instant::now() + crate::WAIT;
-        while !self.bound() {
+        loop {
+            if let Some(port) = self.seen.lock().expect("lock").bound {
+                return port;
+            }
             assert!(Instant::now() < deadline, "the squatter never got the port");
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -121,6 +109,22 @@ impl Squatter {
     /// How many connections reached it.
     pub fn connections(&self) -> usize {
         self.seen.lock().expect("lock").connections
+    }
+
+    /// Waits until at least `n` connections reached it.
+    pub fn wait_connections(&self, n: usize, what: &str) {
+        let deadline = Instant::now() + crate::WAIT;
+        while self.connections() < n {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Fails the test if it learned the token, or received anything at all.
+    pub fn assert_learned_nothing(&self) {
+        let got = self.received();
+        assert!(!got.contains(crate::TEST_TOKEN), "the squatter (uid {NOBODY}) received the token:\n{got}");
+        assert!(got.is_empty(), "the squatter (uid {NOBODY}) was sent bytes:\n{got}");
     }
 
     /// Everything it was sent, as text.
@@ -134,6 +138,40 @@ impl Drop for Squatter {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Runs `script` (`/usr/bin/python3 -c`, which uid 65534 can read) with `args` as uid 65534
+/// through `setpriv`, waits for its first line, `started`, and checks in `/proc` that it runs
+/// as that user: the child and the rest of its stdout. Panics (`what` names it) when
+/// privileges cannot be dropped.
+pub fn as_nobody(
+    script: &str,
+    args: &[String],
+    what: &str,
+) -> (Child, std::io::Lines<BufReader<std::process::ChildStdout>>) {
+    let mut child = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script])
+        .args(args)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run setpriv to act as uid {NOBODY}: {e}"));
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    if !matches!(lines.next(), Some(Ok(l)) if l == "started") {
+        let mut err = String::new();
+        let _ = child.stderr.take().expect("stderr").read_to_string(&mut err);
+        let _ = child.wait();
+        panic!("cannot drop privileges to uid {NOBODY} (setpriv, /usr/bin/python3): {err}");
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).expect("status");
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).expect("Uid line").to_owned();
+    assert!(
+        uid_line.split_whitespace().skip(1).all(|u| u == NOBODY.to_string()),
+        "{what} does not run as uid {NOBODY}: {uid_line}"
+    );
+    (child, lines)
 }
 
 /// A port nothing listens on now (bound to port 0, then let go).

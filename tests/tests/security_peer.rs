@@ -6,138 +6,17 @@
 //! on a bridge's port and the hub's keeps no relayed call and no heartbeat out.
 
 use serde_json::json;
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 use zcode_shared::peer::{PeerError, own_uid};
 use zcode_tests::flood::Flood;
 use zcode_tests::hub::{
     AUTH, Hub, http, hub_pid, listed, run_cli, signal, wait_gone, wait_instances, wait_port_closed,
 };
+use zcode_tests::squat::{NOBODY, Squatter};
 use zcode_tests::{
     Bridge, Home, TEST_TOKEN, WAIT, alive, demo_agent, initialize, kill9, new_session, prompt,
 };
-
-/// The uid the squatter runs as.
-const NOBODY: u32 = 65534;
-
-/// A TCP server on 127.0.0.1 that logs each connection and every byte received, answers any
-/// request head with `200 ok` (so a client that talks to it would go on talking), and prints
-/// `listening <port>` once bound.
-const SQUATTER: &str = r#"
-import socket, sys, threading
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", int(sys.argv[1])))
-s.listen(128)
-print("listening", s.getsockname()[1], flush=True)
-def serve(c):
-    buf = b""
-    try:
-        while True:
-            d = c.recv(65536)
-            if not d:
-                break
-            print("data", d.hex(), flush=True)
-            buf += d
-            if b"\r\n\r\n" in buf:
-                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-                break
-    except OSError:
-        pass
-    c.close()
-while True:
-    c, _ = s.accept()
-    print("conn", flush=True)
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
-"#;
-
-/// Another local user listening on a port: what it was sent.
-struct Squatter {
-    child: Child,
-    port: u16,
-    connections: Arc<Mutex<usize>>,
-    received: Arc<Mutex<Vec<u8>>>,
-}
-
-impl Squatter {
-    /// Starts the squatter as uid 65534 on `port` (0: any); fails the test when privileges
-    /// cannot be dropped.
-    fn start(port: u16) -> Squatter {
-        let mut child = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", SQUATTER])
-            .arg(port.to_string())
-            .current_dir("/")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run setpriv to act as uid {NOBODY}: {e}"));
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let Some(Ok(first)) = lines.next() else {
-            let mut err = String::new();
-            let _ = child.stderr.take().expect("stderr").read_to_string(&mut err);
-            let _ = child.wait();
-            panic!("cannot drop privileges to uid {NOBODY} (setpriv, python3 as another user): {err}");
-        };
-        let port = first.strip_prefix("listening ").and_then(|p| p.parse().ok()).expect("the port");
-        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).expect("status");
-        let uid_line = status.lines().find(|l| l.starts_with("Uid:")).expect("Uid line").to_owned();
-        assert!(
-            uid_line.split_whitespace().skip(1).all(|u| u == NOBODY.to_string()),
-            "the squatter does not run as uid {NOBODY}: {uid_line}"
-        );
-        let connections = Arc::new(Mutex::new(0));
-        let received = Arc::new(Mutex::new(Vec::new()));
-        let (c, r) = (connections.clone(), received.clone());
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                if line == "conn" {
-                    *c.lock().expect("lock") += 1;
-                } else if let Some(hex) = line.strip_prefix("data ") {
-                    let bytes = (0..hex.len() / 2)
-                        .filter_map(|i| u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).ok());
-                    r.lock().expect("lock").extend(bytes);
-                }
-            }
-        });
-        Squatter { child, port, connections, received }
-    }
-
-    /// Waits until at least `n` connections reached it.
-    fn wait_connections(&self, n: usize, what: &str) {
-        let deadline = Instant::now() + WAIT;
-        while *self.connections.lock().expect("lock") < n {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// How many connections reached it so far.
-    fn connections(&self) -> usize {
-        *self.connections.lock().expect("lock")
-    }
-
-    /// Everything it received so far, as text.
-    fn received(&self) -> String {
-        String::from_utf8_lossy(&self.received.lock().expect("lock")).into_owned()
-    }
-
-    /// Fails the test if it learned the token, or received anything at all.
-    fn assert_learned_nothing(&self) {
-        let got = self.received();
-        assert!(!got.contains(TEST_TOKEN), "the squatter (uid {NOBODY}) received the token:\n{got}");
-        assert!(got.is_empty(), "the squatter (uid {NOBODY}) was sent bytes:\n{got}");
-    }
-}
-
-impl Drop for Squatter {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Waits until `path` contains `needle`; returns its text.
 fn wait_file_contains(path: &std::path::Path, needle: &str) -> String {
@@ -155,7 +34,7 @@ fn wait_file_contains(path: &std::path::Path, needle: &str) -> String {
 #[test]
 fn another_user_on_the_hubs_port_gets_no_token_and_the_editor_is_still_served() {
     let squatter = Squatter::start(0);
-    let port = squatter.port.to_string();
+    let port = squatter.port().to_string();
     let home = Home::new();
     let stderr_path = home.path().join("bridge.stderr");
     let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
@@ -235,6 +114,7 @@ fn another_user_on_a_dead_bridges_port_gets_no_token_no_relay_and_no_health() {
     assert!(wait_gone(b.editor.pid(), WAIT), "the bridge survived kill -9");
     wait_port_closed(b.port);
     let squatter = Squatter::start(b.port);
+    squatter.wait_bound();
 
     // Relays through the hub: the bridge is unreachable, and the squatter is sent nothing.
     match hub.connect(&id) {
@@ -269,12 +149,12 @@ fn another_user_on_a_dead_bridges_port_gets_no_token_no_relay_and_no_health() {
 fn the_kernel_names_the_owner_of_our_own_and_another_users_sockets() {
     // Our connection to another user's listener: its end is theirs.
     let squatter = Squatter::start(0);
-    let theirs = std::net::TcpStream::connect(("127.0.0.1", squatter.port)).expect("connect");
+    let theirs = std::net::TcpStream::connect(("127.0.0.1", squatter.port())).expect("connect");
     let (local, peer) = (theirs.local_addr().expect("local"), theirs.peer_addr().expect("peer"));
     assert_eq!(zcode_shared::peer::owner(local, peer).expect("asked"), Some(NOBODY));
     assert_eq!(
         zcode_shared::peer::verify(local, peer),
-        Err(PeerError::Foreign { port: squatter.port, uid: NOBODY })
+        Err(PeerError::Foreign { port: squatter.port(), uid: NOBODY })
     );
     // Another user's connection to our listener: the client's socket is theirs.
     let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind");
