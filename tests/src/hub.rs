@@ -299,6 +299,23 @@ pub struct Hub {
     pub log_file: PathBuf,
 }
 
+/// Spawns `cmd`, whose program may be a copy just written: such a copy is "busy" while a child
+/// another test thread forked meanwhile still holds its write descriptor (until that child
+/// execs): ETXTBSY for a moment, retried.
+pub fn spawn_copy(cmd: &mut Command) -> Child {
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Ok(c) => return c,
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("spawn {:?}: {e}", cmd.get_program()),
+        }
+    }
+}
+
 impl Hub {
     /// Starts a hub in `home` with `env` on top of `ZCODE_ACP_HUB_PORT=0` and the token (an
     /// empty value removes a variable: `("ZCODE_ACP_REMOTE_TOKEN", "")` leaves the hub the
@@ -323,19 +340,7 @@ impl Hub {
         }
         let log = std::fs::File::create(&log_file).expect("hub log");
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
-        // A copy just written is "busy" while a child another test thread forked meanwhile
-        // still holds its write descriptor (until that child execs): ETXTBSY for a moment.
-        let mut tries = 0;
-        let child = loop {
-            match cmd.spawn() {
-                Ok(c) => break c,
-                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
-                    tries += 1;
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(e) => panic!("spawn hub: {e}"),
-            }
-        };
+        let child = spawn_copy(&mut cmd);
         let port = wait_for_hub(home, old);
         Hub { child, port, log_file }
     }

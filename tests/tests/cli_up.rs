@@ -58,19 +58,8 @@ impl Up {
             cmd.env("PATH", p);
         }
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(std::fs::File::create(&stderr).unwrap());
-        // A copy of the binary may still be open for writing in a child another test thread
-        // forked meanwhile (ETXTBSY until it execs).
-        let mut tries = 0;
-        let mut child = loop {
-            match cmd.spawn() {
-                Ok(c) => break c,
-                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
-                    tries += 1;
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(e) => panic!("spawn up: {e}"),
-            }
-        };
+        // A copy of the binary may still be "busy" for a moment (see `spawn_copy`).
+        let mut child = zcode_tests::hub::spawn_copy(&mut cmd);
         let out = child.stdout.take().unwrap();
         let (tx, lines) = channel();
         std::thread::spawn(move || {

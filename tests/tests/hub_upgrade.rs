@@ -67,20 +67,7 @@ impl Disk {
         let mut cmd = self.command(home, &["hub"]);
         cmd.envs(env.iter().copied());
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
-        // A child another test thread forks while the copy is being written inherits its
-        // write descriptor until it execs: the copy is "busy" for that moment (ETXTBSY).
-        let mut tries = 0;
-        let child = loop {
-            match cmd.spawn() {
-                Ok(c) => break c,
-                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
-                    tries += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                Err(e) => panic!("spawn hub: {e}"),
-            }
-        };
-        (child, wait_for_hub(home, None))
+        (zcode_tests::hub::spawn_copy(&mut cmd), wait_for_hub(home, None))
     }
 
     /// A bridge from this copy, heartbeating every 300 ms (the test is its editor).
