@@ -273,11 +273,8 @@ pub async fn housekeeping(hub: Arc<Hub>, port_file: Option<PortFile>) {
         for id in expired {
             tracing::info!(instance = %id, "instance expired: no heartbeat");
         }
-        if live == 0
-            && hub.bridges.relay_count() == 0
-            && !tunnel_runs(&hub.cfg.paths)
-            && !hub.devices.any_paired()
-        {
+        let unused = live == 0 && hub.bridges.relay_count() == 0 && !tunnel_runs(&hub.cfg.paths);
+        if unused && !hub.devices.any_paired(&hub.store).await {
             let since = *idle_since.get_or_insert(now);
             if now.saturating_duration_since(since) >= t.hub_idle {
                 tracing::info!(idle = ?t.hub_idle, "no instances, relays, tunnel or paired device: exiting");

@@ -9,7 +9,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
-use zcode_tests::hub::{AUTH, Hub, http, listed, run_cli, wait_instances, wait_until};
+use zcode_tests::hub::{AUTH, Hub, http, listed, run_cli, signal, wait_instances, wait_until};
 use zcode_tests::{Bridge, Home, Peer, TEST_TOKEN, WAIT, demo_agent, initialize};
 
 fn bearer(token: &str) -> (&'static str, String) {
@@ -470,14 +470,21 @@ fn a_devices_prompts_and_permission_answers_are_in_the_audit_trail() {
 }
 
 /// The idle rule: a hub with a paired device does not exit idle (the device reaches this port,
-/// maybe through a tunnel `up` did not start, and a port let go is another user's to take);
-/// once the last device is revoked it exits idle as before.
+/// maybe through a tunnel `up` did not start, and a port let go is another user's to take),
+/// even a hub started after the pairing that no device has spoken to; once the last device is
+/// revoked it exits idle as before.
 #[test]
 fn a_hub_with_a_paired_device_does_not_exit_idle_and_exits_once_none_is_left() {
     const IDLE_MS: u64 = 400;
     let home = Home::new();
-    let mut hub = Hub::start(&home, &[("ZCODE_ACP_HUB_IDLE_MS", &IDLE_MS.to_string())]);
-    let (phone, _) = paired(hub.port, "phone", "full");
+    let idle = [("ZCODE_ACP_HUB_IDLE_MS", IDLE_MS.to_string())];
+    let idle: Vec<(&str, &str)> = idle.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut first = Hub::start(&home, &idle);
+    let (phone, _) = paired(first.port, "phone", "full");
+    // A hub started later, which no device has spoken to yet, knows from the store.
+    signal(first.pid(), "TERM");
+    assert!(first.wait_exit(WAIT).is_some(), "the first hub did not stop");
+    let mut hub = Hub::start(&home, &idle);
     // Well past its idle limit, it still answers.
     let since = Instant::now();
     while since.elapsed() < Duration::from_millis(IDLE_MS * 5 / 2) {

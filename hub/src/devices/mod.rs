@@ -284,9 +284,11 @@ impl Devices {
     }
 
     /// Whether any device is paired (and not revoked): the hub then does not exit idle, so
-    /// that the port a phone (and a tunnel of the user's own) reaches is never let go.
-    pub fn any_paired(&self) -> bool {
-        !self.state().devices.is_empty()
+    /// that the port a phone (and a tunnel of the user's own) reaches is never let go. Read from
+    /// the store the first time (a hub that restarted has devices no request has shown yet);
+    /// a store that cannot be read counts as paired (the port is kept rather than let go).
+    pub async fn any_paired(&self, store: &crate::catalog::Catalog) -> bool {
+        self.load(store).await.is_err() || !self.state().devices.is_empty()
     }
 }
 
