@@ -146,8 +146,8 @@ impl Peer {
 
     /// Spawns `cmd` with piped stdin/stdout and `stderr` where the test says.
     pub fn spawn_with_stderr(mut cmd: Command, stderr: Stdio) -> Peer {
-        let mut child =
-            cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr).spawn().expect("spawn peer");
+        // The program may be a copy just written (an upgrade test's newer build): `spawn_copy`.
+        let mut child = hub::spawn_copy(cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr));
         let stdout = child.stdout.take().expect("stdout");
         let (tx, lines) = channel();
         std::thread::spawn(move || {
