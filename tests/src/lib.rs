@@ -677,6 +677,20 @@ pub fn alive(pid: u32) -> bool {
         .is_ok_and(|s| s.rsplit(')').next().and_then(|r| r.split_whitespace().next()) != Some("Z"))
 }
 
+/// Sends `SIGTERM` (or `SIGKILL` with `hard`) to `pid` only if it is a process of home `home`
+/// (its environment names it as `ZCODE_ACP_HOME`): a pid read from a file or a listing may
+/// name a process that has since exited, and with `pid_max` at 32768 a suite run reuses ids
+/// within seconds: a blind `kill` there once took another test's bridge.
+pub fn kill_in_home(pid: u32, home: &Path, hard: bool) {
+    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { return };
+    let mine = format!("ZCODE_ACP_HOME={}", home.display());
+    if !environ.split(|&b| b == 0).any(|v| v == mine.as_bytes()) {
+        return;
+    }
+    let sig = if hard { "-9" } else { "-15" };
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+}
+
 /// Sends SIGKILL to `pid`.
 pub fn kill9(pid: u32) {
     let status = Command::new("kill").args(["-9", &pid.to_string()]).status().expect("kill");

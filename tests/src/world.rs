@@ -84,7 +84,7 @@ impl Drop for World {
         let list: Value = serde_json::from_slice(&list.body).unwrap_or_default();
         for i in list.as_array().into_iter().flatten() {
             if let Some(pid) = i["id"].as_str().and_then(|s| s.parse::<u32>().ok()) {
-                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                crate::kill_in_home(pid, self.home.path(), true);
             }
         }
         // Whatever happened, this test's tmux servers (and the chats in them) go with it.

@@ -79,7 +79,9 @@ fn up_starts_the_hub_and_a_bridge_and_prints_the_pairing_url() {
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
     if let Ok(pid) = std::fs::read_to_string(home.path().join("run").join("hub.pid")) {
-        let _ = std::process::Command::new("kill").arg(pid.trim()).status();
+        if let Ok(pid) = pid.trim().parse() {
+            zcode_tests::kill_in_home(pid, home.path(), false);
+        }
     }
 }
 

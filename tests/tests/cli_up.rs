@@ -132,7 +132,7 @@ impl Drop for Up {
         let _ = self.child.wait();
         let pid = std::fs::read_to_string(self.home_path.join("run/hub.pid")).unwrap_or_default();
         if let Ok(pid) = pid.trim().parse::<u32>() {
-            let _ = std::process::Command::new("kill").arg(pid.to_string()).status();
+            zcode_tests::kill_in_home(pid, &self.home_path, false);
         }
     }
 }
