@@ -246,12 +246,14 @@ fn tunnel_runs(paths: &Paths) -> bool {
 }
 
 /// Runs until shutdown: drops expired instances every `min(TTL/2, 5 s)`, and stops the hub
-/// when it has had no instances, relays, tunnel or paired device for `hub_idle`, or when its port file
-/// is gone.
+/// when it has had no instances, relays, tunnel or paired device for `hub_idle` (never when
+/// `hub_idle` is 0, as `zcode-acp service run` sets it), or when its port file is gone.
 pub async fn housekeeping(hub: Arc<Hub>, port_file: Option<PortFile>) {
     let t = &hub.cfg.timings;
     let sweep = (t.instance_ttl / 2).min(Duration::from_secs(5));
-    let idle_step = (t.hub_idle / 10).min(Duration::from_secs(1));
+    // `hub_idle` 0: never idle-exits (the service's hub).
+    let never_idle = t.hub_idle.is_zero();
+    let idle_step = if never_idle { sweep } else { (t.hub_idle / 10).min(Duration::from_secs(1)) };
     let period = sweep.min(idle_step).max(Duration::from_millis(10));
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -273,7 +275,8 @@ pub async fn housekeeping(hub: Arc<Hub>, port_file: Option<PortFile>) {
         for id in expired {
             tracing::info!(instance = %id, "instance expired: no heartbeat");
         }
-        let unused = live == 0 && hub.bridges.relay_count() == 0 && !tunnel_runs(&hub.cfg.paths);
+        let unused =
+            !never_idle && live == 0 && hub.bridges.relay_count() == 0 && !tunnel_runs(&hub.cfg.paths);
         if unused && !hub.devices.any_paired(&hub.store).await {
             let since = *idle_since.get_or_insert(now);
             if now.saturating_duration_since(since) >= t.hub_idle {

@@ -8,6 +8,7 @@ mod agent;
 mod devices_cli;
 mod pairing;
 mod procs;
+mod service;
 mod signals;
 mod start;
 mod status;
@@ -143,6 +144,12 @@ enum Command {
         #[command(subcommand)]
         command: Option<devices_cli::DevicesCommand>,
     },
+    /// The hub as a user service (systemd user unit / launchd agent): always on, restarted on
+    /// failure, never idle-exiting; optionally with its tunnel
+    Service {
+        #[command(subcommand)]
+        command: service::ServiceCommand,
+    },
     /// Plan quota of the configured coding plans (GLM, OpenCode Go, Ollama Cloud, commands):
     /// one card section per configured provider; exit status 1 when none answered
     #[command(after_long_help = QUOTA_HELP)]
@@ -205,6 +212,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Pair { watch, name, public_url } => devices_cli::pair(watch, name, public_url),
         Command::Devices { command } => devices_cli::devices(command),
         Command::Status { json } => status::status(json),
+        Command::Service { command } => service::service(command),
         Command::TunnelExec { parent, command } => tunnel::exec_tool(parent, &command),
         Command::Quota { provider, watch, interval, json } => {
             zcode_hub::quota_card::command(zcode_hub::quota_card::Options { provider, watch, interval, json })

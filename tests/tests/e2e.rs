@@ -55,6 +55,7 @@ mod security_confine;
 mod security_inert;
 mod security_peer;
 mod security_preauth;
+mod service;
 mod settings_api;
 mod structure;
 mod tombstones;
