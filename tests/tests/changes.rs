@@ -85,6 +85,7 @@ fn make_repo(p: &Path) {
     let big: String = (0..40_000).map(|n| format!("line {n} of a large change\n")).collect();
     write(p, "big.txt", big);
     write(p, "notes.md", "# notes\nfirst\nsecond");
+    write(p, "blob.dat", b"\x7fELF\0\0\x01");
     write(p, "-n\nx\x1b[31m.txt", "hostile\n");
     write(p, OsStr::from_bytes(b"caf\xe9.txt"), "latin-1 name\n");
 }
@@ -184,6 +185,7 @@ fn changes_and_diffs_of_a_session_confined_to_its_root() {
     assert_eq!(row("gone.txt"), ("deleted", 0, 2, false));
     assert_eq!(row("data.bin"), ("modified", 0, 0, true));
     assert_eq!(row("notes.md"), ("untracked", 3, 0, false));
+    assert_eq!(row("blob.dat"), ("untracked", 0, 0, true));
     assert_eq!(
         row("-n\nx\x1b[31m.txt"),
         ("untracked", 1, 0, false),
@@ -234,6 +236,11 @@ fn changes_and_diffs_of_a_session_confined_to_its_root() {
     assert_eq!(d["status"], "untracked");
     assert_eq!(lines(&d["hunks"][0]), ["+# notes", "+first", "+second"]);
     assert_eq!(d["hunks"][0]["lines"][2]["newNo"], 3);
+    let d = s.diff(&sid, b"blob.dat");
+    assert_eq!(
+        (d["status"].as_str(), d["binary"].as_bool(), d["hunks"].as_array().unwrap().len()),
+        (Some("untracked"), Some(true), 0)
+    );
     let d = s.diff(&sid, b"big.txt");
     assert_eq!(d["truncated"], true, "a very large diff is cut, and says so");
     let n = d["hunks"][0]["lines"].as_array().unwrap().len();
