@@ -99,6 +99,12 @@ describe('changes: review the agent\'s changes on a phone', () => {
     await page.locator('#remark-cancel').click();
     await page.locator('#remark').waitFor({ state: 'detached' });
 
+    // A hunk's own Comment button quotes its range.
+    await page.locator('#diff-view .hunk-comment').nth(1).click();
+    assert.equal(await page.locator('#remark-spot').innerText(), 'app.js:21-40');
+    await page.locator('#remark-cancel').click();
+    await page.locator('#remark').waitFor({ state: 'detached' });
+
     // A tap selects a line; its Comment button opens the remark; Send goes to the agent.
     await added.click();
     await added.locator('.line-comment').click();

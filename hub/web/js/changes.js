@@ -215,7 +215,7 @@ export function changesView(root, app, { instance, sid, cwd, file }) {
 
   function remark(path, hk, line) {
     if (!canWrite()) return toast(WATCH_ONLY, 'error');
-    const spot = line ? where(path, line) : `${path}:${hk.newStart}-${hk.newStart + Math.max(0, hk.newLines - 1)}`;
+    const spot = line ? where(path, line) : span(path, hk);
     const input = h('textarea', { id: 'remark-input', rows: 4, 'aria-label': 'Your remark', placeholder: 'What should the agent do here?' });
     const quoted = quote(hk, line);
     const preview = h('pre', { class: 'remark-quote', text: quoted });
@@ -233,6 +233,13 @@ export function changesView(root, app, { instance, sid, cwd, file }) {
 /** `path:N` for a line: its new number, or its old one (said so) for a deleted line. */
 function where(path, l) {
   return l.newNo != null ? `${path}:${l.newNo}` : `${path}:${l.oldNo} (before the change)`;
+}
+
+/** `path:A-B` for a hunk: its new lines, or its old ones (said so) when none are left. */
+function span(path, hk) {
+  const [start, count, note] = Number(hk.newLines) > 0 ? [hk.newStart, hk.newLines, ''] : [hk.oldStart, hk.oldLines, ' (before the change)'];
+  const end = Number(start) + Math.max(0, Number(count) - 1);
+  return `${path}:${start}${end > start ? `-${end}` : ''}${note}`;
 }
 
 /** The hunk as diff text for the prompt: its header and, around `line`, QUOTE_AROUND lines each side. */
