@@ -57,6 +57,7 @@ fn make_repo(p: &Path) {
     write(p, "a.txt", "a\n");
     write(p, "--output=pwned", "x\n");
     write(p, "big.txt", "small\n");
+    write(p, OsStr::from_bytes(b"was\xff.txt"), "a\nb\nc\nd\n");
     std::fs::create_dir(p.join("sub")).unwrap();
     write(p, "sub/inner.txt", "in\n");
     git(p, &["init", "-q"]);
@@ -75,6 +76,9 @@ fn make_repo(p: &Path) {
 
     write(p, "lib.rs", lib.replace("let x = 5;", "let x = 50;").replace("fn f20() { let x = 20; }\n", ""));
     git(p, &["mv", "old.txt", "new.txt"]);
+    std::fs::rename(p.join(OsStr::from_bytes(b"was\xff.txt")), p.join("now.txt")).unwrap();
+    git(p, &["add", "-A"]);
+    write(p, "now.txt", "a\nb\nc\nD\n");
     write(p, "new.txt", "one\ntwo\nthree\nfour\n");
     std::fs::remove_file(p.join("gone.txt")).unwrap();
     write(p, "data.bin", [0u8, 9, 9, 0]);
@@ -228,6 +232,17 @@ fn changes_and_diffs_of_a_session_confined_to_its_root() {
     let d = s.diff(&sid, b"new.txt");
     assert_eq!((d["status"].as_str(), d["oldPath"].as_str()), (Some("renamed"), Some("old.txt")));
     assert_eq!(lines(&d["hunks"][0]), [" one", " two", " three", "+four"]);
+    let d = s.diff(&sid, b"now.txt");
+    assert_eq!(
+        (d["status"].as_str(), d["oldPath"].as_str()),
+        (Some("renamed"), Some("was\u{fffd}.txt")),
+        "{d}"
+    );
+    assert_eq!(
+        lines(&d["hunks"][0]),
+        [" a", " b", " c", "-d", "+D"],
+        "a rename from a name that is not UTF-8"
+    );
     let d = s.diff(&sid, b"gone.txt");
     assert_eq!(lines(&d["hunks"][0]), ["-bye", "-now"]);
     let d = s.diff(&sid, b"data.bin");

@@ -3,6 +3,7 @@
 //! config, no pager, colour, external diff, textconv or fsmonitor; in a process group of its
 //! own, killed past a timeout; its output read up to a bound (the rest cut, and said so).
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -54,7 +55,7 @@ pub enum GitError {
 }
 
 /// Runs `git GLOBAL… args…` in `dir`, keeping at most `bound` bytes of its output.
-pub async fn run(dir: &Path, args: &[&str], bound: usize) -> Result<Output, GitError> {
+pub async fn run<A: AsRef<OsStr>>(dir: &Path, args: &[A], bound: usize) -> Result<Output, GitError> {
     let mut cmd = std::process::Command::new("git");
     cmd.args(GLOBAL).args(args).current_dir(dir);
     for (name, _) in std::env::vars_os() {

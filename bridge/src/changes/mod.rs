@@ -109,7 +109,7 @@ impl Repo {
         Ok(Some(Repo { root, prefix }))
     }
 
-    async fn git(&self, args: &[&str], bound: usize) -> Result<git::Output, Failure> {
+    async fn git<A: AsRef<OsStr>>(&self, args: &[A], bound: usize) -> Result<git::Output, Failure> {
         let out = git::run(&self.root, args, bound).await?;
         match out.code {
             Some(0) => Ok(out),
@@ -320,12 +320,14 @@ async fn diff_of(q: Query, cwd: PathBuf) -> Result<Value, Failure> {
         blocking(move || untracked_hunk(&Root::open(&root)?, &rel)).await?
     } else {
         let ctx = format!("-U{context}");
-        let mut args = vec!["diff", &base, "-M", "--no-ext-diff", "--no-textconv", "--relative", &ctx, "--"];
-        let old = change.old_path.as_deref().map(OsStr::from_bytes).and_then(OsStr::to_str);
-        args.extend(old);
-        let path =
-            rel.to_str().ok_or_else(|| Failure::Refused(Refusal::Bad("`path` is not UTF-8".into())))?;
-        args.push(path);
+        let mut args: Vec<&OsStr> =
+            ["diff", &base, "-M", "--no-ext-diff", "--no-textconv", "--relative", &ctx, "--"]
+                .into_iter()
+                .map(OsStr::new)
+                .collect();
+        // A rename's old path too, so that git pairs the two (names as bytes, whatever they hold).
+        args.extend(change.old_path.as_deref().map(OsStr::from_bytes));
+        args.push(rel.as_os_str());
         let out = repo.git(&args, DIFF_CAP).await?;
         let (hunks, binary) = parse::hunks(&out.stdout, out.cut);
         (hunks, binary, out.cut)
