@@ -12,6 +12,7 @@
 //!   bounded by [`slots`] (connections) and [`stall`] (a remote client's writes); [`remote`]:
 //!   one remote client's connection (one task).
 //! - [`files`]: read-only session files (`/fs/list`, `/fs/file`), confined beneath the root.
+//! - [`changes`]: the session's uncommitted git changes (`/changes`, `/changes/diff`), confined too.
 //! - [`lifecycle`]: `/sessions/{id}/{close,rename,delete}`, decided by the router.
 //! - [`settings`]: the loopback settings mount (`/settings/*`, `/backend/restart`).
 //! - [`hooks`]: hooks run by the bridge for any agent (the tree, one run, its payload, decisions).
@@ -24,6 +25,7 @@
 //! - [`usage`]: token usage recorded from ACP, and `/settings/usage`.
 
 pub mod bounds;
+pub mod changes;
 pub mod chat;
 pub mod demo;
 pub mod files;

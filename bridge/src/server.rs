@@ -2,7 +2,7 @@
 //! one, 100 scanned, else one the OS picks), the accept loop ([`serve`]) and the routing of
 //! every request: the remote ACP endpoint (`/acp`, WebSocket, handed to [`crate::remote`]),
 //! `/status`, `/attention` and `/turns` ([`crate::glance`]), `/fs/list` and `/fs/file`
-//! ([`crate::files`]), `/sessions/*` ([`crate::lifecycle`]), `/settings/usage`
+//! ([`crate::files`]), `/changes` and `/changes/diff` ([`crate::changes`]), `/sessions/*` ([`crate::lifecycle`]), `/settings/usage`
 //! ([`crate::usage`]), the other `/settings/*` and `/backend/restart` ([`crate::settings`]).
 //! Bound to 127.0.0.1 only, and every route requires the machine's token (the hub sends it
 //! when it dials): other users' processes must not drive our sessions. With the token, the
@@ -17,6 +17,7 @@
 //! remote client's writes are bounded too: see [`crate::stall`].
 
 use crate::files;
+use crate::http::query::Query;
 use crate::http::{Resp, full, text};
 use crate::remote::{Remote, WRITE_BATCH};
 use crate::router::{ClientId, ClientKind, Event, Outbox, REMOTE_QUEUE_LIMIT};
@@ -272,6 +273,7 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>, slot: Arc<Slot>) -> Resul
         (&Method::GET, "/fs/list") => session_files(&req, &ctx, false).await,
         (&Method::POST, "/backend/restart") => crate::settings::restart(&ctx.events).await,
         (&Method::GET | &Method::HEAD, "/fs/file") => session_files(&req, &ctx, true).await,
+        (&Method::GET, "/changes" | "/changes/diff") => session_changes(&req, &ctx).await,
         _ => text(StatusCode::NOT_FOUND, "not found"),
     })
 }
@@ -299,18 +301,37 @@ async fn status(ctx: &Ctx, head: bool) -> Resp {
 
 /// `/fs/list` and `/fs/file`: the session must be live here; its cwd is the root.
 async fn session_files(req: &Request<Incoming>, ctx: &Ctx, file: bool) -> Resp {
-    let (q, sid) = match files::session_query(req.uri().query()) {
+    let (q, cwd) = match session_root(req, ctx).await {
         Ok(x) => x,
         Err(resp) => return *resp,
     };
+    if file { files::file(q, cwd, req.method() == Method::HEAD).await } else { files::list(q, cwd).await }
+}
+
+/// `/changes` and `/changes/diff`: confined to the session's root as the files are.
+async fn session_changes(req: &Request<Incoming>, ctx: &Ctx) -> Resp {
+    let (q, cwd) = match session_root(req, ctx).await {
+        Ok(x) => x,
+        Err(resp) => return *resp,
+    };
+    if req.uri().path() == "/changes" {
+        crate::changes::summary(cwd).await
+    } else {
+        crate::changes::diff(q, cwd).await
+    }
+}
+
+/// The query and the root of its `sessionId`, which must be live here (403 otherwise).
+async fn session_root(req: &Request<Incoming>, ctx: &Ctx) -> Result<(Query, std::path::PathBuf), Box<Resp>> {
+    let (q, sid) = files::session_query(req.uri().query())?;
     let (tx, rx) = oneshot::channel();
     if ctx.events.send(Event::SessionRoot { session: sid.clone(), reply: tx }).await.is_err() {
-        return text(StatusCode::SERVICE_UNAVAILABLE, "bridge shutting down");
+        return Err(Box::new(text(StatusCode::SERVICE_UNAVAILABLE, "bridge shutting down")));
     }
     let Ok(Ok(Some(cwd))) = tokio::time::timeout(Duration::from_secs(2), rx).await else {
-        return text(StatusCode::FORBIDDEN, format!("unknown session: {sid}"));
+        return Err(Box::new(text(StatusCode::FORBIDDEN, format!("unknown session: {sid}"))));
     };
-    if file { files::file(q, cwd, req.method() == Method::HEAD).await } else { files::list(q, cwd).await }
+    Ok((q, cwd))
 }
 
 fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>, scope: Scope) -> Resp {

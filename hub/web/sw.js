@@ -56,6 +56,7 @@ const SHELL = [
   '/js/transcript.js',
   '/js/composer.js',
   '/js/files.js',
+  '/js/changes.js',
   '/js/push.js',
   '/js/usage.js',
   '/usage.css',

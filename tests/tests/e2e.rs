@@ -13,6 +13,7 @@ mod bridge_acpx;
 mod bridge_failures;
 mod bridge_multi;
 mod browser;
+mod changes;
 mod chat;
 mod cli;
 mod cli_stop;

@@ -9,6 +9,7 @@
 //         /s/<instance>/<sid>    a session   (?cwd=)
 //         /n/<instance>          a new session on an instance (?cwd=)
 //         /f/<instance>/<sid>    its files   (?cwd=&dir= or &file=)
+//         /c/<instance>/<sid>    its uncommitted changes (?cwd=[&file=])
 //         /usage                 token usage (?range=7d|30d|all)
 //         /settings/hooks        the hooks tree (config.json)
 //         /settings[/<instance>] settings (settings.js)
@@ -21,6 +22,7 @@ import { devicesView } from './devices.js';
 import { homeView, newSessionView } from './home.js';
 import { sessionView } from './session.js';
 import { filesView } from './files.js';
+import { changesView } from './changes.js';
 import { settingsView } from './settings.js';
 import { startApp } from './push.js';
 import { usageView } from './usage.js';
@@ -126,6 +128,9 @@ function route() {
   if (parts[0] === 'n' && parts.length === 2) return mount((root) => newSessionView(root, app, { instance: parts[1], cwd }));
   if (parts[0] === 'f' && parts.length === 3) {
     return mount((root) => filesView(root, app, { instance: parts[1], sid: parts[2], cwd, dir: q.get('dir') || '', file: q.get('file') || '' }));
+  }
+  if (parts[0] === 'c' && parts.length === 3) {
+    return mount((root) => changesView(root, app, { instance: parts[1], sid: parts[2], cwd, file: q.get('file') || '' }));
   }
   if (parts[0] === 'usage' && parts.length === 1) return mount((root) => usageView(root, app, { range: q.get('range') }));
   if (parts[0] === 'settings' && parts[1] === 'hooks') return mount((root) => hooksSettingsView(root, app));

@@ -698,6 +698,8 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     const menu = h('details', { class: 'menu', id: 'more' });
     const item = (id, label, fn, cls) => h('button', { type: 'button', id, class: cls || '', disabled: !st.sid, onclick: () => { menu.open = false; fn(base); } }, label);
     menu.append(h('summary', { 'aria-label': 'More actions' }, 'More'), h('div', { class: 'menu-items' },
+      // The session's uncommitted changes (changes.js).
+      item('changes-btn', 'Changes', () => app.navigate(`/c/${encodeURIComponent(instance)}/${encodeURIComponent(st.sid || '')}${query({ cwd: st.cwd })}`)),
       item('rename-btn', 'Rename', rename), item('close-btn', 'Close', closeSession), item('delete-btn', 'Delete', deleteSession, 'danger')));
     toolbar.append(h('span', { class: 'spacer' }),
       h('button', { type: 'button', id: 'files-btn', disabled: !st.sid, onclick: () => app.navigate(filesUrl('')) }, 'Files'), menu);
