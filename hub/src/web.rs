@@ -29,9 +29,11 @@ use std::sync::OnceLock;
 /// previews), sockets to the hub, the service worker and the manifest from the hub, never
 /// framed, no `<base>` rewriting.
 /// No plugins (`object-src 'none'`). `connect-src` names `ws: wss:` because Safari before 15.4
-/// did not count the page's own WebSocket origin as `'self'`.
+/// did not count the page's own WebSocket origin as `'self'`, and `https: http:` because a page
+/// paired with several machines calls each machine's hub at its own origin (their tunnels'
+/// addresses live in the page, not here; sockets could reach anywhere already).
 pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; \
-connect-src 'self' ws: wss:; worker-src 'self'; manifest-src 'self'; object-src 'none'; frame-ancestors 'none'; \
+connect-src 'self' https: http: ws: wss:; worker-src 'self'; manifest-src 'self'; object-src 'none'; frame-ancestors 'none'; \
 base-uri 'none'; form-action 'self'";
 
 /// One asset: its path, content type and bytes.
@@ -95,6 +97,8 @@ const ASSETS: &[Asset] = &[
     Asset { path: "/quota.css", mime: "text/css; charset=utf-8", body: include_bytes!("../web/quota.css") },
     Asset { path: "/js/inbox.js", mime: JS, body: include_bytes!("../web/js/inbox.js") },
     Asset { path: "/js/board.js", mime: JS, body: include_bytes!("../web/js/board.js") },
+    Asset { path: "/js/machines.js", mime: JS, body: include_bytes!("../web/js/machines.js") },
+    Asset { path: "/js/fleet.js", mime: JS, body: include_bytes!("../web/js/fleet.js") },
     Asset { path: "/js/about.js", mime: JS, body: include_bytes!("../web/js/about.js") },
     Asset { path: "/js/saved.js", mime: JS, body: include_bytes!("../web/js/saved.js") },
     Asset { path: "/js/devices.js", mime: JS, body: include_bytes!("../web/js/devices.js") },

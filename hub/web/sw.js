@@ -68,6 +68,8 @@ const SHELL = [
   '/quota.css',
   '/js/inbox.js',
   '/js/board.js',
+  '/js/machines.js',
+  '/js/fleet.js',
   '/js/about.js',
   '/js/saved.js',
   '/js/devices.js',

@@ -211,16 +211,30 @@ export function errorFor(status, body, type, what, pairing = false) {
 }
 
 /**
+ * The machine (machines.js: `{id, name, origin, token}`) calls go to when they name none: set
+ * while a route shows another machine's session (`?m=`); null for the page's own hub.
+ */
+let target = null;
+export function setTarget(m) {
+  target = m && m.origin ? m : null;
+}
+export function targetMachine() {
+  return target;
+}
+
+/**
  * Calls the hub. `opts`: method, json (a body to send as JSON), raw (return the Response),
- * what (a label for error messages), noAuth. Resolves with parsed JSON (or text for text/*
+ * what (a label for error messages), noAuth, machine (another machine's hub: its origin and
+ * its own credential; null: this page's own hub; default: the route's). Resolves with parsed JSON (or text for text/*
  * answers), rejects with an ApiError.
  */
 export async function api(path, opts = {}) {
   const what = opts.what || path.split('?')[0];
   const headers = {};
-  const t = currentToken();
+  const m = opts.machine !== undefined ? opts.machine : target;
+  const t = m ? m.token : currentToken();
   if (t && !opts.noAuth) headers.Authorization = `Bearer ${t}`;
-  const sentDevice = !opts.noAuth && t && device() && !device().removed;
+  const sentDevice = !m && !opts.noAuth && t && device() && !device().removed;
   let body;
   if (opts.json !== undefined) {
     headers['Content-Type'] = 'application/json';
@@ -230,7 +244,7 @@ export async function api(path, opts = {}) {
   const timer = setTimeout(() => ctl.abort(), opts.timeout || TIMEOUT_MS);
   let resp;
   try {
-    resp = await fetch(path, { method: opts.method || (body ? 'POST' : 'GET'), headers, body, signal: ctl.signal, cache: 'no-store' });
+    resp = await fetch(m ? m.origin + path : path, { method: opts.method || (body ? 'POST' : 'GET'), headers, body, signal: ctl.signal, cache: 'no-store' });
   } catch (e) {
     clearTimeout(timer);
     const timedOut = e && e.name === 'AbortError';
@@ -242,6 +256,9 @@ export async function api(path, opts = {}) {
     if (opts.raw && resp.ok) return resp;
     const type = resp.headers.get('content-type') || '';
     const text = await resp.text();
+    if (!resp.ok && m && resp.status === 401 && !opts.pairing) {
+      throw new ApiError('auth', 401, `${what}: "${m.name}" no longer accepts this browser (it was removed there): add that machine again with a new pairing link.`, text);
+    }
     if (!resp.ok) {
       const err = errorFor(resp.status, text, type, what, opts.pairing);
       // This device's own credential refused, and still the one kept: it was removed.
@@ -283,15 +300,16 @@ export function postJson(path, json, what) {
  * (something that is not the hub answers), 'auth', 'gone' (the instance is not listed), or
  * 'ok' (all looks fine: a transient failure).
  */
-export async function diagnose(instanceId) {
+export async function diagnose(instanceId, machine = null) {
+  const at = machine ? { machine } : {};
   try {
-    const health = await api('/api/health', { noAuth: true, what: 'Health check', timeout: 5000 });
+    const health = await api('/api/health', { ...at, noAuth: true, what: 'Health check', timeout: 5000 });
     if (typeof health !== 'string' || health.trim() !== 'ok') return { why: 'garbage', message: 'Something that is not the hub answers at this address (a tunnel error page?).' };
   } catch (e) {
     return { why: e.kind === 'network' ? 'down' : 'garbage', message: e.message };
   }
   try {
-    const list = await getJson('/api/instances?probe=1', 'The instance list');
+    const list = await api('/api/instances?probe=1', { ...at, what: 'The instance list', expectJson: true });
     if (instanceId && Array.isArray(list) && !list.some((i) => String(i.id) === String(instanceId))) {
       return { why: 'gone', message: 'This instance is gone: its editor or bridge was closed.' };
     }

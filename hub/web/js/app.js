@@ -17,7 +17,8 @@
 //         /pair                  pairing (a code, or paste a token)
 
 import { h, clear, $, toast } from './dom.js';
-import { token, setToken, takeTokenFromFragment, getJson, takePairCodeFromFragment, pairWithCode, device, onRevoked, refreshDevice } from './api.js';
+import { token, setToken, takeTokenFromFragment, getJson, takePairCodeFromFragment, pairWithCode, device, onRevoked, refreshDevice, setTarget, targetMachine } from './api.js';
+import { machineById, withMachine } from './machines.js';
 import { devicesView } from './devices.js';
 import { homeView, newSessionView } from './home.js';
 import { sessionView } from './session.js';
@@ -38,6 +39,8 @@ export const app = {
 
   /** Goes to `path` (a client route); `replace`: without a new history entry. */
   navigate(path, { replace = false } = {}) {
+    // Within another machine's session (files, changes, a new session) it stays that machine's.
+    path = withMachine(path, targetMachine());
     if (replace) history.replaceState(null, '', path); else history.pushState(null, '', path);
     route();
   },
@@ -53,6 +56,9 @@ export const app = {
   },
 
   setTitle(title) {
+    // Another machine's screen says whose it is.
+    const m = targetMachine();
+    if (m) title = `${m.name}: ${title || ''}`;
     $('#bar-title').textContent = title || '';
     document.title = title ? `${title} · zcode-acp` : 'zcode-acp';
   },
@@ -93,6 +99,11 @@ export const app = {
 
   /** Shows the pairing screen with `message` (a rejected or missing token). */
   pair(message) {
+    // Another machine refused this browser: that machine is to be added again, not this one.
+    if (targetMachine()) {
+      toast(message || 'That machine refused this browser.', 'error', 15000);
+      return app.navigate('/');
+    }
     const d = device();
     if (d && d.removed) setToken('', true); else setToken('');
     if (location.pathname !== '/pair') history.pushState(null, '', '/pair');
@@ -118,6 +129,10 @@ function mount(make) {
 function route() {
   const parts = location.pathname.split('/').filter(Boolean).map(decodeURIComponent);
   const q = new URLSearchParams(location.search);
+  // `?m=<hostId>`: a screen of another paired machine (machines.js); none: this page's hub.
+  const machine = q.get('m') ? machineById(q.get('m')) : null;
+  setTarget(machine);
+  if (q.get('m') && !machine) toast('That machine is not paired with this browser (any more).', 'error');
   if (parts[0] === 'pair' || !token()) return app.pair(token() ? '' : null);
   const cwd = q.get('cwd') || '';
   if (parts[0] === 's' && parts.length === 3) {

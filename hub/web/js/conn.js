@@ -26,7 +26,7 @@
 // collected updates are then exactly what followed it, and the view (session.js) applies them
 // to what it shows.
 
-import { token, diagnose } from './api.js';
+import { token, diagnose, targetMachine } from './api.js';
 
 const INIT_TIMEOUT_MS = 15000;
 /** The subprotocol the hub answers with, and the prefix of the one carrying the token. */
@@ -98,9 +98,13 @@ export function base64url(s) {
 }
 
 export class Conn {
-  /** A connection to instance `id` (not opened until `start`). */
-  constructor(id) {
+  /**
+   * A connection to instance `id` (not opened until `start`) of the page's own hub, or of
+   * `machine` (machines.js: another machine's hub, its origin and credential).
+   */
+  constructor(id, machine = targetMachine()) {
     this.id = String(id);
+    this.machine = machine;
     this.state = 'idle'; // idle | connecting | open | waiting | failed | closed
     this.message = '';
     this.why = '';
@@ -160,8 +164,9 @@ export class Conn {
 
   connect() {
     clearTimeout(this.timer);
-    const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
-    const url = `${proto}//${location.host}/acp?instance=${encodeURIComponent(this.id)}`;
+    const at = this.machine ? new URL(this.machine.origin) : location;
+    const proto = at.protocol === 'https:' ? 'wss:' : 'ws:';
+    const url = `${proto}//${at.host}/acp?instance=${encodeURIComponent(this.id)}`;
     const trying = this.attempt ? `Reconnecting (attempt ${this.attempt + 1})…` : 'Connecting…';
     // The agent's error stays in view while the next attempt is made.
     if (this.agentError) this.setState('connecting', `${this.agentText()}\n${trying}`, 'agent');
@@ -169,7 +174,7 @@ export class Conn {
     this.refused = false;
     let ws;
     try {
-      ws = new WebSocket(url, [SUBPROTOCOL, TOKEN_PREFIX + base64url(token())]);
+      ws = new WebSocket(url, [SUBPROTOCOL, TOKEN_PREFIX + base64url(this.machine ? this.machine.token : token())]);
     } catch {
       this.failed();
       return;
@@ -244,7 +249,7 @@ export class Conn {
   async failed() {
     if (this.refused) this.setState('waiting', `${this.agentText()}\nChecking the hub…`, 'agent');
     else this.setState('waiting', 'Connection lost: checking the hub…');
-    let d = await diagnose(this.id);
+    let d = await diagnose(this.id, this.machine);
     if (this.state === 'closed' || this.state === 'open' || this.state === 'connecting') return;
     if (d.why === 'down' || d.why === 'garbage') this.hubLost = true;
     else if (this.hubLost && !this.hubBack) this.hubBack = Date.now();
@@ -454,6 +459,13 @@ export class Conn {
   }
 }
 
+/** A connection's key in the pool: its instance, and its machine when not the page's own. */
+function keyOf(id) {
+  const m = targetMachine();
+  const key = String(id);
+  return m && !key.includes('|') ? `${m.id}|${key}` : key;
+}
+
 /** The connections of this page, one per instance. */
 export const pool = {
   /** Checks every open line now, and retries every waiting one (the network is back, the page shows). */
@@ -469,21 +481,21 @@ export const pool = {
   conns: new Map(),
   /** Called when any connection's pending requests change (set by push.js). */
   onPending: null,
-  /** The connection to instance `id` (created, not started). */
+  /** The connection to instance `id` (created, not started), on the route's machine. */
   get(id) {
-    const key = String(id);
+    const key = keyOf(id);
     let c = this.conns.get(key);
     if (!c || c.state === 'closed') {
-      c = new Conn(key);
+      c = new Conn(id);
       this.conns.set(key, c);
     }
     return c;
   },
   /** Closes and forgets the connection to `id`. */
   drop(id) {
-    const c = this.conns.get(String(id));
+    const c = this.conns.get(keyOf(id));
     if (c) c.close();
-    this.conns.delete(String(id));
+    this.conns.delete(keyOf(id));
   },
 };
 

@@ -14,6 +14,7 @@ import { quotaCard } from './quota.js';
 import { inboxSection } from './inbox.js';
 import { boardSection } from './board.js';
 import { aboutSection } from './about.js';
+import { fleetSection } from './fleet.js';
 
 const POLL_MS = 4000;
 
@@ -44,7 +45,8 @@ export function homeView(root, app) {
     h('h2', { id: 'instances-h', text: 'Live sessions' }), h('p', { class: 'muted', text: 'Looking for instances…' }));
   const projects = projectsSection(app);
   const browse = browseSection(app);
-  clear(root, h('div', { class: 'home' }, inbox.node, board.node, live, quotaCard(), projects.node, browse.node, notifyCard(), usageLink(), about.node));
+  const fleet = fleetSection(app);
+  clear(root, h('div', { class: 'home' }, inbox.node, board.node, live, fleet.node, quotaCard(), projects.node, browse.node, notifyCard(), usageLink(), about.node));
   app.setTitle('');
 
   let list = app.instances || null;
@@ -149,6 +151,7 @@ export function homeView(root, app) {
     inbox.stop();
     board.stop();
     about.stop();
+    fleet.stop();
     projects.stop();
     browse.stop();
   };

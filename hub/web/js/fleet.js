@@ -1,0 +1,204 @@
+// The home screen's "Other machines" card: every other machine this browser is paired with
+// (machines.js), each asked in parallel, with its own timeout, for what the home shows of the
+// page's own machine: what waits for an answer (`/api/attention`, a permission answered in
+// place), its live sessions (`/api/instances?probe=1`), its turn board and recent turns
+// (`/api/workflow-overview`). Every row names its machine; a machine that does not answer in
+// time shows as offline without holding up the others. Rows open that machine's session on
+// this page (`?m=<hostId>`: its hub, its credential, its relay WebSocket). "Add a machine"
+// takes another machine's pairing link.
+
+import { h, clear, ago, baseName, short, toast } from './dom.js';
+import { api } from './api.js';
+import { Conn } from './conn.js';
+import { machines, addMachine, removeMachine, sessionRoute, withMachine, selfMachine } from './machines.js';
+
+const POLL_MS = 4000;
+/** How long one machine may take to answer before it counts as offline (test knob: localStorage). */
+const MACHINE_TIMEOUT_MS = (() => {
+  let v = NaN;
+  try { v = Number(localStorage.getItem('zcode-acp.test.machineTimeoutMs')); } catch { /* no storage */ }
+  return Number.isFinite(v) && v > 0 ? v : 4000;
+})();
+const ANSWER_TIMEOUT_MS = 15000;
+
+/** What one machine shows: `{state: 'checking'|'online'|'offline', error, instances, attention, overview}`. */
+async function readMachine(m) {
+  const get = (path, what) => api(path, { machine: m, what: `${m.name}: ${what}`, expectJson: true, timeout: MACHINE_TIMEOUT_MS });
+  const [instances, attention, overview] = await Promise.all([
+    get('/api/instances?probe=1', 'the instance list'),
+    get('/api/attention', 'the inbox').catch(() => ({ pending: [] })),
+    get('/api/workflow-overview', 'the turn board').catch(() => ({ activeRuns: [], recentRuns: [] })),
+  ]);
+  return { state: 'online', instances: Array.isArray(instances) ? instances : [], attention, overview };
+}
+
+/** Answers permission `row` of machine `m` through a metadata-only attach of its session there. */
+async function answerOn(m, row, optionId) {
+  const conn = new Conn(row.instanceId, m);
+  try {
+    conn.start();
+    await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => { off(); reject(new Error('could not connect to that machine\'s instance')); }, ANSWER_TIMEOUT_MS);
+      const off = conn.listen((ev) => {
+        if (ev.type === 'open') { clearTimeout(timer); off(); resolve(); }
+        if (ev.type === 'state' && conn.state === 'failed') { clearTimeout(timer); off(); reject(new Error(conn.message || 'the instance is gone')); }
+      });
+    });
+    await conn.load(row.sessionId, row.workspace, 0);
+    const deadline = Date.now() + 3000;
+    let req = null;
+    while (!(req = [...conn.pending.values()].find((x) => x.id === row.requestId)) && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    if (!req) throw new Error('it was already answered (or withdrawn)');
+    conn.respond(req.id, { outcome: { outcome: 'selected', optionId } });
+    await new Promise((r) => setTimeout(r, 50));
+  } finally {
+    conn.close();
+  }
+}
+
+/** The card; `stop()` ends its polling. */
+export function fleetSection(app) {
+  const node = h('section', { class: 'card fleet', id: 'fleet', 'aria-labelledby': 'fleet-h' });
+  const seen = new Map(); // machine id → what it last showed
+  const busy = new Set();
+  let stopped = false;
+  let timer = 0;
+  let selfName = '';
+  selfMachine().then((s) => { selfName = s.name; render(); }, () => {});
+
+  function poll() {
+    clearTimeout(timer);
+    const list = machines();
+    for (const id of [...seen.keys()]) if (!list.some((m) => m.id === id)) seen.delete(id);
+    // Each machine renders as soon as it answers (or times out): none waits for another.
+    Promise.allSettled(list.map((m) => readMachine(m).then((r) => r, (e) => ({ state: 'offline', error: e.message }))
+      .then((r) => { if (!stopped) { seen.set(m.id, r); render(); } })))
+      .then(() => { if (!stopped && document.visibilityState !== 'hidden') timer = setTimeout(poll, POLL_MS); });
+    render();
+  }
+
+  const label = (m) => h('span', { class: 'badge machine', text: m.name });
+
+  function machineBlock(m) {
+    const r = seen.get(m.id) || { state: 'checking' };
+    const head = h('div', { class: 'instance-head' }, h('strong', { text: m.name }),
+      h('span', { class: `badge ${r.state === 'online' ? 'idle' : r.state === 'offline' ? 'failed' : ''}`, dataset: { machineState: r.state }, text: r.state }),
+      h('span', { class: 'muted path', text: new URL(m.origin).host }),
+      h('button', { type: 'button', class: 'link', onclick: () => { removeMachine(m.id); toast(`Forgot ${m.name} here (remove this browser on that machine's Devices screen too).`); poll(); } }, 'Forget'));
+    const block = h('div', { class: 'machine-block', dataset: { machine: m.id } }, head);
+    if (r.state === 'offline') {
+      block.append(h('p', { class: 'muted', text: `Offline: ${r.error}` }));
+      return block;
+    }
+    if (r.state !== 'online') return block;
+    const pending = Array.isArray(r.attention && r.attention.pending) ? r.attention.pending : [];
+    if (pending.length) {
+      block.append(h('h3', { text: 'Waiting for you' }), h('ul', { class: 'rows fleet-waiting' }, pending.map((p) => {
+        const permission = p.method === 'session/request_permission';
+        const params = p.params || {};
+        const key = `${m.id}/${p.instanceId}/${p.requestId}`;
+        const opts = permission ? (Array.isArray(params.options) ? params.options : []).filter((o) => o && /^(allow|reject)_once$/.test(o.kind)) : [];
+        return h('li', { class: 'inbox-row', dataset: { inboxSession: String(p.sessionId), machine: m.id } },
+          h('a', { href: sessionRoute(m, p.instanceId, p.sessionId, p.workspace), 'data-nav': '' }, label(m),
+            h('span', { class: 'badge warn', text: 'waiting' }), h('strong', { text: p.title || 'Untitled session' }),
+            h('span', { text: permission ? `asks permission: ${String((params.toolCall && params.toolCall.title) || 'a tool call')}` : `has a question: ${String(params.message || '')}` })),
+          h('span', { class: 'muted', text: ago(p.since) }),
+          opts.length ? h('div', { class: 'inbox-actions' }, opts.map((o) => h('button', {
+            type: 'button', class: o.kind.startsWith('allow') ? 'primary' : '', disabled: busy.has(key), dataset: { option: String(o.optionId) },
+            onclick: async () => {
+              busy.add(key);
+              render();
+              try { await answerOn(m, p, o.optionId); } catch (e) { toast(`Not answered: ${e.message}`, 'error'); }
+              busy.delete(key);
+              poll();
+            },
+          }, String(o.name || o.optionId)))) : null);
+      })));
+    }
+    const live = r.instances.filter((i) => Array.isArray(i.sessions) && i.sessions.length);
+    block.append(h('h3', { text: 'Live sessions' }));
+    block.append(live.length ? h('ul', { class: 'rows sessions' }, live.flatMap((inst) => inst.sessions.map((s) => {
+      const status = s.status === 'running' || s.status === 'idle' ? s.status : 'unknown';
+      return h('li', { dataset: { session: s.sessionId, machine: m.id } }, h('a', { href: sessionRoute(m, inst.id, s.sessionId, inst.workspace), 'data-nav': '' },
+        label(m), h('span', { class: `badge ${status}`, text: status }),
+        h('span', { class: 'title', text: short(s.title) || 'Untitled session' }),
+        h('span', { class: 'muted', text: `${baseName(inst.workspace)} · ${ago(s.updatedAt)}` })));
+    }))) : h('p', { class: 'muted', text: 'No live session on this machine.' }));
+    const inst = r.instances[0];
+    if (inst) {
+      block.append(h('a', { class: 'button', href: withMachine(`/n/${encodeURIComponent(inst.id)}?cwd=${encodeURIComponent(inst.workspace || '')}`, m), 'data-nav': '' },
+        `New session in ${baseName(inst.workspace)}`));
+    }
+    const o = r.overview || {};
+    const active = Array.isArray(o.activeRuns) ? o.activeRuns : [];
+    const recent = Array.isArray(o.recentRuns) ? o.recentRuns : [];
+    const runRow = (run, badge, when) => h('li', { dataset: { runSession: String(run.sessionId), machine: m.id } },
+      h('a', { href: sessionRoute(m, run.ownerInstanceId || '', run.sessionId, run.workspace), 'data-nav': '' }, label(m),
+        h('span', { class: 'badge', text: badge }), h('span', { class: 'title', text: short(run.title) || 'Untitled session' }),
+        h('span', { class: 'muted', text: when })));
+    if (active.length) {
+      block.append(h('h3', { text: 'Running now' }), h('ul', { class: 'rows fleet-board' },
+        active.map((run) => runRow(run, String(run.status || 'running'), `started ${ago(run.startedAt)}`))));
+    }
+    if (recent.length) {
+      block.append(h('details', { class: 'board-recent' }, h('summary', { text: `Recent turns (${recent.length})` }),
+        h('ul', { class: 'rows' }, recent.map((run) => runRow(run, String(run.stopReason || 'finished').replace(/_/g, ' '), `ended ${ago(run.endedAt)}`)))));
+    }
+    return block;
+  }
+
+  function addForm() {
+    const link = h('input', { type: 'url', id: 'machine-link', placeholder: 'https://…/#pair=XXXXX-XXXXX', 'aria-label': 'Pairing link of the other machine', autocomplete: 'off' });
+    const name = h('input', { type: 'text', id: 'machine-name', maxlength: 64, placeholder: 'Name (default: its host name)', 'aria-label': 'Name of the machine' });
+    const problem = h('p', { class: 'error', role: 'alert', id: 'machine-error', hidden: true });
+    const go = h('button', { type: 'submit', class: 'primary', id: 'machine-add' }, 'Add');
+    const form = h('form', { onsubmit: async (e) => {
+      e.preventDefault();
+      problem.hidden = true;
+      go.disabled = true;
+      try {
+        const m = await addMachine(link.value, name.value);
+        toast(`Paired with ${m.name}.`);
+        adding = false;
+        if (document.activeElement) document.activeElement.blur();
+        poll();
+      } catch (err) {
+        problem.textContent = err.message;
+        problem.hidden = false;
+      } finally {
+        go.disabled = false;
+      }
+    } }, h('p', { class: 'muted' }, 'On the other machine run ', h('code', { text: 'zcode-acp pair' }),
+      ' and paste the link it prints (or scan its QR code and copy the link). This browser gets its own credential from that machine; nothing is copied between machines.'),
+    link, name, problem, h('div', { class: 'row' }, go));
+    return h('details', { id: 'machine-add-box', open: adding }, h('summary', { text: 'Add a machine' }), form);
+  }
+
+  let adding = false;
+  function render() {
+    // A form being typed in is not redrawn under the person's fingers.
+    const box = node.querySelector('#machine-add-box');
+    if (box && box.open && box.contains(document.activeElement)) {
+      adding = true;
+      for (const b of node.querySelectorAll('.machine-block')) b.remove();
+      for (const m of machines()) box.before(machineBlock(m));
+      return;
+    }
+    if (box) adding = box.open;
+    const list = machines();
+    clear(node, h('h2', { id: 'fleet-h', text: list.length ? 'Other machines' : 'Several machines' }),
+      list.length && selfName ? h('p', { class: 'muted', id: 'fleet-self', text: `The cards above are ${selfName}'s (this page's machine).` }) : null,
+      ...list.map(machineBlock), addForm());
+  }
+
+  poll();
+  return {
+    node,
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+    },
+  };
+}
