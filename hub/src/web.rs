@@ -6,7 +6,8 @@
 //! Every answer carries a strong `ETag` (a SHA-256 prefix of the asset, computed once) and
 //! `Cache-Control: no-cache`, so browsers revalidate and get `304` while the binary is the same;
 //! and the security headers: a Content-Security-Policy that forbids inline scripts and any
-//! origin but the hub's, `Referrer-Policy: no-referrer`, `X-Content-Type-Options: nosniff`.
+//! script or style origin but the hub's (the page may call other machines' hubs, see
+//! [`CSP`]), `Referrer-Policy: no-referrer`, `X-Content-Type-Options: nosniff`.
 //! Unknown paths get `index.html` (client-side routing), except missing files under `/js/` and
 //! `/icons/` and `/favicon.ico`, which get a 404 rather than HTML under a script's name.
 //!
