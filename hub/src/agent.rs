@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use zcode_shared::config::{Config, ProcessEnv};
 
-pub(crate) fn demo_agent(delay_ms: u64, resume_only: bool) -> anyhow::Result<ExitCode> {
+pub(crate) fn demo_agent(delay_ms: u64, resume_only: bool, images: bool) -> anyhow::Result<ExitCode> {
     // The demo agent needs only the paths: a broken config.json must not break an editor's agent.
     let paths = zcode_shared::paths::Paths::resolve(&ProcessEnv)?;
     zcode_shared::logging::init(false);
@@ -16,6 +16,7 @@ pub(crate) fn demo_agent(delay_ms: u64, resume_only: bool) -> anyhow::Result<Exi
         delay: Duration::from_millis(delay_ms),
         data_dir: paths.data_dir,
         resume_only,
+        images,
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(zcode_bridge::demo::run_stdio(opts)).context("demo agent")?;

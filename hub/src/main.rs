@@ -168,6 +168,9 @@ enum Command {
         /// Offer session/resume (no replay) instead of session/load, like agents that cannot replay
         #[arg(long)]
         resume_only: bool,
+        /// Take images in prompts (promptCapabilities.image) and say what arrived
+        #[arg(long)]
+        images: bool,
     },
 }
 
@@ -190,7 +193,7 @@ fn run() -> anyhow::Result<ExitCode> {
     let matches = Cli::command().version(zcode_shared::version()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.command {
-        Command::DemoAgent { delay_ms, resume_only } => agent::demo_agent(delay_ms, resume_only),
+        Command::DemoAgent { delay_ms, resume_only, images } => agent::demo_agent(delay_ms, resume_only, images),
         Command::Token { rotate } => pairing::token(rotate),
         Command::Bridge { agent_name, agent } => agent::bridge(agent_name, agent),
         Command::Serve { cwd, agent_name, agent } => agent::serve(cwd, agent_name, agent),
