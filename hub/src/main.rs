@@ -193,7 +193,9 @@ fn run() -> anyhow::Result<ExitCode> {
     let matches = Cli::command().version(zcode_shared::version()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.command {
-        Command::DemoAgent { delay_ms, resume_only, images } => agent::demo_agent(delay_ms, resume_only, images),
+        Command::DemoAgent { delay_ms, resume_only, images } => {
+            agent::demo_agent(delay_ms, resume_only, images)
+        }
         Command::Token { rotate } => pairing::token(rotate),
         Command::Bridge { agent_name, agent } => agent::bridge(agent_name, agent),
         Command::Serve { cwd, agent_name, agent } => agent::serve(cwd, agent_name, agent),

@@ -130,7 +130,9 @@ fn images_of(blocks: &[Value], takes: bool) -> Result<Vec<(String, usize)>, RpcE
         let valid = data.len() % 4 == 0
             && data.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'='));
         if !mime.starts_with("image/") || !valid {
-            return Err(RpcError::invalid_params("an image block needs an image/* `mimeType` and base64 `data`"));
+            return Err(RpcError::invalid_params(
+                "an image block needs an image/* `mimeType` and base64 `data`",
+            ));
         }
         let pad = data.bytes().rev().take_while(|c| *c == b'=').count();
         out.push((mime.to_owned(), data.len() / 4 * 3 - pad));
@@ -496,6 +498,21 @@ mod tests {
         assert_eq!(s.writes, vec!["/tmp/b"]);
         assert_eq!(script_of("permissions are fine; failure too"), Script::default());
         assert!(script_of("/fail").fail);
+    }
+
+    #[test]
+    fn image_blocks_are_counted_when_taken_and_refused_otherwise() {
+        let blocks = [
+            json!({"type": "text", "text": "hi"}),
+            json!({"type": "image", "mimeType": "image/png", "data": "AAECAw=="}),
+        ];
+        assert_eq!(images_of(&blocks, true).unwrap(), vec![("image/png".to_owned(), 4)]);
+        let refused = images_of(&blocks, false).unwrap_err();
+        assert!(refused.message.contains("does not take images"), "{}", refused.message);
+        let bad = [json!({"type": "image", "mimeType": "text/html", "data": "AAEC"})];
+        assert!(images_of(&bad, true).is_err());
+        let not_base64 = [json!({"type": "image", "mimeType": "image/png", "data": "<svg>"})];
+        assert!(images_of(&not_base64, true).is_err());
     }
 
     #[test]
