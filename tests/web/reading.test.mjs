@@ -113,9 +113,9 @@ describe('reading, photos and voice, layout', () => {
     const pinBox = await pin.boundingBox();
     const scrollerBox = await page.locator('#transcript-scroller').boundingBox();
     assert.ok(pinBox.y + pinBox.height <= scrollerBox.y + 1, 'the plan is above the conversation');
+    assert.equal(await pin.getAttribute('open'), null, 'a finished plan is folded');
     await pin.locator('summary').click();
-    assert.equal(await pin.getAttribute('open'), null, 'the pinned plan folds');
-    await pin.locator('summary').click();
+    await pin.locator('li', { hasText: 'Answer' }).waitFor();
     await looksRight(page, 'reading-markdown-390');
     // The replay shows the same.
     const shown = () => page.$$eval('#transcript > .msg', (n) => n.map((x) => x.innerHTML.replace(/ open=""/g, '')));
@@ -204,6 +204,7 @@ describe('reading, photos and voice, layout', () => {
     await until('the conversation to be taller than its box', () => scroller.evaluate((s) => s.scrollHeight > s.clientHeight + 200));
     await scroller.evaluate((s) => { s.scrollTop = 0; });
     await page.locator('#jump-latest').waitFor();
+    assert.notEqual(await page.getAttribute('#plan-pin', 'open'), null, 'the running turn\'s plan is open');
     await looksRight(page, 'reading-jump-390');
     await page.click('#jump-latest');
     await until('the end to be in view', () => scroller.evaluate((s) => s.scrollHeight - s.scrollTop - s.clientHeight < 5));

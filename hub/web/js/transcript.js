@@ -54,7 +54,8 @@ export class Transcript {
     this.run = null; // the text item a chunk without messageId may continue
     this.seen = new Map(); // `${turn}:${toolCallId}` → how many cards of that id the turn has
     // The newest plan, above the conversation (the view places it).
-    this.pin = h('details', { class: 'plan-pin', id: 'plan-pin', open: true, hidden: true });
+    this.pin = h('details', { class: 'plan-pin', id: 'plan-pin', hidden: true });
+    this.pinOpen = false; // whether the pin last asked to be open (a plan with steps to go)
     // One listener for every file link: a patched node keeps no stale per-node handler.
     container.addEventListener('click', (e) => {
       const b = e.target.closest && e.target.closest('button[data-path]');
@@ -183,7 +184,13 @@ export class Transcript {
     for (let i = this.items.length - 1; i >= 0 && !plan; i--) if (this.items[i].kind === 'plan') plan = this.items[i];
     this.pin.hidden = !plan;
     if (!plan) return;
-    morph(this.pin, pinNode(plan));
+    // Open while steps are to go, folded once they are done (a reader who opens a finished
+    // plan keeps it open).
+    const fresh = pinNode(plan);
+    const open = fresh.open;
+    morph(this.pin, fresh);
+    if (this.pinOpen && !open) this.pin.open = false;
+    this.pinOpen = open;
   }
 
   index(it) {
@@ -529,7 +536,7 @@ function planNode(it) {
 /** The pinned plan: its title and progress as the summary, its steps inside. */
 function pinNode(it) {
   const { stopped, title, list, done, total } = planParts(it);
-  return h('details', { class: `plan-pin${stopped ? ' stopped' : ''}`, id: 'plan-pin', open: true, dataset: { key: it.key } },
+  return h('details', { class: `plan-pin${stopped ? ' stopped' : ''}`, id: 'plan-pin', open: !it.ended && done < total, dataset: { key: it.key } },
     h('summary', {}, h('span', { class: 'plan-title', text: title }), h('span', { class: 'muted', text: ` · ${done} of ${total} done` })),
     list);
 }
