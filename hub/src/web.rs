@@ -292,7 +292,9 @@ mod tests {
 
     #[test]
     fn the_client_stays_small() {
-        assert!(total_size() < 300 * 1024, "the web client is {} bytes", total_size());
+        // 300 KiB until issue 33 (points 7-10) added the highlighter, tables, photos, dictation
+        // and the split view (about 31 KiB uncompressed).
+        assert!(total_size() < 340 * 1024, "the web client is {} bytes", total_size());
     }
 
     /// The text assets (everything but the images), as text.
