@@ -175,6 +175,7 @@ describe('reading, photos and voice, layout', () => {
     assert.ok(fitted[0].px <= 2_000_000 && fitted[0].px > 1_000_000 && fitted[0].px < 1800 * 1200, JSON.stringify(fitted));
     assert.ok(fitted.every((f) => f.bytes <= 1_000_000), JSON.stringify(fitted));
     assert.equal(fitted[1].type, 'image/png', 'a small one is sent as it is');
+    const prompts = await page.locator('#transcript > .msg.user').count();
     await send('two photos');
     const mine = page.locator('#transcript > .msg.user').last();
     assert.equal(await mine.locator('.inline-img').count(), 2);
@@ -184,6 +185,8 @@ describe('reading, photos and voice, layout', () => {
     assert.match(said, /image\/png \d+ bytes/);
     await idle();
     assert.equal(await thumbs.count(), 0, 'sent: the previews are gone');
+    // The prompt's echo (one numbered message per block) was not taken for a loss: shown once.
+    assert.equal(await page.locator('#transcript > .msg.user').count(), prompts + 1);
     await page.reload();
     await page.locator('#transcript > .msg.user', { hasText: 'two photos' }).locator('.inline-img').nth(1).waitFor();
     assert.deepEqual(await page.locator('#transcript > .msg.user', { hasText: 'two photos' }).locator('.inline-img').evaluateAll(
@@ -225,6 +228,12 @@ describe('reading, photos and voice, layout', () => {
     await page.locator('#transcript > .msg.tool').first().locator('summary').click();
     await page.click('#more summary');
     await check('session');
+    await page.click('#more summary');
+    const asked = demo.prompt(sid, 'permission');
+    await page.locator('.request.permission button').first().waitFor();
+    await check('session, asking permission');
+    await page.locator('.request.permission button').first().click();
+    await asked;
     await page.goto(`${stack.base}/n/${encodeURIComponent(demo.id)}?cwd=${encodeURIComponent(stack.project)}`);
     await page.locator('#view textarea, #view form').first().waitFor();
     await check('new session');
@@ -232,7 +241,7 @@ describe('reading, photos and voice, layout', () => {
     await page.locator('.files').waitFor();
     await page.locator('.files', { hasText: 'Listing' }).waitFor({ state: 'detached' });
     await check('files');
-    for (const route of ['/settings', '/settings/hooks', '/usage', '/devices']) {
+    for (const route of ['/settings', '/settings/hooks', '/usage', '/devices', '/pair']) {
       await page.goto(`${stack.base}${route}`);
       await page.waitForLoadState('networkidle');
       await check(route);
