@@ -116,7 +116,10 @@ describe('reading, photos and voice, layout', () => {
     assert.equal(await pin.getAttribute('open'), null, 'a finished plan is folded');
     await pin.locator('summary').click();
     await pin.locator('li', { hasText: 'Answer' }).waitFor();
-    await looksRight(page, 'reading-markdown-390');
+    for (const colorScheme of ['dark', 'light']) {
+      await page.emulateMedia({ colorScheme });
+      await looksRight(page, 'reading-markdown-390');
+    }
     // The replay shows the same.
     const shown = () => page.$$eval('#transcript > .msg', (n) => n.map((x) => x.innerHTML.replace(/ open=""/g, '')));
     const live = await shown();
