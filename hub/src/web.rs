@@ -74,6 +74,8 @@ const ASSETS: &[Asset] = &[
     Asset { path: "/js/conn.js", mime: JS, body: include_bytes!("../web/js/conn.js") },
     Asset { path: "/js/dom.js", mime: JS, body: include_bytes!("../web/js/dom.js") },
     Asset { path: "/js/md.js", mime: JS, body: include_bytes!("../web/js/md.js") },
+    Asset { path: "/js/highlight.js", mime: JS, body: include_bytes!("../web/js/highlight.js") },
+    Asset { path: "/js/split.js", mime: JS, body: include_bytes!("../web/js/split.js") },
     Asset { path: "/js/home.js", mime: JS, body: include_bytes!("../web/js/home.js") },
     Asset { path: "/js/projects.js", mime: JS, body: include_bytes!("../web/js/projects.js") },
     Asset { path: "/js/session.js", mime: JS, body: include_bytes!("../web/js/session.js") },
@@ -291,7 +293,9 @@ mod tests {
 
     #[test]
     fn the_client_stays_small() {
-        assert!(total_size() < 330 * 1024, "the web client is {} bytes", total_size());
+        // 300 KiB until issue 33 (points 7-10) added the highlighter, tables, photos, dictation
+        // and the split view (about 31 KiB uncompressed), and the Changes view.
+        assert!(total_size() < 370 * 1024, "the web client is {} bytes", total_size());
     }
 
     /// The text assets (everything but the images), as text.

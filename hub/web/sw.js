@@ -50,6 +50,8 @@ const SHELL = [
   '/js/conn.js',
   '/js/dom.js',
   '/js/md.js',
+  '/js/highlight.js',
+  '/js/split.js',
   '/js/home.js',
   '/js/projects.js',
   '/js/session.js',

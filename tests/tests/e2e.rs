@@ -36,6 +36,7 @@ mod hub_registry;
 mod hub_relay;
 mod hub_spawn;
 mod hub_upgrade;
+mod images;
 mod journal;
 mod journal_exact;
 mod journal_locked;

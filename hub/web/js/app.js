@@ -27,6 +27,7 @@ import { settingsView } from './settings.js';
 import { startApp } from './push.js';
 import { usageView } from './usage.js';
 import { hooksSettingsView } from './hooks_settings.js';
+import { splitFor } from './split.js';
 
 const view = () => $('#view');
 let cleanup = null;
@@ -120,6 +121,7 @@ function route() {
   const q = new URLSearchParams(location.search);
   if (parts[0] === 'pair' || !token()) return app.pair(token() ? '' : null);
   const cwd = q.get('cwd') || '';
+  splitFor(app, parts[0] === 's' && parts.length === 3 ? { instance: parts[1], sid: parts[2] } : null);
   if (parts[0] === 's' && parts.length === 3) {
     const mine = handed && handed.instance === parts[1] && handed.sid === parts[2] ? handed.text : '';
     handed = null;
