@@ -56,12 +56,12 @@ fn main() {
     files[0].body = page.into_bytes();
 
     // The worker's table: the page under "/", every other asset under its versioned URL, and
-    // the manifest and icons also under their own (the manifest names them there).
+    // the manifest and icons also under their own (the manifest and notifications name them there).
     let mut hashes = format!("\"/\": \"{}\"", sha256_hex(&files[0].body));
     let mut shell = String::from("'/'");
     for f in files.iter().filter(|f| f.path != "/index.html" && f.path != "/sw.js") {
         write!(hashes, ", \"{}\": \"{}\"", at(&f.path), sha256_hex(&f.body)).expect("a String");
-        if !versioned(&f.path) {
+        if !versioned(&f.path) || f.path.starts_with("/icons/") {
             write!(hashes, ", \"{}\": \"{}\"", f.path, sha256_hex(&f.body)).expect("a String");
         }
         if !f.mime.starts_with("image/png") {

@@ -383,6 +383,11 @@ mod tests {
             assert!(list.contains(&format!("'{url}'")), "sw.js's SHELL lacks {url}");
         }
         assert!(list.contains("'/'"), "the page itself");
+        // What install fetches must all be known, or the install fails.
+        for entry in list["const SHELL = [".len()..].split(", ") {
+            let url = entry.trim_matches('\'');
+            assert!(sw.contains(&format!("\"{url}\": \"")), "sw.js's SHELL has {url}, but no hash for it");
+        }
         assert!(sw.contains("const CACHE = `zcode-acp-shell-${VERSION}`"), "a cache per build");
     }
 
