@@ -170,12 +170,14 @@ fn page(source: &str, files: &[File], at: &dyn Fn(&str) -> String) -> String {
     page.replacen(entry, &format!("{preloads}{entry}"), 1)
 }
 
-/// The modules `source` imports statically (`import … from './x.js'`, `export … from`), by
-/// file name: what the browser must fetch before the module runs.
+/// The modules `source` imports statically (`import … from './x.js'`, `export … from`, the
+/// `} from './x.js'` line of a multi-line one), by file name: what the browser must fetch
+/// before the module runs.
 fn static_imports(source: &str) -> Vec<String> {
     source
         .lines()
-        .filter(|l| (l.starts_with("import ") || l.starts_with("export ")) && l.contains(" from './"))
+        .map(str::trim_start)
+        .filter(|l| ["import ", "export ", "} "].iter().any(|p| l.starts_with(p)) && l.contains(" from './"))
         .filter_map(|l| l.split(" from './").nth(1)?.split('\'').next().map(str::to_owned))
         .collect()
 }

@@ -460,7 +460,10 @@ mod tests {
     fn imports(module: &Asset) -> Vec<&'static str> {
         let text = std::str::from_utf8(module.body).unwrap();
         text.lines()
-            .filter(|l| l.starts_with("import ") && l.contains(" from './"))
+            .map(str::trim_start)
+            .filter(|l| {
+                ["import ", "export ", "} "].iter().any(|p| l.starts_with(p)) && l.contains(" from './")
+            })
             .map(|l| l.split(" from './").nth(1).unwrap().split('\'').next().unwrap())
             .collect()
     }
