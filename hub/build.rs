@@ -55,8 +55,14 @@ fn main() {
     let page = page(std::str::from_utf8(&files[0].body).expect("index.html is UTF-8"), &files, &at);
     files[0].body = page.into_bytes();
 
-    // The worker's table: the page under "/", every other asset under its versioned URL, and
-    // the manifest and icons also under their own (the manifest and notifications name them there).
+    fill_worker(&mut files, &version, &at);
+    write_assets(&out, &files, &version);
+}
+
+/// Fills `sw.js` in: this build's version, the SHA-256 of every asset (the page under "/",
+/// every other asset under its versioned URL, and the manifest and icons also under their own:
+/// the manifest and notifications name them there), the shell install caches, the policy.
+fn fill_worker(files: &mut [File], version: &str, at: &dyn Fn(&str) -> String) {
     let mut hashes = format!("\"/\": \"{}\"", sha256_hex(&files[0].body));
     let mut shell = String::from("'/'");
     for f in files.iter().filter(|f| f.path != "/index.html" && f.path != "/sw.js") {
@@ -78,12 +84,16 @@ fn main() {
         assert!(text.contains(hole), "sw.js lacks its placeholder {hole}");
     }
     sw.body = text
-        .replace("__ZCODE_WEB_VERSION__", &version)
+        .replace("__ZCODE_WEB_VERSION__", version)
         .replace("/*__ZCODE_WEB_HASHES__*/", &hashes)
         .replace("/*__ZCODE_WEB_SHELL__*/", &shell)
         .replace("__ZCODE_WEB_CSP__", policy::CSP)
         .into_bytes();
+}
 
+/// Writes every asset (and its gzip) under `$OUT_DIR/web/`, and `$OUT_DIR/web_assets.rs`, which
+/// lists them for `src/web.rs`.
+fn write_assets(out: &Path, files: &[File], version: &str) {
     let dir = out.join("web");
     std::fs::create_dir_all(&dir).expect("OUT_DIR/web");
     let mut list = String::new();

@@ -2,17 +2,17 @@
 //
 // Shell: every asset of the client is cached at install, in a cache named after this build of
 // the client (the hub's build writes a fingerprint of its assets into VERSION, and the page
-// names every asset under /assets/VERSION/): a hub with another client serves another worker, which the browser installs (fetching
-// the new assets) and which drops the old cache. So the assets are served from the cache first,
+// names every asset under /assets/VERSION/): a hub with another client serves another worker,
+// which the browser installs (fetching the new assets) and which drops the old cache. So the assets are served from the cache first,
 // and a start with no answering network (a dead tunnel, one that accepts and never answers, one
 // that answers its own "502" page) opens the app at once; its own error UI then says the hub
 // is unreachable. The API and the ACP socket are never cached or answered here: they always
 // reach the hub, or fail.
 //
 // Only the hub's own bytes are ever kept or served: the hub's build writes the SHA-256 of every
-// asset into HASHES, and an asset is cached only when its bytes hash to
-// that (at install, every one must, or the install fails and the worker already in place stays;
-// later, a missing one is fetched and checked the same way). So whoever else answers on this
+// asset into HASHES, and an asset is cached only when its bytes hash to that (at install,
+// every one must, or the install fails and the worker already in place stays; later, a
+// missing one is fetched and checked the same way). So whoever else answers on this
 // origin (another user's program holding the port while the hub is down, a tunnel's page)
 // never becomes the app shell: an answer that does not match is refused, never cached. The
 // cached page is served with this worker's own Content-Security-Policy (and carries the same

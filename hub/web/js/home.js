@@ -1,8 +1,8 @@
 // The home screen: what waits for an answer (inbox.js), what runs (board.js), the live
 // instances and their sessions (all three read in one `GET /api/home`, polled every 4 s while
 // the page is visible), then the projects and the directory browser (projects.js), and the
-// About sheet (about.js). No session is attached
-// from here: the inbox and the board are the hub's reads, so headless bridges idle out.
+// About sheet (about.js). No session is attached from here: the inbox and the board are the
+// hub's reads, so headless bridges idle out.
 
 import { h, clear, ago, baseName, short } from './dom.js';
 import { getJson } from './api.js';
