@@ -293,7 +293,7 @@ describe('web client', () => {
   });
 
   it('says what happened when the hub answers garbage, and recovers on retry', async () => {
-    const probe = /\/api\/instances\?probe=1$/;
+    const probe = /\/api\/home$/;
     await page.route(probe, (route) => route.fulfill({
       status: 502, contentType: 'text/html', body: '<!doctype html><html><body><h1>502 Bad Gateway</h1></body></html>',
     }));

@@ -18,15 +18,9 @@
 
 import { h, clear, $, toast } from './dom.js';
 import { token, setToken, takeTokenFromFragment, getJson, takePairCodeFromFragment, pairWithCode, device, onRevoked, refreshDevice } from './api.js';
-import { devicesView } from './devices.js';
 import { homeView, newSessionView } from './home.js';
-import { sessionView } from './session.js';
-import { filesView } from './files.js';
-import { changesView } from './changes.js';
-import { settingsView } from './settings.js';
 import { startApp } from './push.js';
 import { usageView } from './usage.js';
-import { hooksSettingsView } from './hooks_settings.js';
 import { splitFor } from './split.js';
 
 const view = () => $('#view');
@@ -116,6 +110,33 @@ function mount(make) {
   }
 }
 
+/**
+ * A screen whose module (`file`, of js/) is loaded when first shown: the page preloads only
+ * what the home screen needs (see hub/build.rs). The modules `file` imports are preloaded with
+ * it, from the page's `zcode-lazy` map (`a.js=b.js c.js;…`, written by the build), so they all
+ * arrive in one round trip. `show(module, root)` mounts the screen and returns its cleanup.
+ */
+function lazy(file, show) {
+  return (root) => {
+    let done = null;
+    let gone = false;
+    const map = ($('meta[name="zcode-lazy"]') || {}).content || '';
+    const entry = map.split(';').find((e) => e.startsWith(`${file}=`)) || '';
+    for (const dep of entry.slice(file.length + 1).split(' ').filter(Boolean)) {
+      const href = new URL(`./${dep}`, import.meta.url).href;
+      if (![...document.querySelectorAll('link[rel="modulepreload"]')].some((l) => l.href === href)) {
+        document.head.append(h('link', { rel: 'modulepreload', href }));
+      }
+    }
+    clear(root, h('p', { class: 'empty', text: 'Loading…' }));
+    import(`./${file}`).then((m) => { if (!gone) done = show(m, root) || null; }, (e) => { if (!gone) showFatal(e); });
+    return () => {
+      gone = true;
+      if (done) done();
+    };
+  };
+}
+
 function route() {
   const parts = location.pathname.split('/').filter(Boolean).map(decodeURIComponent);
   const q = new URLSearchParams(location.search);
@@ -125,19 +146,19 @@ function route() {
   if (parts[0] === 's' && parts.length === 3) {
     const mine = handed && handed.instance === parts[1] && handed.sid === parts[2] ? handed.text : '';
     handed = null;
-    return mount((root) => sessionView(root, app, { instance: parts[1], sid: parts[2], cwd, prompt: mine }));
+    return mount(lazy('session.js', (m, root) => m.sessionView(root, app, { instance: parts[1], sid: parts[2], cwd, prompt: mine })));
   }
   if (parts[0] === 'n' && parts.length === 2) return mount((root) => newSessionView(root, app, { instance: parts[1], cwd }));
   if (parts[0] === 'f' && parts.length === 3) {
-    return mount((root) => filesView(root, app, { instance: parts[1], sid: parts[2], cwd, dir: q.get('dir') || '', file: q.get('file') || '' }));
+    return mount(lazy('files.js', (m, root) => m.filesView(root, app, { instance: parts[1], sid: parts[2], cwd, dir: q.get('dir') || '', file: q.get('file') || '' })));
   }
   if (parts[0] === 'c' && parts.length === 3) {
-    return mount((root) => changesView(root, app, { instance: parts[1], sid: parts[2], cwd, file: q.get('file') || '' }));
+    return mount(lazy('changes.js', (m, root) => m.changesView(root, app, { instance: parts[1], sid: parts[2], cwd, file: q.get('file') || '' })));
   }
   if (parts[0] === 'usage' && parts.length === 1) return mount((root) => usageView(root, app, { range: q.get('range') }));
-  if (parts[0] === 'settings' && parts[1] === 'hooks') return mount((root) => hooksSettingsView(root, app));
-  if (parts[0] === 'devices' && parts.length === 1) return mount((root) => devicesView(root, app));
-  if (parts[0] === 'settings' && parts.length <= 2) return mount((root) => settingsView(root, app, { instance: parts[1] || '' }));
+  if (parts[0] === 'settings' && parts[1] === 'hooks') return mount(lazy('hooks_settings.js', (m, root) => m.hooksSettingsView(root, app)));
+  if (parts[0] === 'devices' && parts.length === 1) return mount(lazy('devices.js', (m, root) => m.devicesView(root, app)));
+  if (parts[0] === 'settings' && parts.length <= 2) return mount(lazy('settings.js', (m, root) => m.settingsView(root, app, { instance: parts[1] || '' })));
   if (location.pathname !== '/') history.replaceState(null, '', '/');
   return mount((root) => homeView(root, app));
 }
