@@ -1,5 +1,5 @@
 // The client's entry point: pairing (a one-time code arrives in the URL fragment as `#pair=`,
-// is dropped from the address bar and exchanged for this device's own credential; a local
+// is dropped from the address bar and exchanged for this device's own key or credential; a local
 // tool's `#token=` is stored as it is), client-side routing over the history API, the header's
 // connection indicator, and a catch-all so an unexpected error shows a message, never a blank
 // page. When the hub refuses this device's credential (it was removed), every screen gives way
@@ -16,7 +16,7 @@
 //         /pair                  pairing (a code, or paste a token)
 
 import { h, clear, $, toast } from './dom.js';
-import { token, setToken, takeTokenFromFragment, getJson, takePairCodeFromFragment, pairWithCode, device, onRevoked, refreshDevice } from './api.js';
+import { hasCredential, setToken, takeTokenFromFragment, getJson, takePairCodeFromFragment, pairWithCode, device, onRevoked, refreshDevice, upgradeToKey } from './api.js';
 import { devicesView } from './devices.js';
 import { homeView, newSessionView } from './home.js';
 import { sessionView } from './session.js';
@@ -116,7 +116,7 @@ function mount(make) {
 function route() {
   const parts = location.pathname.split('/').filter(Boolean).map(decodeURIComponent);
   const q = new URLSearchParams(location.search);
-  if (parts[0] === 'pair' || !token()) return app.pair(token() ? '' : null);
+  if (parts[0] === 'pair' || !hasCredential()) return app.pair(hasCredential() ? '' : null);
   const cwd = q.get('cwd') || '';
   if (parts[0] === 's' && parts.length === 3) {
     const mine = handed && handed.instance === parts[1] && handed.sid === parts[2] ? handed.text : '';
@@ -242,7 +242,7 @@ async function pairFromLink(code) {
   } catch (e) {
     // A browser that works already keeps its credential: only the link was bad.
     const d = device();
-    if (token() && !(d && d.removed)) {
+    if (hasCredential() && !(d && d.removed)) {
       toast(e.message, 'error', 15000);
       return true;
     }
@@ -259,11 +259,13 @@ async function boot() {
     return;
   }
   const paired = code === null && takeTokenFromFragment();
-  if (paired && !token()) return app.pair('The pairing link had an empty token.');
+  if (paired && !hasCredential()) return app.pair('The pairing link had an empty token.');
   if (paired && !(await tryNewToken())) return;
+  // A device token kept from before keys existed is swapped for a key (then deleted).
+  await upgradeToKey();
   listen();
   // What this device may do (its scope) as the hub says now; a removed one goes to pairing.
-  if (device() && token()) refreshDevice().catch(() => {});
+  if (device() && hasCredential()) refreshDevice().catch(() => {});
   route();
 }
 
