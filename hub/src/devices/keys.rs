@@ -202,7 +202,11 @@ pub async fn mint(
             state.access.remove(i);
         }
     }
-    state.access.push(Access { digest: digest(&token), device: device_id.to_owned(), expires: now + ACCESS_LIFE });
+    state.access.push(Access {
+        digest: digest(&token),
+        device: device_id.to_owned(),
+        expires: now + ACCESS_LIFE,
+    });
     Ok(Minted { token, expires_at: zcode_shared::time::now_ms() + ACCESS_LIFE.as_millis() as u64 })
 }
 
@@ -210,7 +214,8 @@ pub async fn mint(
 /// it signs challenges, and its stored credential no longer works.
 pub async fn register(hub: &Hub, id: &str, key: Vec<u8>) -> Result<(), KeyError> {
     hub.devices.load(&hub.store).await.map_err(KeyError::Store)?;
-    let has_key = hub.devices.state().devices.iter().find(|d| d.row.id == id).map(|d| d.row.public_key.is_some());
+    let has_key =
+        hub.devices.state().devices.iter().find(|d| d.row.id == id).map(|d| d.row.public_key.is_some());
     match has_key {
         None => return Err(KeyError::Refused("this device is no longer paired")),
         Some(true) => return Err(KeyError::Refused("this device has a key already")),

@@ -175,7 +175,8 @@ pub async fn access_token(req: Request<Incoming>, hub: &Hub, addr: IpAddr) -> Re
         Err(r) => return r,
     };
     let field = |k: &str| body.get(k).and_then(Value::as_str).filter(|v| !v.is_empty());
-    let (Some(id), Some(challenge), Some(signature)) = (field("deviceId"), field("challenge"), field("signature"))
+    let (Some(id), Some(challenge), Some(signature)) =
+        (field("deviceId"), field("challenge"), field("signature"))
     else {
         return error(
             StatusCode::BAD_REQUEST,
@@ -185,7 +186,10 @@ pub async fn access_token(req: Request<Incoming>, hub: &Hub, addr: IpAddr) -> Re
     match devices::keys::mint(hub, id, challenge, signature, addr).await {
         Ok(m) => {
             let life = devices::keys::ACCESS_LIFE.as_secs();
-            json(StatusCode::OK, &json!({"token": m.token, "expiresAt": m.expires_at, "expiresIn": life, "deviceId": id}))
+            json(
+                StatusCode::OK,
+                &json!({"token": m.token, "expiresAt": m.expires_at, "expiresIn": life, "deviceId": id}),
+            )
         }
         Err(MintError::Challenge) => error(
             StatusCode::UNAUTHORIZED,
