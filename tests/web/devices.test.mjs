@@ -134,6 +134,9 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
     return { tried: tried.length, worked };
   }
 
+  /** `path` fetched by the app itself in `page` (its own credential). */
+  const getJson = (page, path) => page.evaluate(async (p) => (await import('/js/api.js')).getJson(p), path);
+
   const stored = (page) => page.evaluate(() => ({
     token: localStorage.getItem('zcode-acp.token'), device: JSON.parse(localStorage.getItem('zcode-acp.device') || 'null'),
   }));
@@ -267,6 +270,27 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
   });
 
   it('a paired browser keeps no credential: nothing in its storage works against the hub, its key does not export, and it still works after a reload', async () => {
+    // A browser paired before keys (its device token in localStorage) swaps it for a key at start.
+    const code = (await stack.api('/api/pairing', { method: 'POST' })).code;
+    const old = await (await stack.fetch('/api/pair', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ code, name: 'old phone' }) })).json();
+    assert.ok(old.token, JSON.stringify(old));
+    const before = await phonePage(browser, 'light');
+    await before.context().addInitScript(([id, token]) => {
+      if (localStorage.getItem('zcode-acp.device')) return;
+      localStorage.setItem('zcode-acp.token', token);
+      localStorage.setItem('zcode-acp.device', JSON.stringify({ id, name: 'old phone', scope: 'full' }));
+    }, [old.deviceId, old.token]);
+    await before.goto(`${stack.base}/`);
+    await before.locator('#instances').waitFor();
+    await until('the old token to be swapped for a key', async () => (await stored(before)).device.key);
+    assert.equal((await stored(before)).token, null, 'the old token is deleted');
+    assert.equal((await stack.fetch('/api/instances', { headers: { Authorization: `Bearer ${old.token}` } })).status, 401, 'and the hub takes it no more');
+    await before.reload();
+    await before.locator('#instances').waitFor();
+    assert.equal((await getJson(before, '/api/devices')).devices.find((d) => d.current).id, old.deviceId, 'still that device, by its key');
+    await before.context().close();
+
+    // Paired by code, it holds a key.
     keyed = await pairedBy(await toolCode('full'));
     const presented = new Set();
     keyed.context().on('request', (r) => {
