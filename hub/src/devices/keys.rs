@@ -243,7 +243,6 @@ pub async fn register(hub: &Hub, id: &str, key: Vec<u8>) -> Result<(), KeyError>
 mod tests {
     use super::*;
     use p256::ecdsa::signature::Signer;
-    use p256::elliptic_curve::sec1::ToEncodedPoint;
 
     fn key() -> (p256::ecdsa::SigningKey, Vec<u8>) {
         let sk = p256::ecdsa::SigningKey::from_slice(&[5u8; 32]).unwrap();
