@@ -376,8 +376,10 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
       assert.equal(looted.keys, 1);
       assert.deepEqual(looted.exported, ['InvalidAccessError']);
     } finally {
-      await new Promise((ok) => squatter.close(ok));
+      // Every connection ended with it (a page's kept-alive one would hold `close` open).
+      const closed = new Promise((ok) => squatter.close(ok));
       squatter.closeAllConnections?.();
+      await closed;
     }
     await stack.startHub();
     // Nothing it read works against the hub once the hub is back.

@@ -187,14 +187,18 @@ pub async fn mint(
         });
     }
     let signature = b64().decode(signature.trim().trim_end_matches('=')).unwrap_or_default();
-    let mut state = hub.devices.state();
-    let key = state.devices.iter().find(|d| d.row.id == device_id).and_then(|d| d.row.public_key.clone());
+    let key = {
+        let state = hub.devices.state();
+        state.devices.iter().find(|d| d.row.id == device_id).and_then(|d| d.row.public_key.clone())
+    };
+    // Checked without the lock held (it is arithmetic, not I/O, but others authenticate meanwhile).
+    // A revocation in between leaves a token for no device, which `access_of` never accepts.
     if !key.is_some_and(|k| signed_by(&k, challenge, &signature)) {
-        drop(state);
         return Err(limited(hub.auth.fail(addr)));
     }
     let token = b64().encode(random_bytes::<32>());
     let now = Instant::now();
+    let mut state = hub.devices.state();
     state.access.retain(|a| a.expires > now);
     let mine = state.access.iter().filter(|a| a.device == device_id).count();
     if mine >= ACCESS_PER_DEVICE {

@@ -117,10 +117,25 @@ async function mint() {
   if (!d || !rec || rec.deviceId !== d.id) {
     throw new ApiError('auth', 401, 'This browser lost its key (its site data was cleared?): pair it again with a new code.');
   }
-  const c = await api('/api/pair/challenge', { method: 'POST', noAuth: true, what: 'Signing in', expectJson: true });
-  const sig = await crypto.subtle.sign({ name: 'ECDSA', hash: 'SHA-256' }, rec.privateKey, new TextEncoder().encode(SIGNED_PREFIX + c.challenge));
-  const r = await api('/api/pair/token', { method: 'POST', noAuth: true, what: 'Signing in', expectJson: true,
-    json: { deviceId: d.id, challenge: c.challenge, signature: b64url(sig) } });
+  let r;
+  for (let tries = 1; ; tries++) {
+    const c = await api('/api/pair/challenge', { method: 'POST', noAuth: true, what: 'Signing in', expectJson: true });
+    let sig;
+    try {
+      sig = await crypto.subtle.sign({ name: 'ECDSA', hash: 'SHA-256' }, rec.privateKey, new TextEncoder().encode(SIGNED_PREFIX + c.challenge));
+    } catch {
+      throw new ApiError('auth', 401, 'This browser cannot use its key any more: pair it again with a new code.');
+    }
+    try {
+      r = await api('/api/pair/token', { method: 'POST', noAuth: true, what: 'Signing in', expectJson: true,
+        json: { deviceId: d.id, challenge: c.challenge, signature: b64url(sig) } });
+      break;
+    } catch (e) {
+      // A challenge that expired on the way (a very slow line) is asked again, once; any other
+      // 401 means the hub no longer knows this key.
+      if (!(e.status === 401 && /challenge/.test(e.body) && tries < 2)) throw e;
+    }
+  }
   if (!r || typeof r.token !== 'string' || !r.token) throw new ApiError('garbage', 200, 'Signing in: the hub answered without a token.');
   const life = Number(r.expiresIn) > 0 ? Number(r.expiresIn) * 1000 : 5 * 60000;
   access = { token: r.token, until: Date.now() + Math.max(life - RENEW_EARLY_MS, life / 2) };
