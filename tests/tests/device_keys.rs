@@ -96,6 +96,11 @@ fn a_device_with_a_key_signs_one_time_challenges_for_short_lived_tokens_and_noth
     assert!(paired.get("token").is_none(), "no credential for a device with a key: {paired}");
     let id = paired["deviceId"].as_str().unwrap().to_owned();
 
+    // Asked without what it needs: a 400 saying what.
+    let r = call(port, "POST", "/api/pair/token", None, Some(json!({"deviceId": id})));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("challenge"), "{}", r.text());
+
     // A signed challenge buys an access token, good every way the token is.
     let access = mint(port, &id, &sk);
     assert_eq!(call(port, "GET", "/api/instances", Some(&access), None).status, 200);
