@@ -19,6 +19,7 @@ mod cli;
 mod cli_stop;
 mod cli_up;
 mod demo_agent;
+mod device_keys;
 mod devices;
 mod discovery;
 mod editor_stdio;

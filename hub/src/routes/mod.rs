@@ -25,7 +25,7 @@
 //! | `GET /api/attention` | [`crate::attention`] |
 //! | `GET /api/workflow-overview` | [`crate::overview`] |
 //! | `GET /api/home` (the three above in one) | [`home`] |
-//! | `POST /api/pairing`, `POST /api/pair` (no token), `GET /api/devices`, `PATCH|DELETE /api/devices/{id}`, `GET /api/audit` | [`devices`] |
+//! | `POST /api/pairing`, `POST /api/pair`, `/api/pair/challenge`, `/api/pair/token` (no token), `POST /api/pair/key`, `GET /api/devices`, `PATCH|DELETE /api/devices/{id}`, `GET /api/audit` | [`devices`] |
 //! | `GET /acp?instance={id}` (WebSocket) | [`acp`] |
 //! | `GET|HEAD` of any other path (no token) | [`crate::web`]: the web client |
 
@@ -105,8 +105,11 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         return page;
     }
     let addr = auth::client_addr(req.headers(), peer, hub.cfg.remote.client_address_header.as_deref());
-    if req.method() == Method::POST && req.uri().path() == "/api/pair" {
-        return devices::pair(req, hub, addr).await;
+    match (req.method(), req.uri().path()) {
+        (&Method::POST, "/api/pair") => return devices::pair(req, hub, addr).await,
+        (&Method::POST, "/api/pair/challenge") => return devices::challenge(hub, addr),
+        (&Method::POST, "/api/pair/token") => return devices::access_token(req, hub, addr).await,
+        _ => {}
     }
     let who = {
         let token = auth::presented(req.headers(), req.uri());
@@ -159,6 +162,7 @@ async fn route(
         (&Method::GET, "/api/push/vapid-public-key") => return push::vapid_public_key(hub).await,
         (&Method::POST, "/api/push/subscriptions") => return push::subscribe(req, hub, who).await,
         (&Method::POST, "/api/pairing") => return devices::new_code(req, hub).await,
+        (&Method::POST, "/api/pair/key") => return devices::register_key(req, hub, who).await,
         (&Method::GET, "/api/devices") => return devices::list(hub, who).await,
         (&Method::GET, "/api/audit") => return devices::audit(&req, hub).await,
         (&Method::DELETE, "/api/push/subscriptions") => return push::unsubscribe(req, hub).await,

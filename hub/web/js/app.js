@@ -1,5 +1,5 @@
 // The client's entry point: pairing (a one-time code arrives in the URL fragment as `#pair=`,
-// is dropped from the address bar and exchanged for this device's own credential; a local
+// is dropped from the address bar and exchanged for this device's own key or credential; a local
 // tool's `#token=` is stored as it is), client-side routing over the history API, the header's
 // connection indicator, and a catch-all so an unexpected error shows a message, never a blank
 // page. When the hub refuses this device's credential (it was removed), every screen gives way
@@ -17,7 +17,7 @@
 //         /pair                  pairing (a code, or paste a token)
 
 import { h, clear, $, toast } from './dom.js';
-import { token, setToken, takeTokenFromFragment, getJson, takePairCodeFromFragment, pairWithCode, device, onRevoked, refreshDevice } from './api.js';
+import { hasCredential, setToken, takeTokenFromFragment, getJson, takePairCodeFromFragment, pairWithCode, device, onRevoked, refreshDevice, upgradeToKey } from './api.js';
 import { homeView, newSessionView } from './home.js';
 import { startApp } from './push.js';
 import { usageView } from './usage.js';
@@ -140,7 +140,7 @@ function lazy(file, show) {
 function route() {
   const parts = location.pathname.split('/').filter(Boolean).map(decodeURIComponent);
   const q = new URLSearchParams(location.search);
-  if (parts[0] === 'pair' || !token()) return app.pair(token() ? '' : null);
+  if (parts[0] === 'pair' || !hasCredential()) return app.pair(hasCredential() ? '' : null);
   const cwd = q.get('cwd') || '';
   splitFor(app, parts[0] === 's' && parts.length === 3 ? { instance: parts[1], sid: parts[2] } : null);
   if (parts[0] === 's' && parts.length === 3) {
@@ -270,7 +270,7 @@ async function pairFromLink(code) {
   } catch (e) {
     // A browser that works already keeps its credential: only the link was bad.
     const d = device();
-    if (token() && !(d && d.removed)) {
+    if (hasCredential() && !(d && d.removed)) {
       toast(e.message, 'error', 15000);
       return true;
     }
@@ -287,11 +287,13 @@ async function boot() {
     return;
   }
   const paired = code === null && takeTokenFromFragment();
-  if (paired && !token()) return app.pair('The pairing link had an empty token.');
+  if (paired && !hasCredential()) return app.pair('The pairing link had an empty token.');
   if (paired && !(await tryNewToken())) return;
+  // A device token kept from before keys existed is swapped for a key (then deleted).
+  await upgradeToKey();
   listen();
   // What this device may do (its scope) as the hub says now; a removed one goes to pairing.
-  if (device() && token()) refreshDevice().catch(() => {});
+  if (device() && hasCredential()) refreshDevice().catch(() => {});
   route();
 }
 

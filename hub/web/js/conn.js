@@ -1,5 +1,6 @@
 // One ACP connection per bridge instance: `/acp?instance=<id>` over WebSocket, JSON-RPC on top,
-// `initialize` first. The token rides the subprotocol list (`zcode-acp`, and
+// `initialize` first. The credential (api.js's: a device's short-lived access token, or a
+// stored token) rides the subprotocol list (`zcode-acp`, and
 // `zcode-acp.token.<base64url of the token>`; the hub answers `zcode-acp`), never the URL: a
 // tunnel logs URLs, and a browser cannot set headers on a WebSocket. It reconnects by itself
 // with a backoff (0.5 s doubling to 5 s while the page is visible, 15 s while hidden; reset by
@@ -26,7 +27,7 @@
 // collected updates are then exactly what followed it, and the view (session.js) applies them
 // to what it shows.
 
-import { token, diagnose } from './api.js';
+import { credential, diagnose } from './api.js';
 
 const INIT_TIMEOUT_MS = 15000;
 /** The subprotocol the hub answers with, and the prefix of the one carrying the token. */
@@ -158,8 +159,9 @@ export class Conn {
     this.connect();
   }
 
-  connect() {
+  async connect() {
     clearTimeout(this.timer);
+    const opening = (this.opening = (this.opening || 0) + 1);
     const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
     const url = `${proto}//${location.host}/acp?instance=${encodeURIComponent(this.id)}`;
     const trying = this.attempt ? `Reconnecting (attempt ${this.attempt + 1})…` : 'Connecting…';
@@ -169,8 +171,12 @@ export class Conn {
     this.refused = false;
     let ws;
     try {
-      ws = new WebSocket(url, [SUBPROTOCOL, TOKEN_PREFIX + base64url(token())]);
+      const t = await credential();
+      // Closed, or another attempt started, while the credential was being had.
+      if (opening !== this.opening || this.state !== 'connecting') return;
+      ws = new WebSocket(url, [SUBPROTOCOL, TOKEN_PREFIX + base64url(t)]);
     } catch {
+      if (opening !== this.opening || this.state !== 'connecting') return;
       this.failed();
       return;
     }
