@@ -8,7 +8,22 @@ use std::process::ExitCode;
 use std::time::Duration;
 use zcode_shared::config::{Config, ProcessEnv};
 
-pub(crate) fn demo_agent(delay_ms: u64, resume_only: bool) -> anyhow::Result<ExitCode> {
+/// `zcode-acp demo-agent`'s arguments.
+#[derive(clap::Args, Debug)]
+pub(crate) struct DemoArgs {
+    /// Milliseconds between streamed chunks
+    #[arg(long, env = "ZCODE_ACP_DEMO_DELAY_MS", default_value_t = 30)]
+    delay_ms: u64,
+    /// Offer session/resume (no replay) instead of session/load, like agents that cannot replay
+    #[arg(long)]
+    resume_only: bool,
+    /// Take images in prompts (promptCapabilities.image) and say what arrived
+    #[arg(long)]
+    images: bool,
+}
+
+pub(crate) fn demo_agent(args: DemoArgs) -> anyhow::Result<ExitCode> {
+    let DemoArgs { delay_ms, resume_only, images } = args;
     // The demo agent needs only the paths: a broken config.json must not break an editor's agent.
     let paths = zcode_shared::paths::Paths::resolve(&ProcessEnv)?;
     zcode_shared::logging::init(false);
@@ -16,6 +31,7 @@ pub(crate) fn demo_agent(delay_ms: u64, resume_only: bool) -> anyhow::Result<Exi
         delay: Duration::from_millis(delay_ms),
         data_dir: paths.data_dir,
         resume_only,
+        images,
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(zcode_bridge::demo::run_stdio(opts)).context("demo agent")?;

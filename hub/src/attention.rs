@@ -68,6 +68,11 @@ pub async fn ask_all(hub: &Arc<Hub>, path: &'static str) -> Vec<(Registration, R
 
 /// `GET /api/attention`: `{ok, pending: [...], errors: [...]}`.
 pub async fn get(hub: &Arc<Hub>) -> Resp {
+    json(StatusCode::OK, &body(hub).await)
+}
+
+/// The body of `GET /api/attention` (also part of `GET /api/home`).
+pub async fn body(hub: &Arc<Hub>) -> Value {
     let answers = ask_all(hub, "/attention").await;
     let mut pending = Vec::new();
     let mut errors = Vec::new();
@@ -85,7 +90,7 @@ pub async fn get(hub: &Arc<Hub>) -> Resp {
         }
     }
     pending.sort_by_key(|p| p["since"].as_u64().unwrap_or(0));
-    json(StatusCode::OK, &json!({"ok": true, "pending": pending, "errors": errors}))
+    json!({"ok": true, "pending": pending, "errors": errors})
 }
 
 /// One inbox row: the bridge's, with where it lives (and the heartbeat's title as fallback).

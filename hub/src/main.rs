@@ -168,14 +168,7 @@ enum Command {
     },
     /// The built-in scripted ACP agent on stdio (the default agent and the tests' fixture)
     #[command(after_long_help = zcode_bridge::demo::KEYWORDS_HELP)]
-    DemoAgent {
-        /// Milliseconds between streamed chunks
-        #[arg(long, env = "ZCODE_ACP_DEMO_DELAY_MS", default_value_t = 30)]
-        delay_ms: u64,
-        /// Offer session/resume (no replay) instead of session/load, like agents that cannot replay
-        #[arg(long)]
-        resume_only: bool,
-    },
+    DemoAgent(agent::DemoArgs),
 }
 
 /// Every subcommand's error ends here as one line, `zcode-acp: <error>: <cause>: …`, and exit
@@ -197,7 +190,7 @@ fn run() -> anyhow::Result<ExitCode> {
     let matches = Cli::command().version(zcode_shared::version()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.command {
-        Command::DemoAgent { delay_ms, resume_only } => agent::demo_agent(delay_ms, resume_only),
+        Command::DemoAgent(args) => agent::demo_agent(args),
         Command::Token { rotate } => pairing::token(rotate),
         Command::Bridge { agent_name, agent } => agent::bridge(agent_name, agent),
         Command::Serve { cwd, agent_name, agent } => agent::serve(cwd, agent_name, agent),

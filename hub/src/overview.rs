@@ -35,6 +35,11 @@ struct Group {
 
 /// `GET /api/workflow-overview`.
 pub async fn get(hub: &Arc<Hub>) -> Resp {
+    json(StatusCode::OK, &body(hub).await)
+}
+
+/// The body of `GET /api/workflow-overview` (also part of `GET /api/home`).
+pub async fn body(hub: &Arc<Hub>) -> Value {
     let answers = crate::attention::ask_all(hub, "/turns").await;
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     let mut active = Vec::new();
@@ -65,7 +70,7 @@ pub async fn get(hub: &Arc<Hub>) -> Resp {
             body["recentRunsError"] = Value::String(e);
         }
     }
-    json(StatusCode::OK, &body)
+    body
 }
 
 fn group(workspace: &str, mut g: Group) -> Value {

@@ -1,18 +1,18 @@
 // The service worker: the app shell offline, and Web Push notifications.
 //
 // Shell: every asset of the client is cached at install, in a cache named after this build of
-// the client (the hub writes a fingerprint of its assets into VERSION when it serves this
-// file): a hub with another client serves another worker, which the browser installs (fetching
-// the new assets) and which drops the old cache. So the assets are served from the cache first,
+// the client (the hub's build writes a fingerprint of its assets into VERSION, and the page
+// names every asset under /assets/VERSION/): a hub with another client serves another worker,
+// which the browser installs (fetching the new assets) and which drops the old cache. So the assets are served from the cache first,
 // and a start with no answering network (a dead tunnel, one that accepts and never answers, one
 // that answers its own "502" page) opens the app at once; its own error UI then says the hub
 // is unreachable. The API and the ACP socket are never cached or answered here: they always
 // reach the hub, or fail.
 //
-// Only the hub's own bytes are ever kept or served: the hub writes the SHA-256 of every asset
-// into HASHES when it serves this file, and an asset is cached only when its bytes hash to
-// that (at install, every one must, or the install fails and the worker already in place stays;
-// later, a missing one is fetched and checked the same way). So whoever else answers on this
+// Only the hub's own bytes are ever kept or served: the hub's build writes the SHA-256 of every
+// asset into HASHES, and an asset is cached only when its bytes hash to that (at install,
+// every one must, or the install fails and the worker already in place stays; later, a
+// missing one is fetched and checked the same way). So whoever else answers on this
 // origin (another user's program holding the port while the hub is down, a tunnel's page)
 // never becomes the app shell: an answer that does not match is refused, never cached. The
 // cached page is served with this worker's own Content-Security-Policy (and carries the same
@@ -39,48 +39,18 @@ const CSP = "__ZCODE_WEB_CSP__";
 const STATE = 'zcode-acp-state';
 /** The key, in STATE, of a renewal no page has sent to the hub yet. */
 const RENEWED = '/push-renewed';
-const SHELL = [
-  '/',
-  '/app.css',
-  '/icon.svg',
-  '/manifest.webmanifest',
-  '/icons/icon-192.png',
-  '/js/app.js',
-  '/js/api.js',
-  '/js/conn.js',
-  '/js/dom.js',
-  '/js/md.js',
-  '/js/home.js',
-  '/js/projects.js',
-  '/js/session.js',
-  '/js/transcript.js',
-  '/js/composer.js',
-  '/js/files.js',
-  '/js/changes.js',
-  '/js/push.js',
-  '/js/usage.js',
-  '/usage.css',
-  '/js/hooks.js',
-  '/js/hooks_settings.js',
-  '/js/settings.js',
-  '/settings.css',
-  '/js/quota.js',
-  '/quota.css',
-  '/js/inbox.js',
-  '/js/board.js',
-  '/js/machines.js',
-  '/js/fleet.js',
-  '/js/about.js',
-  '/js/saved.js',
-  '/js/devices.js',
-  '/js/qr.js',
-];
+/** What install caches: the page, every text asset at this build's URL (written by the hub's build). */
+const SHELL = [/*__ZCODE_WEB_SHELL__*/];
 
 self.addEventListener('install', (event) => {
   event.waitUntil((async () => {
     // Every asset fetched and checked before anything is kept: one that is not the hub's fails
     // the install, and the worker (and cache) in place stay.
-    const verified = await Promise.all(SHELL.map((p) => fetchVerified(p, new Request(p, { cache: 'no-cache' }))));
+    // The page is revalidated; a versioned asset (its URL names this build) may come from the
+    // HTTP cache, and is fetched anew when what the cache holds is not this build's bytes.
+    const verified = await Promise.all(SHELL.map((p) => (p.startsWith('/assets/')
+      ? fetchVerified(p, new Request(p)).catch(() => fetchVerified(p, new Request(p, { cache: 'reload' })))
+      : fetchVerified(p, new Request(p, { cache: 'no-cache' })))));
     const cache = await caches.open(CACHE);
     for (let i = 0; i < SHELL.length; i++) await cache.put(SHELL[i], verified[i]);
     await self.skipWaiting();

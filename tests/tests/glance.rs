@@ -1,4 +1,5 @@
-//! The machine at a glance: the attention inbox (`GET /api/attention`) across bridges, answered
+//! The machine at a glance: the attention inbox (`GET /api/attention`; with the listing and the
+//! board in one `GET /api/home`) across bridges, answered
 //! from a metadata-only attach, and the turn board (`GET /api/workflow-overview`) through a
 //! turn's life.
 
@@ -95,6 +96,18 @@ fn the_inbox_lists_every_pending_request_across_bridges_and_a_dead_bridge_as_an_
     assert_eq!(errors.len(), 1, "{inbox}");
     assert_eq!(errors[0]["instanceId"], c_id.as_str());
     assert!(errors[0]["error"].as_str().is_some_and(|e| !e.is_empty()), "{inbox}");
+
+    // The home screen's one read (issue 33): the same inbox, with the listing and the board.
+    assert_eq!(http(hub.port, "GET", "/api/home", &[], b"").status, 401);
+    let state = get(hub.port, "/api/home");
+    assert_eq!(state["attention"]["pending"], inbox["pending"], "{state}");
+    let listed = state["instances"].as_array().expect("instances");
+    assert!(
+        listed.iter().any(|i| i["id"] == a_id.as_str()) && listed.iter().any(|i| i["id"] == b_id.as_str()),
+        "{state}"
+    );
+    let runs = state["overview"]["activeRuns"].as_array().expect("the board's runs");
+    assert!(runs.iter().any(|r| r["sessionId"] == a_sid.as_str()), "{state}");
 
     // A metadata-only attach is enough to answer the question.
     let form = json!({"elicitation": {"form": {}}});

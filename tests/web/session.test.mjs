@@ -232,7 +232,7 @@ describe('session screen', () => {
     assert.doesNotMatch(await plan.textContent(), /◐/);
     await shot(page, 'session-demo-cancelled-390');
     await page.reload();
-    await page.locator('#transcript > .msg.plan').waitFor();
+    await page.locator('#transcript > .msg.plan').waitFor({ state: 'attached' }); // hidden: the pin shows it
     await page.locator('.msg.user .status', { hasText: 'stopped: cancelled' }).waitFor();
     await until('the replayed plan to show it stopped', async () => /stopped/.test(await page.locator('#transcript > .msg.plan').last().textContent()));
     assert.doesNotMatch(await page.locator('#transcript > .msg.plan').last().textContent(), /◐/);

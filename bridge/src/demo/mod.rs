@@ -40,6 +40,11 @@ usage update. Words in the prompt (alone, or with a leading `/`) script the rest
                 (only when the client advertised `elicitation.form`; otherwise it says it cannot ask)
   terminal      run `echo` through the client's terminal (`terminal/create`, `wait_for_exit`,
                 `output`, `release`) and report its output
+  markdown      reply with a table and a code block, after a tool call whose title has `code`
+                and whose output has terminal colours
+
+With --images the agent takes `image` blocks in prompts and its reply says what arrived (how many,
+their types and decoded sizes); without it, a prompt with an image is refused (-32602).
 
 Sessions are kept under <data dir>/demo-agent/, so `session/load` replays them after a restart.
 
@@ -58,6 +63,8 @@ pub struct DemoOptions {
     /// Offer `session/resume` (no replay) instead of `session/load`, like agents that cannot
     /// replay history.
     pub resume_only: bool,
+    /// Take images in prompts (`promptCapabilities.image`); a turn says what arrived.
+    pub images: bool,
 }
 
 /// Runs the agent on this process's stdin and stdout until stdin closes.
@@ -157,6 +164,10 @@ impl Agent {
     }
 
     /// Whether the client said it renders elicitation forms.
+    pub(crate) fn takes_images(&self) -> bool {
+        self.opts.images
+    }
+
     pub(crate) fn can_elicit_form(&self) -> bool {
         self.state().elicit_form
     }
@@ -275,7 +286,7 @@ impl Agent {
             "initialize" => {
                 let form = params["clientCapabilities"]["elicitation"].get("form");
                 self.state().elicit_form = form.is_some_and(|f| !f.is_null());
-                initialize(params, self.opts.resume_only)
+                initialize(params, &self.opts)
             }
             "authenticate" => Ok(json!({})),
             "session/new" => self.new_session(params).await,
@@ -457,7 +468,8 @@ fn check_mcp_servers(params: &Value) -> Result<(), RpcError> {
     }
 }
 
-fn initialize(params: &Value, resume_only: bool) -> Result<Value, RpcError> {
+fn initialize(params: &Value, opts: &DemoOptions) -> Result<Value, RpcError> {
+    let resume_only = opts.resume_only;
     match jsonrpc::required(params, "protocolVersion")? {
         Value::Number(_) => {}
         _ => return Err(RpcError::invalid_params("`protocolVersion` must be a number")),
@@ -466,7 +478,7 @@ fn initialize(params: &Value, resume_only: bool) -> Result<Value, RpcError> {
         "protocolVersion": 1,
         "agentCapabilities": {
             "loadSession": !resume_only,
-            "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+            "promptCapabilities": {"image": opts.images, "audio": false, "embeddedContext": true},
             "mcpCapabilities": {"http": false, "sse": false},
             "sessionCapabilities": if resume_only { json!({"list": {}, "resume": {}}) } else { json!({"list": {}}) },
         },

@@ -28,6 +28,7 @@ struct Script {
     fail: bool,
     elicit: bool,
     terminal: bool,
+    markdown: bool,
     reads: Vec<String>,
     writes: Vec<String>,
     /// `permission:PATH`: paths to ask permission to read.
@@ -57,6 +58,7 @@ fn script_of(text: &str) -> Script {
             "fail" => s.fail = true,
             "elicit" => s.elicit = true,
             "terminal" => s.terminal = true,
+            "markdown" => s.markdown = true,
             _ => {}
         }
     }
@@ -82,6 +84,7 @@ pub(crate) async fn prompt(
     let text: Vec<&str> =
         blocks.iter().filter(|b| b["type"] == "text").filter_map(|b| b["text"].as_str()).collect();
     let text = text.join("\n");
+    let images = images_of(blocks, agent.takes_images())?;
     let (lock, cwd) = agent.begin_turn(sid)?;
     let _one_turn_at_a_time = lock.lock().await;
     let n = agent.start_turn(sid, &text);
@@ -92,7 +95,7 @@ pub(crate) async fn prompt(
         sid,
         &json!({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": text}}),
     );
-    let turn = Turn { agent, sid, n, cwd, cancel };
+    let turn = Turn { agent, sid, n, cwd, cancel, images };
     let outcome = turn.run(&text).await;
     match outcome {
         Ok(()) => Ok(json!({"stopReason": "end_turn", "usage": turn_usage(&text)})),
@@ -107,7 +110,39 @@ struct Turn<'a> {
     n: u64,
     cwd: String,
     cancel: CancellationToken,
+    /// What the prompt's image blocks were: `(mimeType, decoded bytes)`.
+    images: Vec<(String, usize)>,
 }
+
+/// The prompt's image blocks as `(mimeType, decoded bytes)`; refused when the agent does not
+/// take images (it said so in `initialize`) or a block is not a base64 image.
+fn images_of(blocks: &[Value], takes: bool) -> Result<Vec<(String, usize)>, RpcError> {
+    let mut out = Vec::new();
+    for b in blocks.iter().filter(|b| b["type"] == "image") {
+        if !takes {
+            return Err(RpcError::invalid_params(
+                "this agent does not take images (promptCapabilities.image is false)",
+            ));
+        }
+        let (Some(mime), Some(data)) = (b["mimeType"].as_str(), b["data"].as_str()) else {
+            return Err(RpcError::invalid_params("an image block needs `mimeType` and base64 `data`"));
+        };
+        let valid = data.len() % 4 == 0
+            && data.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'='));
+        if !mime.starts_with("image/") || !valid {
+            return Err(RpcError::invalid_params(
+                "an image block needs an image/* `mimeType` and base64 `data`",
+            ));
+        }
+        let pad = data.bytes().rev().take_while(|c| *c == b'=').count();
+        out.push((mime.to_owned(), data.len() / 4 * 3 - pad));
+    }
+    Ok(out)
+}
+
+/// The markdown the `markdown` keyword replies with: a table and a code block.
+const MARKDOWN_REPLY: &str = "| Crate | Role |\n| --- | :-: |\n| `shared` | config, store |\n| `hub` | the public entry |\n\n\
+```rust\nfn main() {\n    let n = 42; // the answer\n    println!(\"{n}\");\n}\n```\n";
 
 impl Turn<'_> {
     async fn run(&self, text: &str) -> Result<(), Stop> {
@@ -157,6 +192,13 @@ impl Turn<'_> {
         if script.long {
             self.long().await?;
         }
+        if script.markdown {
+            self.markdown().await?;
+        }
+        if !self.images.is_empty() {
+            let list: Vec<String> = self.images.iter().map(|(m, n)| format!("{m} {n} bytes")).collect();
+            self.say(&format!("Received {} image(s): {}. ", self.images.len(), list.join(", "))).await?;
+        }
         if script.hold {
             // A turn a test can rely on to be running, however slow the machine: only
             // `session/cancel` ends it.
@@ -174,6 +216,18 @@ impl Turn<'_> {
         self.update(json!({"sessionUpdate": "usage_update", "used": 1000 * self.n + text.len() as u64,
             "size": 200_000, "cost": {"amount": cost, "currency": "USD"}}))
             .await
+    }
+
+    /// The `markdown` keyword: a tool call titled with `code` whose output has terminal
+    /// colours, then a reply with a table and a code block.
+    async fn markdown(&self) -> Result<(), Stop> {
+        let call = format!("call_{}_test", self.n);
+        self.update(json!({"sessionUpdate": "tool_call", "toolCallId": call, "title": "Run `cargo test`",
+            "kind": "execute", "status": "in_progress"}))
+            .await?;
+        let out = "\u{1b}[1m\u{1b}[32mtest result: ok\u{1b}[0m. 3 passed; \u{1b}[31m0 failed\u{1b}[0m\u{1b}]0;title\u{7}\n";
+        self.update(tool_update(&call, "completed", out)).await?;
+        self.say(MARKDOWN_REPLY).await
     }
 
     /// Waits the configured delay, or stops if the turn is cancelled.
@@ -444,6 +498,21 @@ mod tests {
         assert_eq!(s.writes, vec!["/tmp/b"]);
         assert_eq!(script_of("permissions are fine; failure too"), Script::default());
         assert!(script_of("/fail").fail);
+    }
+
+    #[test]
+    fn image_blocks_are_counted_when_taken_and_refused_otherwise() {
+        let blocks = [
+            json!({"type": "text", "text": "hi"}),
+            json!({"type": "image", "mimeType": "image/png", "data": "AAECAw=="}),
+        ];
+        assert_eq!(images_of(&blocks, true).unwrap(), vec![("image/png".to_owned(), 4)]);
+        let refused = images_of(&blocks, false).unwrap_err();
+        assert!(refused.message.contains("does not take images"), "{}", refused.message);
+        let bad = [json!({"type": "image", "mimeType": "text/html", "data": "AAEC"})];
+        assert!(images_of(&bad, true).is_err());
+        let not_base64 = [json!({"type": "image", "mimeType": "image/png", "data": "<svg>"})];
+        assert!(images_of(&not_base64, true).is_err());
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub fn action_of(method: &Method, path: &str) -> Option<(&'static str, String)> 
         (&Method::POST, "/api/projects/delete") => return Some(("project.delete", String::new())),
         (&Method::POST, "/api/upgrade") => return Some(("hub.upgrade", String::new())),
         (&Method::POST, "/api/pairing") => return Some(("pairing.code", String::new())),
+        (&Method::POST, "/api/pair/key") => return Some(("device.key", String::new())),
         _ => {}
     }
     if let Some(rest) = path.strip_prefix("/api/settings/") {

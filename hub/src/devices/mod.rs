@@ -1,7 +1,9 @@
 //! Paired devices: one-time pairing codes, each device's own credential (kept as its SHA-256
 //! in the store, compared in constant time), what a request's credential is ([`authenticate`]),
 //! and revocation and rotation closing every live connection made with the credential
-//! ([`holds`]). The machine's token stays valid beside them, for local tools and scripts.
+//! ([`holds`]). The machine's token stays valid beside them, for local tools and scripts. A
+//! device may instead hold a key and get short-lived access tokens for signed challenges
+//! ([`keys`]): the web client's way, so that no credential of it lies in the browser's storage.
 //!
 //! **Pairing codes** are 10 symbols of Crockford's base32 (50 bits, shown `XXXXX-XXXXX`),
 //! used once, within [`CODE_LIFE`], at most [`MAX_CODES`] waiting at once. A wrong code is
@@ -14,6 +16,7 @@
 
 pub mod audit;
 pub mod holds;
+pub mod keys;
 
 use crate::Hub;
 use crate::auth::{Credential, Principal, Refusal, Scope};
@@ -57,6 +60,8 @@ struct State {
     devices: Vec<Device>,
     codes: Vec<Code>,
     wrong: Option<(f64, Instant)>,
+    challenges: Vec<keys::Challenge>,
+    access: Vec<keys::Access>,
 }
 
 struct Device {
@@ -87,8 +92,8 @@ pub struct Paired {
     pub id: String,
     /// Its name.
     pub name: String,
-    /// Its credential (shown once, never kept).
-    pub token: String,
+    /// Its credential (shown once, never kept); none for a device that registered a key.
+    pub token: Option<String>,
 }
 
 /// Why a pairing failed.
@@ -168,16 +173,22 @@ impl Devices {
         rows.map(|_| ())
     }
 
-    /// The device whose credential is `candidate` (constant time over every device), noting
-    /// that it was seen; with whether its sighting should be written to the store.
+    /// The device whose credential (or live access token, see [`keys`]) is `candidate`
+    /// (constant time over every device), noting that it was seen; with whether its sighting
+    /// should be written to the store.
     fn verify(&self, candidate: &str, now_ms: i64) -> Option<(Principal, bool)> {
         let d = digest(candidate);
         let mut state = self.state();
         let mut found = None;
         for (i, dev) in state.devices.iter().enumerate() {
-            if same(&dev.row.token_sha256, &d) {
+            // A device with a key has no stored credential (its hash is of bytes nobody holds).
+            if same(&dev.row.token_sha256, &d) && dev.row.public_key.is_none() {
                 found = Some(i);
             }
+        }
+        if found.is_none() {
+            let State { devices, access, .. } = &mut *state;
+            found = keys::access_of(devices, access, &d);
         }
         let dev = &mut state.devices[found?];
         dev.row.last_seen_at = Some(now_ms);
@@ -349,8 +360,16 @@ pub fn after_rotation(hub: &Hub) {
     }
 }
 
-/// Pairs a device with `code`, named `name` (else the code's name, else `device`).
-pub async fn pair(hub: &Hub, code: &str, name: Option<String>, addr: IpAddr) -> Result<Paired, PairError> {
+/// Pairs a device with `code`, named `name` (else the code's name, else `device`): with
+/// `public_key` (checked by [`keys::parse_public_key`]) a device that signs challenges and gets
+/// no credential, else one given its own credential.
+pub async fn pair(
+    hub: &Hub,
+    code: &str,
+    name: Option<String>,
+    public_key: Option<Vec<u8>>,
+    addr: IpAddr,
+) -> Result<Paired, PairError> {
     hub.devices.load(&hub.store).await.map_err(PairError::Store)?;
     if hub.devices.state().devices.len() >= MAX_DEVICES {
         return Err(PairError::Full("64 devices are paired already: revoke one first"));
@@ -364,9 +383,11 @@ pub async fn pair(hub: &Hub, code: &str, name: Option<String>, addr: IpAddr) -> 
         id: id.clone(),
         name: name.clone(),
         scope: scope.as_str().to_owned(),
+        // A device with a key is given no credential: its hash is of a token nobody sees.
         token_sha256: digest(&token),
         created_at: zcode_shared::time::now_ms() as i64,
         last_seen_at: None,
+        public_key: public_key.clone(),
     };
     let stored = row.clone();
     hub.store
@@ -375,7 +396,7 @@ pub async fn pair(hub: &Hub, code: &str, name: Option<String>, addr: IpAddr) -> 
         .and_then(|r| r.map_err(|e| e.to_string()))
         .map_err(PairError::Store)?;
     hub.devices.state().devices.push(Device { row, scope, stored_seen: 0 });
-    Ok(Paired { id, name, token })
+    Ok(Paired { id, name, token: public_key.is_none().then_some(token) })
 }
 
 /// Revokes device `id`: its credential stops working, every connection and relay it holds is
@@ -392,6 +413,7 @@ pub async fn revoke(hub: &Hub, id: &str) -> Result<Option<String>, String> {
         i.map(|i| state.devices.remove(i).row.name)
     };
     let Some(endpoints) = endpoints else { return Ok(None) };
+    hub.devices.drop_access(id);
     let cred = Credential::Device(id.to_owned());
     cut(hub, |c| *c == cred);
     for endpoint in endpoints {
@@ -442,6 +464,7 @@ pub fn watch_may(method: &hyper::Method, path: &str) -> bool {
     use hyper::Method;
     matches!(*method, Method::GET | Method::HEAD)
         || (path == "/api/push/subscriptions" && matches!(*method, Method::POST | Method::DELETE))
+        || (path == "/api/pair/key" && *method == Method::POST)
 }
 
 #[cfg(test)]

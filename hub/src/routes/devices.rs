@@ -2,8 +2,17 @@
 //!
 //! - `POST /api/pairing` `{name?, scope?: "full"|"watch"}` → `{code, url, expiresAt}`: a
 //!   one-time code (5 minutes) and the web client's URL carrying it in the fragment.
-//! - `POST /api/pair` `{code, name?}` (no token) → `{deviceId, name, token}`: the device's own
-//!   credential; a wrong, used or expired code is a 401 saying so, rate-limited like tokens.
+//! - `POST /api/pair` `{code, name?, publicKey?}` (no token) → `{deviceId, name, token}`: the
+//!   device's own credential; a wrong, used or expired code is a 401 saying so, rate-limited
+//!   like tokens. With `publicKey` (base64url of a raw P-256 point) → `{deviceId, name}` and no
+//!   credential: the device signs challenges instead ([`crate::devices::keys`]).
+//! - `POST /api/pair/challenge` (no token) → `{challenge, expiresAt}`: sign
+//!   `"zcode-acp device token:" + challenge` (ECDSA P-256, SHA-256, raw r‖s).
+//! - `POST /api/pair/token` `{deviceId, challenge, signature}` (no token) → `{token,
+//!   expiresAt, expiresIn}`: an access token for 15 minutes; a used, expired or unknown challenge, another
+//!   key's signature or a removed device is a 401 in words, rate-limited like wrong tokens.
+//! - `POST /api/pair/key` `{publicKey}` (a device's stored credential) → `{ok, deviceId}`: the
+//!   device signs challenges from now on, and that credential stops working.
 //! - `GET /api/devices` → `{devices: [{id, name, scope, createdAt, lastSeenAt, current}]}`.
 //! - `PATCH /api/devices/{id}` `{name}` → 200; `DELETE /api/devices/{id}` → 200 (the device's
 //!   connections are closed); unknown id 404.
@@ -123,7 +132,15 @@ pub async fn pair(req: Request<Incoming>, hub: &Hub, addr: IpAddr) -> Resp {
         Ok(n) => n,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
-    match devices::pair(hub, code, name, addr).await {
+    let public_key = match body.get("publicKey") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_str().map(devices::keys::parse_public_key) {
+            Some(Ok(k)) => Some(k),
+            Some(Err(why)) => return error(StatusCode::BAD_REQUEST, why),
+            None => return error(StatusCode::BAD_REQUEST, "publicKey must be a string (base64url)"),
+        },
+    };
+    match devices::pair(hub, code, name, public_key, addr).await {
         Ok(p) => {
             let who = Principal {
                 credential: crate::auth::Credential::Device(p.id.clone()),
@@ -131,9 +148,94 @@ pub async fn pair(req: Request<Incoming>, hub: &Hub, addr: IpAddr) -> Resp {
                 name: p.name.clone(),
             };
             devices::audit::record(hub, &who, "pair", format!("device {}", p.id), Some(200)).await;
-            json(StatusCode::OK, &json!({"deviceId": p.id, "name": p.name, "token": p.token}))
+            let mut v = json!({"deviceId": p.id, "name": p.name});
+            if let Some(token) = p.token {
+                v["token"] = json!(token);
+            }
+            json(StatusCode::OK, &v)
         }
         Err(e) => pair_error(e),
+    }
+}
+
+/// `POST /api/pair/challenge` (no token): refused only to an address over its limit.
+pub fn challenge(hub: &Hub, addr: IpAddr) -> Resp {
+    if let Err(refused) = hub.auth.may_try(addr) {
+        return refused.response();
+    }
+    let (challenge, expires_at) = hub.devices.challenge();
+    json(StatusCode::OK, &json!({"challenge": challenge, "expiresAt": expires_at}))
+}
+
+/// `POST /api/pair/token` (no token).
+pub async fn access_token(req: Request<Incoming>, hub: &Hub, addr: IpAddr) -> Resp {
+    use devices::keys::MintError;
+    let body = match object_body(req, true).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let field = |k: &str| body.get(k).and_then(Value::as_str).filter(|v| !v.is_empty());
+    let (Some(id), Some(challenge), Some(signature)) =
+        (field("deviceId"), field("challenge"), field("signature"))
+    else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "deviceId, challenge (from POST /api/pair/challenge) and signature (base64url) required",
+        );
+    };
+    match devices::keys::mint(hub, id, challenge, signature, addr).await {
+        Ok(m) => {
+            let life = devices::keys::ACCESS_LIFE.as_secs();
+            json(
+                StatusCode::OK,
+                &json!({"token": m.token, "expiresAt": m.expires_at, "expiresIn": life, "deviceId": id}),
+            )
+        }
+        Err(MintError::Challenge) => error(
+            StatusCode::UNAUTHORIZED,
+            "this challenge is unknown, already used or expired (each works once, for 60 seconds): \
+             ask for a new one",
+        ),
+        Err(MintError::Signature) => error(
+            StatusCode::UNAUTHORIZED,
+            "the signature is not this device's key, or the device was removed: pair again with a new code",
+        ),
+        Err(MintError::Limited(secs)) => {
+            let mut r =
+                error(StatusCode::TOO_MANY_REQUESTS, "too many failed authentications: wait and try again");
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            r
+        }
+        Err(MintError::Store(why)) => {
+            error(StatusCode::SERVICE_UNAVAILABLE, format!("the store is unavailable: {why}"))
+        }
+    }
+}
+
+/// `POST /api/pair/key`: `who` (a device, by its stored credential) registers its key.
+pub async fn register_key(req: Request<Incoming>, hub: &Hub, who: &Principal) -> Resp {
+    use devices::keys::KeyError;
+    let crate::auth::Credential::Device(id) = who.credential.clone() else {
+        return error(
+            StatusCode::CONFLICT,
+            "the machine token is not a device's: pair this browser with a code (`zcode-acp pair`)",
+        );
+    };
+    let body = match object_body(req, false).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let key = match body.get("publicKey").and_then(Value::as_str).map(devices::keys::parse_public_key) {
+        Some(Ok(k)) => k,
+        Some(Err(why)) => return error(StatusCode::BAD_REQUEST, why),
+        None => return error(StatusCode::BAD_REQUEST, "publicKey (base64url of a raw P-256 point) required"),
+    };
+    match devices::keys::register(hub, &id, key).await {
+        Ok(()) => json(StatusCode::OK, &json!({"ok": true, "deviceId": id})),
+        Err(KeyError::Refused(why)) => error(StatusCode::CONFLICT, why),
+        Err(KeyError::Store(why)) => {
+            error(StatusCode::SERVICE_UNAVAILABLE, format!("the store is unavailable: {why}"))
+        }
     }
 }
 

@@ -12,11 +12,16 @@ use std::time::Instant;
 
 /// Answers the listing, probing first when asked.
 pub async fn list(req: &Request<Incoming>, hub: &Arc<Hub>) -> Resp {
-    if matches!(query_param(req.uri(), "probe").as_deref(), Some("1" | "true")) {
+    let probe = matches!(query_param(req.uri(), "probe").as_deref(), Some("1" | "true"));
+    json(StatusCode::OK, &listing(hub, probe).await)
+}
+
+/// The listing, after a probe of every bridge when `probe` (also part of `GET /api/home`).
+pub async fn listing(hub: &Hub, probe: bool) -> serde_json::Value {
+    if probe {
         probe_all(hub).await;
     }
-    let listing = hub.bridges.registry().listing(Instant::now());
-    json(StatusCode::OK, &listing)
+    hub.bridges.registry().listing(Instant::now())
 }
 
 async fn probe_all(hub: &Hub) {

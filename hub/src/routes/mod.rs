@@ -1,4 +1,4 @@
-//! The routing table, by hand: every request passes here once. CORS goes on every answer,
+//! The routing table, by hand: every request passes here once. CORS goes on every API answer,
 //! any `OPTIONS` is a 204 without auth, `GET /api/health` and the web client's pages need no
 //! token, registration may carry its token in a (small) body, and everything else needs the
 //! token before it is even routed. No route reads a byte of body before the token is checked,
@@ -24,7 +24,8 @@
 //! | `GET /api/version`, `POST /api/upgrade` | [`version`], [`crate::upgrade`] |
 //! | `GET /api/attention` | [`crate::attention`] |
 //! | `GET /api/workflow-overview` | [`crate::overview`] |
-//! | `POST /api/pairing`, `POST /api/pair` (no token), `GET /api/devices`, `PATCH|DELETE /api/devices/{id}`, `GET /api/audit` | [`devices`] |
+//! | `GET /api/home` (the three above in one) | [`home`] |
+//! | `POST /api/pairing`, `POST /api/pair`, `/api/pair/challenge`, `/api/pair/token` (no token), `POST /api/pair/key`, `GET /api/devices`, `PATCH|DELETE /api/devices/{id}`, `GET /api/audit` | [`devices`] |
 //! | `GET /acp?instance={id}` (WebSocket) | [`acp`] |
 //! | `GET|HEAD` of any other path (no token) | [`crate::web`]: the web client |
 
@@ -32,6 +33,7 @@ pub mod acp;
 pub mod agents;
 pub mod create;
 pub mod devices;
+pub mod home;
 pub mod instance_relay;
 pub mod instances;
 pub mod projects;
@@ -46,7 +48,6 @@ use crate::Hub;
 use crate::auth::{self, Principal, Scope};
 use crate::http::{self, Resp, text};
 use hyper::body::Incoming;
-use hyper::header::IF_NONE_MATCH;
 use hyper::{Method, Request, StatusCode};
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -61,6 +62,9 @@ pub async fn handle(
     slot: Arc<Slot>,
 ) -> Result<Resp, Infallible> {
     let method = req.method().clone();
+    // The web client's files are read by the page itself, never across origins: no CORS
+    // headers on them (a first visit fetches thirty of them).
+    let page = matches!(method, Method::GET | Method::HEAD) && !crate::web::is_api(req.uri().path());
     // Only a redacted URI is ever logged: `?token=` must not reach a log file.
     let uri = tracing::enabled!(tracing::Level::DEBUG).then(|| http::redacted(req.uri()));
     let mut resp = if method == Method::OPTIONS {
@@ -68,7 +72,7 @@ pub async fn handle(
     } else {
         dispatch(req, &hub, peer, &slot).await
     };
-    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS && !page {
         http::cors(resp.headers_mut());
     }
     if let Some(uri) = uri {
@@ -96,14 +100,16 @@ async fn dispatch(mut req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
     // The web client's assets need no token: the page carries it (see `crate::web`). A
     // WebSocket upgrade is never answered with a page: on a wrong path it is a plain 404.
     let upgrade = req.headers().contains_key(hyper::header::UPGRADE);
-    if let Some(page) = crate::web::serve(req.method(), req.uri().path(), req.headers().get(IF_NONE_MATCH))
-        .filter(|_| !upgrade)
+    if let Some(page) = crate::web::serve(req.method(), req.uri().path(), req.headers()).filter(|_| !upgrade)
     {
         return page;
     }
     let addr = auth::client_addr(req.headers(), peer, hub.cfg.remote.client_address_header.as_deref());
-    if req.method() == Method::POST && req.uri().path() == "/api/pair" {
-        return devices::pair(req, hub, addr).await;
+    match (req.method(), req.uri().path()) {
+        (&Method::POST, "/api/pair") => return devices::pair(req, hub, addr).await,
+        (&Method::POST, "/api/pair/challenge") => return devices::challenge(hub, addr),
+        (&Method::POST, "/api/pair/token") => return devices::access_token(req, hub, addr).await,
+        _ => {}
     }
     let who = {
         let token = auth::presented(req.headers(), req.uri());
@@ -156,12 +162,14 @@ async fn route(
         (&Method::GET, "/api/push/vapid-public-key") => return push::vapid_public_key(hub).await,
         (&Method::POST, "/api/push/subscriptions") => return push::subscribe(req, hub, who).await,
         (&Method::POST, "/api/pairing") => return devices::new_code(req, hub).await,
+        (&Method::POST, "/api/pair/key") => return devices::register_key(req, hub, who).await,
         (&Method::GET, "/api/devices") => return devices::list(hub, who).await,
         (&Method::GET, "/api/audit") => return devices::audit(&req, hub).await,
         (&Method::DELETE, "/api/push/subscriptions") => return push::unsubscribe(req, hub).await,
         (&Method::GET, "/api/version") => return version::get(&req, hub).await,
         (&Method::GET, "/api/attention") => return crate::attention::get(hub).await,
         (&Method::GET, "/api/workflow-overview") => return crate::overview::get(hub).await,
+        (&Method::GET, "/api/home") => return home::get(hub).await,
         (&Method::POST, "/api/upgrade") => return crate::upgrade::post(hub).await,
         _ => {}
     }

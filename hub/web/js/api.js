@@ -1,26 +1,46 @@
-// The hub's HTTP API: the credential (kept in localStorage, sent as a Bearer header), requests
-// with a timeout, and errors sorted into what a person can act on. A tunnel's HTML error page, a
-// 502 or a dropped connection never surfaces as a blank page: each becomes an ApiError with a
-// readable message and a `retry` hint.
+// The hub's HTTP API: the credential (sent as a Bearer header), requests with a timeout, and
+// errors sorted into what a person can act on. A tunnel's HTML error page, a 502 or a dropped
+// connection never surfaces as a blank page: each becomes an ApiError with a readable message
+// and a `retry` hint.
 //
-// The credential is either this browser's own device token (paired with a one-time code, see
-// `pairWithCode`; `device()` then says which device this is, and its scope) or a token pasted or
-// given as `#token=` (the machine's, for local tools). A 401 to a device's own token means the
-// device was removed: `onRevoked` is told once, and the app stops asking (no loop of 401s).
+// A browser paired with a one-time code (`pairWithCode`) keeps NO credential in its storage: it
+// makes a non-extractable ECDSA P-256 key (WebCrypto), keeps that CryptoKey in IndexedDB (a
+// structured clone stays non-extractable), and registers the public half with the hub. For
+// requests it signs a fresh challenge of the hub's and gets an access token that works 15
+// minutes, held in this page's memory only, minted again when it is close to expiry or refused
+// (a restarted hub forgot it). A browser paired before keys existed swaps its stored device
+// token for a key at start (`upgradeToKey`), then deletes the token. Where WebCrypto or
+// IndexedDB are missing (a page served over plain http from another machine is not a secure
+// context), the device token is kept in localStorage as before. A token pasted or given as
+// `#token=` (the machine's, for local tools) is kept there too. See docs/SECURITY.md.
+//
+// `device()` says which device this browser is, and its scope. When the hub refuses this
+// device (its token, or its key's signature), the device was removed: `onRevoked` is told
+// once, and the app stops asking (no loop of 401s).
 
 const TOKEN_KEY = 'zcode-acp.token';
-/** This browser's device: {id, name, scope, removed?} as JSON, or absent (a pasted token). */
+/** This browser's device: {id, name, scope, key?, removed?} as JSON, or absent (a pasted token). */
 const DEVICE_KEY = 'zcode-acp.device';
 const TIMEOUT_MS = 15000;
+/** What a device signs before the hub's challenge (hub/src/devices/keys.rs). */
+export const SIGNED_PREFIX = 'zcode-acp device token:';
+/** An access token is minted again this long before it expires. */
+const RENEW_EARLY_MS = 60000;
 
-/** The stored token, or ''. */
-export function token() {
+/** The token kept in localStorage (a pasted one, or a device's where keys cannot be had), or ''. */
+function storedToken() {
   try { return localStorage.getItem(TOKEN_KEY) || ''; } catch { return ''; }
+}
+
+/** Whether this browser has something to ask the hub with (a token, or its device's key). */
+export function hasCredential() {
+  const d = device();
+  return Boolean(storedToken() || memoryToken || (d && d.key && !d.removed));
 }
 
 /**
  * Stores (or, with '', forgets) the token. A token given this way is not a device's (pasted,
- * or `#token=`): the device this browser was is forgotten, unless `keepDevice`.
+ * or `#token=`): the device this browser was (and its key) is forgotten, unless `keepDevice`.
  */
 export function setToken(t, keepDevice = false) {
   try {
@@ -28,11 +48,156 @@ export function setToken(t, keepDevice = false) {
     if (!keepDevice) localStorage.removeItem(DEVICE_KEY);
   } catch { /* private mode: the token lives for this page only */ }
   memoryToken = t;
-  if (!keepDevice) memoryDevice = null;
+  access = { token: '', until: 0 };
+  if (!keepDevice) {
+    memoryDevice = null;
+    dropKey().catch(() => {});
+  }
   showScope();
 }
 let memoryToken = '';
 let memoryDevice = null;
+/** The access token a keyed device's signature bought: this page's memory only. */
+let access = { token: '', until: 0 };
+/** The mint in progress (one at a time, whoever asks). */
+let minting = null;
+
+export function b64url(buf) {
+  let bin = '';
+  for (const b of new Uint8Array(buf)) bin += String.fromCharCode(b);
+  return btoa(bin).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+}
+
+/** Whether this browser can hold a non-extractable key (WebCrypto needs a secure context). */
+export function keysPossible() {
+  return typeof isSecureContext !== 'undefined' && isSecureContext && typeof crypto !== 'undefined'
+    && Boolean(crypto.subtle) && typeof indexedDB !== 'undefined';
+}
+
+/** One IndexedDB request on the `keys` store (machines.js keeps other machines' keys there too) of database `zcode-acp-keys` (its own: saved.js owns `zcode-acp`): its result. */
+export function idb(mode, fn) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open('zcode-acp-keys', 1);
+    open.onupgradeneeded = () => open.result.createObjectStore('keys');
+    open.onerror = () => reject(open.error);
+    open.onsuccess = () => {
+      const db = open.result;
+      let req;
+      try {
+        const tx = db.transaction('keys', mode);
+        req = fn(tx.objectStore('keys'));
+        tx.oncomplete = () => { db.close(); resolve(req && req.result); };
+        tx.onerror = tx.onabort = () => { db.close(); reject(tx.error); };
+      } catch (e) {
+        db.close();
+        reject(e);
+      }
+    };
+  });
+}
+/** The kept key: {deviceId, privateKey (a non-extractable CryptoKey), publicKey (base64url)}. */
+const loadKey = () => idb('readonly', (st) => st.get('device'));
+const saveKey = (rec) => idb('readwrite', (st) => st.put(rec, 'device'));
+function dropKey() {
+  return keysPossible() ? idb('readwrite', (st) => st.delete('device')) : Promise.resolve();
+}
+
+/** A new non-extractable signing key, kept in IndexedDB for `deviceId` before it is used. */
+async function newKey(deviceId) {
+  const pair = await crypto.subtle.generateKey({ name: 'ECDSA', namedCurve: 'P-256' }, false, ['sign']);
+  const rec = { deviceId, privateKey: pair.privateKey, publicKey: b64url(await crypto.subtle.exportKey('raw', pair.publicKey)) };
+  await saveKey(rec);
+  return rec;
+}
+
+/** Signs a fresh challenge of the hub's with the kept key: a new access token in memory. */
+async function mint() {
+  const d = device();
+  const rec = await loadKey().catch(() => null);
+  if (!d || !rec || rec.deviceId !== d.id) {
+    throw new ApiError('auth', 401, 'This browser lost its key (its site data was cleared?): pair it again with a new code.');
+  }
+  let r;
+  for (let tries = 1; ; tries++) {
+    const c = await api('/api/pair/challenge', { method: 'POST', noAuth: true, what: 'Signing in', expectJson: true });
+    let sig;
+    try {
+      sig = await crypto.subtle.sign({ name: 'ECDSA', hash: 'SHA-256' }, rec.privateKey, new TextEncoder().encode(SIGNED_PREFIX + c.challenge));
+    } catch {
+      throw new ApiError('auth', 401, 'This browser cannot use its key any more: pair it again with a new code.');
+    }
+    try {
+      r = await api('/api/pair/token', { method: 'POST', noAuth: true, what: 'Signing in', expectJson: true,
+        json: { deviceId: d.id, challenge: c.challenge, signature: b64url(sig) } });
+      break;
+    } catch (e) {
+      // A challenge that expired on the way (a very slow line) is asked again, once; any other
+      // 401 means the hub no longer knows this key.
+      if (!(e.status === 401 && /challenge/.test(e.body) && tries < 2)) throw e;
+    }
+  }
+  if (!r || typeof r.token !== 'string' || !r.token) throw new ApiError('garbage', 200, 'Signing in: the hub answered without a token.');
+  const life = Number(r.expiresIn) > 0 ? Number(r.expiresIn) * 1000 : 5 * 60000;
+  access = { token: r.token, until: Date.now() + Math.max(life - RENEW_EARLY_MS, life / 2) };
+  return r.token;
+}
+
+/**
+ * The credential to present now: the stored token, or this device's access token (minted when
+ * there is none, it is about to expire, or `fresh`). Rejects with an ApiError; a device whose
+ * signature the hub refuses was removed (`onRevoked` is told).
+ */
+export async function credential(fresh = false) {
+  const t = storedToken() || memoryToken;
+  const d = device();
+  if (t || !(d && d.key && !d.removed)) return t;
+  if (!fresh && access.token && Date.now() < access.until) return access.token;
+  if (fresh) access = { token: '', until: 0 };
+  if (!minting) {
+    minting = mint().catch((e) => {
+      if (e.kind === 'auth') revoked(e);
+      throw e;
+    }).finally(() => { minting = null; });
+  }
+  return minting;
+}
+
+/** This device's credential was refused: forget it, and tell the app (once). */
+function revoked(err) {
+  const d = device();
+  if (!d || d.removed) return;
+  forgetRevoked();
+  if (revokedHandler) {
+    const fn = revokedHandler;
+    queueMicrotask(() => fn(err.message));
+  }
+}
+
+/**
+ * A device that still keeps its token in storage (paired before keys existed) swaps it for a
+ * key: registers the key with the token (`POST /api/pair/key`), then deletes the token. Does
+ * nothing where keys cannot be had; a failure leaves the token (tried again at the next start).
+ */
+export async function upgradeToKey() {
+  const d = device();
+  const t = storedToken();
+  if (!d || d.removed || d.key || !d.id || !t || !keysPossible()) return;
+  try {
+    let rec = await loadKey().catch(() => null);
+    if (!rec || rec.deviceId !== d.id) rec = await newKey(d.id);
+    try {
+      await api('/api/pair/key', { method: 'POST', json: { publicKey: rec.publicKey }, what: 'Keeping a key', expectJson: true });
+    } catch (e) {
+      // A key registered by an earlier try whose answer was lost: it is the one kept.
+      if (e.status !== 409 || !/key already/.test(e.message)) throw e;
+    }
+    setDevice({ ...device(), key: true });
+    try { localStorage.removeItem(TOKEN_KEY); } catch { /* private mode */ }
+    memoryToken = '';
+  } catch (e) {
+    console.warn('could not swap the device token for a key', e);
+  }
+}
 
 /** This browser's paired device, {id, name, scope, removed?}, or null (a pasted token). */
 export function device() {
@@ -84,7 +249,9 @@ export function forgetRevoked() {
   const d = device();
   try { localStorage.removeItem(TOKEN_KEY); } catch { /* private mode */ }
   memoryToken = '';
-  setDevice(d ? { ...d, removed: true } : null);
+  access = { token: '', until: 0 };
+  dropKey().catch(() => {});
+  setDevice(d ? { ...d, removed: true, key: false } : null);
 }
 
 /** A name for this browser from its user agent ("Chrome on Android"); the person can change it. */
@@ -98,16 +265,31 @@ export function defaultDeviceName() {
 }
 
 /**
- * Pairs this browser with a one-time `code` (`POST /api/pair`, no token): the device token it
- * returns becomes this browser's credential. Rejects with an ApiError whose message says why
- * (a used, expired or unknown code in the hub's words).
+ * Pairs this browser with a one-time `code` (`POST /api/pair`, no token). Where it can, the
+ * browser registers a new non-extractable key and keeps no credential (see the top); else the
+ * device token the hub returns is kept. Rejects with an ApiError whose message says why (a
+ * used, expired or unknown code in the hub's words).
  */
 export async function pairWithCode(code, name = defaultDeviceName()) {
-  const r = await api('/api/pair', { method: 'POST', json: { code, name }, noAuth: true, what: 'Pairing', expectJson: true, pairing: true });
-  if (!r || typeof r.token !== 'string' || !r.token) throw new ApiError('garbage', 200, 'Pairing: the hub answered without a credential.');
-  try { localStorage.setItem(TOKEN_KEY, r.token); } catch { /* private mode */ }
-  memoryToken = r.token;
-  setDevice({ id: String(r.deviceId || ''), name: String(r.name || name), scope: 'full' });
+  // The key is kept before the code is spent: a browser that cannot keep one pairs with a token.
+  const rec = keysPossible() ? await newKey('').catch((e) => { console.warn('no key can be kept here', e); return null; }) : null;
+  const json = rec ? { code, name, publicKey: rec.publicKey } : { code, name };
+  const r = await api('/api/pair', { method: 'POST', json, noAuth: true, what: 'Pairing', expectJson: true, pairing: true });
+  if (!r || typeof r.deviceId !== 'string' || !r.deviceId) throw new ApiError('garbage', 200, 'Pairing: the hub answered without a device.');
+  const id = r.deviceId;
+  if (rec && typeof r.token !== 'string') {
+    await saveKey({ ...rec, deviceId: id });
+    try { localStorage.removeItem(TOKEN_KEY); } catch { /* private mode */ }
+    memoryToken = '';
+    access = { token: '', until: 0 };
+    setDevice({ id, name: String(r.name || name), scope: 'full', key: true });
+  } else {
+    if (typeof r.token !== 'string' || !r.token) throw new ApiError('garbage', 200, 'Pairing: the hub answered without a credential.');
+    if (rec) dropKey().catch(() => {});
+    try { localStorage.setItem(TOKEN_KEY, r.token); } catch { /* private mode */ }
+    memoryToken = r.token;
+    setDevice({ id, name: String(r.name || name), scope: 'full' });
+  }
   // The scope is the code's: the hub tells it in the device list.
   await refreshDevice().catch(() => {});
   return r;
@@ -135,10 +317,6 @@ export function takePairCodeFromFragment() {
   const rest = params.toString();
   history.replaceState(history.state, '', location.pathname + location.search + (rest ? `#${rest}` : ''));
   return code.trim();
-}
-
-function currentToken() {
-  return token() || memoryToken;
 }
 
 /**
@@ -232,9 +410,10 @@ export async function api(path, opts = {}) {
   const what = opts.what || path.split('?')[0];
   const headers = {};
   const m = opts.machine !== undefined ? opts.machine : target;
-  const t = m ? m.token : currentToken();
-  if (t && !opts.noAuth) headers.Authorization = `Bearer ${t}`;
+  const t = opts.noAuth ? '' : m ? await m.credential(opts.fresh) : await credential(opts.fresh);
+  if (t) headers.Authorization = `Bearer ${t}`;
   const sentDevice = !m && !opts.noAuth && t && device() && !device().removed;
+  const sentAccess = Boolean(t) && (m ? Boolean(m.key) : t === access.token);
   let body;
   if (opts.json !== undefined) {
     headers['Content-Type'] = 'application/json';
@@ -256,17 +435,18 @@ export async function api(path, opts = {}) {
     if (opts.raw && resp.ok) return resp;
     const type = resp.headers.get('content-type') || '';
     const text = await resp.text();
-    if (!resp.ok && m && resp.status === 401 && !opts.pairing) {
-      throw new ApiError('auth', 401, `${what}: "${m.name}" no longer accepts this browser (it was removed there): add that machine again with a new pairing link.`, text);
-    }
     if (!resp.ok) {
+      // An access token refused (expired, or a restarted hub forgot it): sign for a new one, once.
+      if (resp.status === 401 && sentAccess && !opts.fresh) {
+        clearTimeout(timer);
+        return api(path, { ...opts, fresh: true });
+      }
+      if (m && resp.status === 401 && !opts.pairing) {
+        throw new ApiError('auth', 401, `${what}: "${m.name}" no longer accepts this browser (it was removed there): add that machine again with a new pairing link.`, text);
+      }
       const err = errorFor(resp.status, text, type, what, opts.pairing);
       // This device's own credential refused, and still the one kept: it was removed.
-      if (resp.status === 401 && sentDevice && currentToken() === t && revokedHandler) {
-        forgetRevoked();
-        const fn = revokedHandler;
-        queueMicrotask(() => fn(err.message));
-      }
+      if (resp.status === 401 && sentDevice && (storedToken() || memoryToken || access.token) === t) revoked(err);
       throw err;
     }
     if (/json/i.test(type)) {
@@ -301,7 +481,7 @@ export function postJson(path, json, what) {
  * 'ok' (all looks fine: a transient failure).
  */
 export async function diagnose(instanceId, machine = null) {
-  const at = machine ? { machine } : {};
+  const at = { machine };
   try {
     const health = await api('/api/health', { ...at, noAuth: true, what: 'Health check', timeout: 5000 });
     if (typeof health !== 'string' || health.trim() !== 'ok') return { why: 'garbage', message: 'Something that is not the hub answers at this address (a tunnel error page?).' };

@@ -1,5 +1,5 @@
 // The client's entry point: pairing (a one-time code arrives in the URL fragment as `#pair=`,
-// is dropped from the address bar and exchanged for this device's own credential; a local
+// is dropped from the address bar and exchanged for this device's own key or credential; a local
 // tool's `#token=` is stored as it is), client-side routing over the history API, the header's
 // connection indicator, and a catch-all so an unexpected error shows a message, never a blank
 // page. When the hub refuses this device's credential (it was removed), every screen gives way
@@ -17,17 +17,12 @@
 //         /pair                  pairing (a code, or paste a token)
 
 import { h, clear, $, toast } from './dom.js';
-import { token, setToken, takeTokenFromFragment, getJson, takePairCodeFromFragment, pairWithCode, device, onRevoked, refreshDevice, setTarget, targetMachine } from './api.js';
+import { hasCredential, setToken, takeTokenFromFragment, getJson, takePairCodeFromFragment, pairWithCode, device, onRevoked, refreshDevice, upgradeToKey, setTarget, targetMachine } from './api.js';
 import { machineById, withMachine } from './machines.js';
-import { devicesView } from './devices.js';
 import { homeView, newSessionView } from './home.js';
-import { sessionView } from './session.js';
-import { filesView } from './files.js';
-import { changesView } from './changes.js';
-import { settingsView } from './settings.js';
 import { startApp } from './push.js';
 import { usageView } from './usage.js';
-import { hooksSettingsView } from './hooks_settings.js';
+import { splitFor } from './split.js';
 
 const view = () => $('#view');
 let cleanup = null;
@@ -126,6 +121,33 @@ function mount(make) {
   }
 }
 
+/**
+ * A screen whose module (`file`, of js/) is loaded when first shown: the page preloads only
+ * what the home screen needs (see hub/build.rs). The modules `file` imports are preloaded with
+ * it, from the page's `zcode-lazy` map (`a.js=b.js c.js;…`, written by the build), so they all
+ * arrive in one round trip. `show(module, root)` mounts the screen and returns its cleanup.
+ */
+function lazy(file, show) {
+  return (root) => {
+    let done = null;
+    let gone = false;
+    const map = ($('meta[name="zcode-lazy"]') || {}).content || '';
+    const entry = map.split(';').find((e) => e.startsWith(`${file}=`)) || '';
+    for (const dep of entry.slice(file.length + 1).split(' ').filter(Boolean)) {
+      const href = new URL(`./${dep}`, import.meta.url).href;
+      if (![...document.querySelectorAll('link[rel="modulepreload"]')].some((l) => l.href === href)) {
+        document.head.append(h('link', { rel: 'modulepreload', href }));
+      }
+    }
+    clear(root, h('p', { class: 'empty', text: 'Loading…' }));
+    import(`./${file}`).then((m) => { if (!gone) done = show(m, root) || null; }, (e) => { if (!gone) showFatal(e); });
+    return () => {
+      gone = true;
+      if (done) done();
+    };
+  };
+}
+
 function route() {
   const parts = location.pathname.split('/').filter(Boolean).map(decodeURIComponent);
   const q = new URLSearchParams(location.search);
@@ -133,24 +155,25 @@ function route() {
   const machine = q.get('m') ? machineById(q.get('m')) : null;
   setTarget(machine);
   if (q.get('m') && !machine) toast('That machine is not paired with this browser (any more).', 'error');
-  if (parts[0] === 'pair' || !token()) return app.pair(token() ? '' : null);
+  if (parts[0] === 'pair' || !hasCredential()) return app.pair(hasCredential() ? '' : null);
   const cwd = q.get('cwd') || '';
+  splitFor(app, parts[0] === 's' && parts.length === 3 ? { instance: parts[1], sid: parts[2] } : null);
   if (parts[0] === 's' && parts.length === 3) {
     const mine = handed && handed.instance === parts[1] && handed.sid === parts[2] ? handed.text : '';
     handed = null;
-    return mount((root) => sessionView(root, app, { instance: parts[1], sid: parts[2], cwd, prompt: mine }));
+    return mount(lazy('session.js', (m, root) => m.sessionView(root, app, { instance: parts[1], sid: parts[2], cwd, prompt: mine })));
   }
   if (parts[0] === 'n' && parts.length === 2) return mount((root) => newSessionView(root, app, { instance: parts[1], cwd }));
   if (parts[0] === 'f' && parts.length === 3) {
-    return mount((root) => filesView(root, app, { instance: parts[1], sid: parts[2], cwd, dir: q.get('dir') || '', file: q.get('file') || '' }));
+    return mount(lazy('files.js', (m, root) => m.filesView(root, app, { instance: parts[1], sid: parts[2], cwd, dir: q.get('dir') || '', file: q.get('file') || '' })));
   }
   if (parts[0] === 'c' && parts.length === 3) {
-    return mount((root) => changesView(root, app, { instance: parts[1], sid: parts[2], cwd, file: q.get('file') || '' }));
+    return mount(lazy('changes.js', (m, root) => m.changesView(root, app, { instance: parts[1], sid: parts[2], cwd, file: q.get('file') || '' })));
   }
   if (parts[0] === 'usage' && parts.length === 1) return mount((root) => usageView(root, app, { range: q.get('range') }));
-  if (parts[0] === 'settings' && parts[1] === 'hooks') return mount((root) => hooksSettingsView(root, app));
-  if (parts[0] === 'devices' && parts.length === 1) return mount((root) => devicesView(root, app));
-  if (parts[0] === 'settings' && parts.length <= 2) return mount((root) => settingsView(root, app, { instance: parts[1] || '' }));
+  if (parts[0] === 'settings' && parts[1] === 'hooks') return mount(lazy('hooks_settings.js', (m, root) => m.hooksSettingsView(root, app)));
+  if (parts[0] === 'devices' && parts.length === 1) return mount(lazy('devices.js', (m, root) => m.devicesView(root, app)));
+  if (parts[0] === 'settings' && parts.length <= 2) return mount(lazy('settings.js', (m, root) => m.settingsView(root, app, { instance: parts[1] || '' })));
   if (location.pathname !== '/') history.replaceState(null, '', '/');
   return mount((root) => homeView(root, app));
 }
@@ -262,7 +285,7 @@ async function pairFromLink(code) {
   } catch (e) {
     // A browser that works already keeps its credential: only the link was bad.
     const d = device();
-    if (token() && !(d && d.removed)) {
+    if (hasCredential() && !(d && d.removed)) {
       toast(e.message, 'error', 15000);
       return true;
     }
@@ -279,11 +302,13 @@ async function boot() {
     return;
   }
   const paired = code === null && takeTokenFromFragment();
-  if (paired && !token()) return app.pair('The pairing link had an empty token.');
+  if (paired && !hasCredential()) return app.pair('The pairing link had an empty token.');
   if (paired && !(await tryNewToken())) return;
+  // A device token kept from before keys existed is swapped for a key (then deleted).
+  await upgradeToKey();
   listen();
   // What this device may do (its scope) as the hub says now; a removed one goes to pairing.
-  if (device() && token()) refreshDevice().catch(() => {});
+  if (device() && hasCredential()) refreshDevice().catch(() => {});
   route();
 }
 

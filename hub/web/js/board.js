@@ -35,12 +35,16 @@ export function boardSection(app) {
   let stopped = false;
   let shown = '';
 
+  /** Shows `o`, the body of `GET /api/workflow-overview` (the home screen reads it in `/api/home`). */
+  function show(o) {
+    if (stopped || !o) return;
+    const sig = JSON.stringify([o.activeRuns, o.recentRuns, (o.groups || []).map((g) => g.error)]);
+    if (sig !== shown) { shown = sig; render(o); }
+  }
+
   async function refresh() {
     try {
-      const o = await getJson('/api/workflow-overview', 'The turn board');
-      if (stopped) return;
-      const sig = JSON.stringify([o.activeRuns, o.recentRuns, (o.groups || []).map((g) => g.error)]);
-      if (sig !== shown) { shown = sig; render(o); }
+      show(await getJson('/api/workflow-overview', 'The turn board'));
     } catch (e) {
       if (stopped) return;
       if (e.kind === 'auth') return app.pair(e.message);
@@ -85,5 +89,5 @@ export function boardSection(app) {
     }
   }
 
-  return { node, refresh, stop() { stopped = true; } };
+  return { node, refresh, show, stop() { stopped = true; } };
 }

@@ -1,5 +1,6 @@
 // One ACP connection per bridge instance: `/acp?instance=<id>` over WebSocket, JSON-RPC on top,
-// `initialize` first. The token rides the subprotocol list (`zcode-acp`, and
+// `initialize` first. The credential (api.js's: a device's short-lived access token, or a
+// stored token) rides the subprotocol list (`zcode-acp`, and
 // `zcode-acp.token.<base64url of the token>`; the hub answers `zcode-acp`), never the URL: a
 // tunnel logs URLs, and a browser cannot set headers on a WebSocket. It reconnects by itself
 // with a backoff (0.5 s doubling to 5 s while the page is visible, 15 s while hidden; reset by
@@ -26,7 +27,7 @@
 // collected updates are then exactly what followed it, and the view (session.js) applies them
 // to what it shows.
 
-import { token, diagnose, targetMachine } from './api.js';
+import { credential, diagnose, targetMachine } from './api.js';
 
 const INIT_TIMEOUT_MS = 15000;
 /** The subprotocol the hub answers with, and the prefix of the one carrying the token. */
@@ -162,8 +163,9 @@ export class Conn {
     this.connect();
   }
 
-  connect() {
+  async connect() {
     clearTimeout(this.timer);
+    const opening = (this.opening = (this.opening || 0) + 1);
     const at = this.machine ? new URL(this.machine.origin) : location;
     const proto = at.protocol === 'https:' ? 'wss:' : 'ws:';
     const url = `${proto}//${at.host}/acp?instance=${encodeURIComponent(this.id)}`;
@@ -174,8 +176,12 @@ export class Conn {
     this.refused = false;
     let ws;
     try {
-      ws = new WebSocket(url, [SUBPROTOCOL, TOKEN_PREFIX + base64url(this.machine ? this.machine.token : token())]);
+      const t = this.machine ? await this.machine.credential() : await credential();
+      // Closed, or another attempt started, while the credential was being had.
+      if (opening !== this.opening || this.state !== 'connecting') return;
+      ws = new WebSocket(url, [SUBPROTOCOL, TOKEN_PREFIX + base64url(t)]);
     } catch {
+      if (opening !== this.opening || this.state !== 'connecting') return;
       this.failed();
       return;
     }

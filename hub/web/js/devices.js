@@ -14,7 +14,7 @@ const AUDIT_LIMIT = 50;
 const POLL_MS = 3000;
 
 const ACTIONS = {
-  pair: 'paired', 'pairing.code': 'made a pairing code', 'device.revoke': 'removed a device', 'device.rename': 'renamed a device',
+  pair: 'paired', 'pairing.code': 'made a pairing code', 'device.key': 'swapped its stored token for a key', 'device.revoke': 'removed a device', 'device.rename': 'renamed a device',
   'session.create': 'created a session', 'session.close': 'closed a session', 'session.rename': 'renamed a session',
   'session.delete': 'deleted a session', 'project.delete': 'deleted a project', 'settings.write': 'changed a setting',
   'backend.restart': 'restarted an agent', 'hub.upgrade': 'upgraded the hub', 'token.rotate': 'rotated the machine token',

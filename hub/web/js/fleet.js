@@ -1,8 +1,7 @@
 // The home screen's "Other machines" card: every other machine this browser is paired with
 // (machines.js), each asked in parallel, with its own timeout, for what the home shows of the
-// page's own machine: what waits for an answer (`/api/attention`, a permission answered in
-// place), its live sessions (`/api/instances?probe=1`), its turn board and recent turns
-// (`/api/workflow-overview`). Every row names its machine; a machine that does not answer in
+// page's own machine, in one `GET /api/home` each: what waits for an answer (a permission
+// answered in place), its live sessions, its turn board and recent turns. Every row names its machine; a machine that does not answer in
 // time shows as offline without holding up the others. Rows open that machine's session on
 // this page (`?m=<hostId>`: its hub, its credential, its relay WebSocket). "Add a machine"
 // takes another machine's pairing link.
@@ -21,15 +20,12 @@ const MACHINE_TIMEOUT_MS = (() => {
 })();
 const ANSWER_TIMEOUT_MS = 15000;
 
-/** What one machine shows: `{state: 'checking'|'online'|'offline', error, instances, attention, overview}`. */
+/** What one machine shows: `{state: 'online', instances, attention, overview}` (its `GET /api/home`). */
 async function readMachine(m) {
-  const get = (path, what) => api(path, { machine: m, what: `${m.name}: ${what}`, expectJson: true, timeout: MACHINE_TIMEOUT_MS });
-  const [instances, attention, overview] = await Promise.all([
-    get('/api/instances?probe=1', 'the instance list'),
-    get('/api/attention', 'the inbox').catch(() => ({ pending: [] })),
-    get('/api/workflow-overview', 'the turn board').catch(() => ({ activeRuns: [], recentRuns: [] })),
-  ]);
-  return { state: 'online', instances: Array.isArray(instances) ? instances : [], attention, overview };
+  const home = await api('/api/home', { machine: m, what: `${m.name}: the home screen`, expectJson: true, timeout: MACHINE_TIMEOUT_MS });
+  const instances = home && home.instances;
+  if (!Array.isArray(instances)) throw new Error(`${m.name}: its answer is not the home screen's (a proxy page?).`);
+  return { state: 'online', instances, attention: home.attention || {}, overview: home.overview || {} };
 }
 
 /** Answers permission `row` of machine `m` through a metadata-only attach of its session there. */

@@ -1,7 +1,8 @@
 // The home screen: what waits for an answer (inbox.js), what runs (board.js), the live
-// instances and their sessions (polled every 4 s with `?probe=1`), then the projects and the
-// directory browser (projects.js), and the About sheet (about.js). No session is attached
-// from here: the inbox and the board are the hub's reads, so headless bridges idle out.
+// instances and their sessions (all three read in one `GET /api/home`, polled every 4 s while
+// the page is visible), then the projects and the directory browser (projects.js), and the
+// About sheet (about.js). No session is attached from here: the inbox and the board are the
+// hub's reads, so headless bridges idle out.
 
 import { h, clear, ago, baseName, short } from './dom.js';
 import { getJson } from './api.js';
@@ -16,7 +17,12 @@ import { boardSection } from './board.js';
 import { aboutSection } from './about.js';
 import { fleetSection } from './fleet.js';
 
-const POLL_MS = 4000;
+/** How often the home screen re-reads `/api/home` (test-only knob: `zcode-acp.test.homePollMs`). */
+const POLL_MS = (() => {
+  let v = NaN;
+  try { v = Number(localStorage.getItem('zcode-acp.test.homePollMs')); } catch { /* no storage */ }
+  return Number.isFinite(v) && v > 0 ? v : 4000;
+})();
 
 /**
  * What started an instance, in a word: `editor`, `up` (the bridge `zcode-acp up` runs: the
@@ -56,15 +62,17 @@ export function homeView(root, app) {
   async function poll() {
     clearTimeout(timer);
     try {
-      list = await getJson('/api/instances?probe=1', 'The instance list');
+      const state = await getJson('/api/home', 'The instance list');
+      if (stopped) return;
+      list = state && state.instances;
       if (!Array.isArray(list)) throw new Error('The instance list is not a list (a proxy page?).');
       app.instances = list;
       app.setConn('open', 'Hub reachable');
       projects.online();
       browse.online();
+      inbox.show(state.attention);
+      board.show(state.overview);
       renderLive();
-      inbox.refresh().then(() => { if (!stopped) renderLive(); });
-      board.refresh();
     } catch (e) {
       if (stopped) return;
       if (e.kind === 'auth') return app.pair(e.message);

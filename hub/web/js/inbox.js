@@ -67,15 +67,19 @@ export function inboxSection(app) {
 
   async function refresh() {
     try {
-      const a = await getJson('/api/attention', 'The inbox');
-      if (stopped) return;
-      rows = Array.isArray(a.pending) ? a.pending : [];
-      errors = Array.isArray(a.errors) ? a.errors : [];
-      inboxState.count = rows.length;
-      render();
+      show(await getJson('/api/attention', 'The inbox'));
     } catch (e) {
       if (e.kind === 'auth' && !stopped) app.pair(e.message);
     }
+  }
+
+  /** Shows `a`, the body of `GET /api/attention` (the home screen reads it in `/api/home`). */
+  function show(a) {
+    if (stopped) return;
+    rows = Array.isArray(a && a.pending) ? a.pending : [];
+    errors = Array.isArray(a && a.errors) ? a.errors : [];
+    inboxState.count = rows.length;
+    render();
   }
 
   async function pick(row, option) {
@@ -128,6 +132,7 @@ export function inboxSection(app) {
   return {
     node,
     refresh,
+    show,
     /** Requests pending on session `sid` of instance `id`. */
     countOf: (id, sid) => rows.filter((r) => String(r.instanceId) === String(id) && r.sessionId === sid).length,
     signature: () => rows.map(keyOf).join(','),

@@ -1,8 +1,11 @@
 // A tiny markdown renderer for agent text that cannot produce markup: it builds DOM nodes,
-// and every piece of the source becomes a text node. What it understands: fenced code blocks,
-// headings, lists (- * + and 1.), block quotes, rules, paragraphs with line breaks, and inline
-// `code`, **bold**, *italic*, [links](https://…) and bare https:// links. A link whose target
-// is not http(s) stays plain text; nothing else (HTML, images, scripts) is ever interpreted.
+// and every piece of the source becomes a text node. What it understands: fenced code blocks
+// (coloured by highlight.js, with a Copy button), tables (GFM pipes), headings, lists (- * + and
+// 1.), block quotes, rules, paragraphs with line breaks, and inline `code`, **bold**, *italic*,
+// [links](https://…) and bare https:// links. A link whose target is not http(s) stays plain
+// text; nothing else (HTML, images, scripts) is ever interpreted.
+
+import { highlight, languageOf } from './highlight.js';
 
 const INLINE = new RegExp([
   '(`+)([^`]|[^`][\\s\\S]*?[^`])\\1(?!`)', // 1,2: code span
@@ -65,6 +68,21 @@ export function inline(text, links = true) {
   return out;
 }
 
+/** `text` with its `code` spans as `<code>` and everything else as text (a tool's title). */
+export function codeSpans(text) {
+  const src = String(text ?? '');
+  const out = [];
+  let last = 0;
+  const re = /(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)/g;
+  for (let m = re.exec(src); m; m = re.exec(src)) {
+    if (m.index > last) out.push(document.createTextNode(src.slice(last, m.index)));
+    out.push(wrap('code', [document.createTextNode(m[2])]));
+    last = re.lastIndex;
+  }
+  if (last < src.length) out.push(document.createTextNode(src.slice(last)));
+  return out;
+}
+
 /** Inline nodes of several lines, joined by `<br>`. */
 function lines(ls) {
   const out = [];
@@ -81,6 +99,77 @@ const BULLET = /^(\s*)([-*+])\s+(.*)$/;
 const ORDERED = /^(\s*)(\d{1,9})[.)]\s+(.*)$/;
 const QUOTE = /^\s{0,3}>\s?(.*)$/;
 const RULE = /^\s{0,3}([-*_])(\s*\1){2,}\s*$/;
+const TABLE_ROW = /^\s{0,3}\|?.*\|.*$/;
+const TABLE_RULE = /^\s{0,3}(?=.*\|)\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
+
+/** A fenced block: its code coloured for `lang`, and a Copy button (see `copyClicked`). */
+function codeBlock(text, lang) {
+  const code = wrap('code', highlight(text, lang));
+  const known = languageOf(lang);
+  if (lang) code.dataset.lang = lang;
+  const copy = document.createElement('button');
+  copy.type = 'button';
+  copy.className = 'copy';
+  copy.textContent = 'Copy';
+  copy.setAttribute('aria-label', `Copy ${known || 'the'} code`);
+  const box = wrap('div', [wrap('pre', [code]), copy]);
+  box.className = 'code-block';
+  return box;
+}
+
+/** The cells of a table row (`|` escaped as `\|` stays in its cell). */
+function cells(line) {
+  const t = line.trim().replace(/^\|/, '').replace(/(?<!\\)\|$/, '');
+  return t.split(/(?<!\\)\|/).map((c) => c.trim().replace(/\\\|/g, '|'));
+}
+
+/** A GFM table starting at `src[i]` (header, rule, rows); returns the next line index. */
+function table(src, i, parent) {
+  const head = cells(src[i]);
+  const align = cells(src[i + 1]).map((c) => (/^:-+:$/.test(c) ? 'center' : /-:$/.test(c) ? 'right' : ''));
+  const row = (tag, list) => wrap('tr', head.map((_, k) => {
+    const cell = wrap(tag, inline(list[k] ?? ''));
+    if (align[k]) cell.className = `align-${align[k]}`; // a class: the CSP refuses style attributes
+    return cell;
+  }));
+  const body = [];
+  i += 2;
+  while (i < src.length && src[i].trim() && src[i].includes('|')) body.push(row('td', cells(src[i++])));
+  const t = wrap('table', [wrap('thead', [row('th', head)]), wrap('tbody', body)]);
+  const box = wrap('div', [t]);
+  box.className = 'table-wrap';
+  parent.append(box);
+  return i;
+}
+
+/**
+ * A Copy button of a code block was pressed: its code goes to the clipboard (the async API
+ * where the page is a secure context, else a selection and `execCommand`). One listener for
+ * the page: a block re-rendered in place keeps no stale handler.
+ */
+async function copyClicked(e) {
+  const b = e.target.closest && e.target.closest('.code-block > button.copy');
+  if (!b) return;
+  const text = b.parentElement.querySelector('code').textContent;
+  let ok = false;
+  try {
+    await navigator.clipboard.writeText(text);
+    ok = true;
+  } catch {
+    const area = document.createElement('textarea');
+    area.value = text;
+    area.setAttribute('readonly', '');
+    area.style.position = 'fixed';
+    area.style.opacity = '0';
+    document.body.append(area);
+    area.select();
+    try { ok = document.execCommand('copy'); } catch { ok = false; }
+    area.remove();
+  }
+  b.textContent = ok ? 'Copied' : 'Copy failed';
+  setTimeout(() => { b.textContent = 'Copy'; }, 1500);
+}
+if (typeof document !== 'undefined') document.addEventListener('click', copyClicked);
 
 /** Renders `text` as a DocumentFragment. */
 export function render(text) {
@@ -95,9 +184,11 @@ export function render(text) {
       i++;
       while (i < src.length && !src[i].trim().startsWith(fence[1])) body.push(src[i++]);
       i++; // the closing fence (or the end of an unfinished, streaming block)
-      const code = wrap('code', [document.createTextNode(body.join('\n'))]);
-      if (fence[2]) code.dataset.lang = fence[2];
-      frag.append(wrap('pre', [code]));
+      frag.append(codeBlock(body.join('\n'), fence[2]));
+      continue;
+    }
+    if (i + 1 < src.length && TABLE_ROW.test(line) && TABLE_RULE.test(src[i + 1])) {
+      i = table(src, i, frag);
       continue;
     }
     if (!line.trim()) { i++; continue; }
@@ -123,6 +214,7 @@ export function render(text) {
     }
     const para = [];
     while (i < src.length && src[i].trim() && !FENCE.test(src[i]) && !HEADING.test(src[i])
+      && !(TABLE_ROW.test(src[i]) && TABLE_RULE.test(src[i + 1] || ''))
       && !BULLET.test(src[i]) && !ORDERED.test(src[i]) && !QUOTE.test(src[i])) {
       para.push(src[i++]);
     }

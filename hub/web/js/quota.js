@@ -19,7 +19,7 @@ const MESSAGES = {
 
 function ensureStyles() {
   if (document.querySelector('link[data-quota-css]')) return;
-  document.head.append(h('link', { rel: 'stylesheet', href: '/quota.css', dataset: { quotaCss: '' } }));
+  document.head.append(h('link', { rel: 'stylesheet', href: new URL('../quota.css', import.meta.url).href, dataset: { quotaCss: '' } }));
 }
 
 /** `14:00` today, else `Fri 20 Dec, 13:30`, in the phone's own time zone. */

@@ -16,7 +16,7 @@
 import { h, clear, toast, modal, $ } from './dom.js';
 import { pool, STATE_KINDS, TURN_END, SEQ, numberOf } from './conn.js';
 import { api, postJson, query, ApiError } from './api.js';
-import { Transcript, stopStatus } from './transcript.js';
+import { Transcript, stopStatus, jumpToLatest } from './transcript.js';
 import { composer } from './composer.js';
 import { render as markdown } from './md.js';
 import { savedCopy, saveCopy, forgetCopy } from './saved.js';
@@ -86,20 +86,21 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
   // and again. `said` (visually hidden) announces what matters once: a new card, a turn's end.
   const list = h('div', { class: 'transcript', id: 'transcript', role: 'log', 'aria-live': 'off' });
   const said = h('div', { class: 'visually-hidden', id: 'session-status', role: 'status', 'aria-live': 'polite' });
-  scroller.append(top, list);
+  const jump = jumpToLatest(() => { st.follow = true; stick(); }, () => view.dataset.busy === 'true');
+  scroller.append(top, list, jump.node);
   const t = new Transcript(list, { onOpenPath: (p) => app.navigate(filesUrl(p)) });
-  t.onRendered = () => stick();
+  t.onRendered = () => { stick(); jump.sync(st.follow, true); };
   const banner = h('div', { class: 'conn-banner', role: 'status', hidden: true });
   const requests = h('section', { class: 'requests', 'aria-label': 'Waiting for your answer' });
   const queueBox = h('ul', { class: 'queue', 'aria-label': 'Queued prompts', hidden: true });
   const toolbar = h('div', { class: 'toolbar' });
-  const comp = composer({ onSend: (text) => send(text), onCancel: () => cancelTurn() });
+  const comp = composer({ onSend: (text, images) => send(images && images.length ? { text, images } : text), onCancel: () => cancelTurn() });
   if (sid) {
-    st.queue = kept(keptKey('queue', instance, sid), []).filter((q) => typeof q === 'string');
+    st.queue = kept(keptKey('queue', instance, sid), []).filter((q) => typeof q === 'string' || (q && typeof q.text === 'string' && Array.isArray(q.images)));
     comp.setText(kept(keptKey('draft', instance, sid), ''));
   }
   comp.input.addEventListener('input', () => keepDraft());
-  const view = h('div', { class: 'session-view' }, toolbar, banner, scroller, said, requests, queueBox, comp.node);
+  const view = h('div', { class: 'session-view' }, toolbar, banner, t.pin, scroller, said, requests, queueBox, comp.node);
   clear(root, view);
   app.setTitle(st.title || 'Session');
 
@@ -146,6 +147,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     // card shrank the scroller): it says nothing about where the reader wants to be.
     if (scroller.scrollTop === st.stuckAt) return;
     st.follow = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 60;
+    jump.sync(st.follow, false);
     if (scroller.scrollTop < 300 && st.hasMore && !st.loadingEarlier && st.attached) loadEarlier();
   }
 
@@ -320,6 +322,7 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
         if (st.running || st.myTurn) cancelTurn();
       }
       comp.setEnabled(true);
+      comp.setImages(!!conn.initResult?.agentCapabilities?.promptCapabilities?.image);
       renderRequests();
       updateButtons();
       pump();
@@ -371,7 +374,8 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
       if (u[SEQ].seq === last) continue; // it came live too, just before the resume's batch
       last = u[SEQ].seq;
       const c = u.content;
-      if (u.sessionUpdate === 'user_message_chunk' && st.echoes.length && c && c.type === 'text' && c.text === st.echoes[0].text) {
+      if (u.sessionUpdate === 'user_message_chunk' && st.echoes.length && c && ((c.type === 'text' && c.text === st.echoes[0].text)
+        || (c.type === 'image' && st.echoes[0].blocks.some((b) => b.data === c.data)))) {
         st.echoes.shift().echoed = true;
         continue;
       }
@@ -484,19 +488,23 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     start(text);
   }
 
-  function start(text) {
+  /** Sends a prompt: its text, or `{text, images}` (ACP image blocks) with photos. */
+  function start(prompt) {
+    const text = typeof prompt === 'string' ? prompt : prompt.text;
+    const images = typeof prompt === 'string' ? [] : prompt.images;
     st.cancelling = false;
-    // The bridge never echoes our own prompt to us: the saved copy gets it here.
+    // The bridge never echoes our own prompt to us: the saved copy gets its text here.
     logUpdate({ sessionUpdate: 'user_message_chunk', content: { type: 'text', text } });
-    const item = t.localPrompt(text, 'sending…');
-    // Its echo is numbered but not sent to this page: one number to see skipped.
-    if (st.epoch !== null) st.echoes.push(item);
+    const item = t.localPrompt(text, 'sending…', images);
+    const blocks = (text ? [{ type: 'text', text }] : []).concat(images);
+    // Its echo is numbered but not sent to this page: one number per block to see skipped.
+    if (st.epoch !== null) for (let i = 0; i < blocks.length; i++) st.echoes.push(item);
     st.myTurn = item;
     st.firstUpdatePending = true;
     st.follow = true;
     stick();
     updateButtons();
-    conn.call('session/prompt', { sessionId: st.sid, prompt: [{ type: 'text', text }] }).then((r) => {
+    conn.call('session/prompt', { sessionId: st.sid, prompt: blocks }).then((r) => {
       const why = r && r.stopReason;
       t.setStatus(item, stopStatus(why));
       if (t.turn === item.turn) turnEnded(why);
@@ -527,8 +535,9 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     clear(queueBox);
     queueBox.hidden = !st.queue.length;
     const back = st.attached && conn.state === 'open';
-    st.queue.forEach((text, i) => queueBox.append(h('li', { class: 'queued' },
-      h('span', { class: 'badge', text: back ? 'queued' : 'will send when back' }), h('span', { class: 'plain', text }),
+    st.queue.forEach((q, i) => queueBox.append(h('li', { class: 'queued' },
+      h('span', { class: 'badge', text: back ? 'queued' : 'will send when back' }),
+      h('span', { class: 'plain', text: typeof q === 'string' ? q : `${q.text}${q.text ? ' ' : ''}(+${q.images.length} image${q.images.length === 1 ? '' : 's'})` }),
       h('button', { type: 'button', class: 'link', 'aria-label': 'Remove from the queue', onclick: () => { st.queue.splice(i, 1); renderQueue(); } }, '×'))));
   }
 

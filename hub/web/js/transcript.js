@@ -24,9 +24,15 @@
 //
 // A re-render patches the item's node in place (`morph`): open `<details>` stay open, focus
 // and text selection survive, and nothing is re-announced to a screen reader.
+//
+// Plans are pinned: each turn's plan stays an item (hidden in the list, so keys and replay
+// equality hold), and `pin` (placed above the conversation by the view) shows the newest one,
+// collapsible. Tool output with terminal colours shows them (highlight.js `ansi`), and a tool's
+// title shows its `code` spans.
 
 import { h, clear } from './dom.js';
-import { render as markdown } from './md.js';
+import { render as markdown, codeSpans } from './md.js';
+import { ansi, hasAnsi } from './highlight.js';
 import { STATE_KINDS, TURN_END } from './conn.js';
 import { hookItem, hookNode } from './hooks.js';
 
@@ -47,6 +53,9 @@ export class Transcript {
     this.tools = new Map(); // toolCallId → the newest card of that id
     this.run = null; // the text item a chunk without messageId may continue
     this.seen = new Map(); // `${turn}:${toolCallId}` → how many cards of that id the turn has
+    // The newest plan, above the conversation (the view places it).
+    this.pin = h('details', { class: 'plan-pin', id: 'plan-pin', hidden: true });
+    this.pinOpen = false; // whether the pin last asked to be open (a plan with steps to go)
     // One listener for every file link: a patched node keeps no stale per-node handler.
     container.addEventListener('click', (e) => {
       const b = e.target.closest && e.target.closest('button[data-path]');
@@ -67,11 +76,11 @@ export class Transcript {
   }
 
   /** The user's own prompt, shown at once (the bridge never echoes it back to us). */
-  localPrompt(text, status) {
+  localPrompt(text, status, images = []) {
     closePlan(this, (it) => this.touch(it));
     this.turn++;
     this.run = null;
-    const item = { key: `local:${++this.localSeq}`, kind: 'user', local: true, status, text, blocks: [], turn: this.turn };
+    const item = { key: `local:${++this.localSeq}`, kind: 'user', local: true, status, text, blocks: images.slice(), turn: this.turn };
     this.push(item);
     return item;
   }
@@ -127,6 +136,7 @@ export class Transcript {
     for (const it of this.items) if (it.kind === 'tool') this.seen.set(`${it.turn}:${it.id}`, it.rep + 1);
     this.turn = Number.isFinite(total) ? Math.max(total, t) : t;
     this.lastId = meta.lastMessageId || this.lastId;
+    this.renderPin();
     return 'changed';
   }
 
@@ -151,6 +161,7 @@ export class Transcript {
       this.box.insertBefore(it.node, anchor);
     }
     this.items = built.concat(this.items);
+    this.renderPin();
     return built.length;
   }
 
@@ -164,6 +175,22 @@ export class Transcript {
     this.turn = 0;
     this.lastId = null;
     clear(this.box);
+    this.renderPin();
+  }
+
+  /** Shows the newest plan in `pin` (hidden when there is none). */
+  renderPin() {
+    let plan = null;
+    for (let i = this.items.length - 1; i >= 0 && !plan; i--) if (this.items[i].kind === 'plan') plan = this.items[i];
+    this.pin.hidden = !plan;
+    if (!plan) return;
+    // Open while steps are to go, folded once they are done (a reader who opens a finished
+    // plan keeps it open).
+    const fresh = pinNode(plan);
+    const open = fresh.open;
+    morph(this.pin, fresh);
+    if (this.pinOpen && !open) this.pin.open = false;
+    this.pinOpen = open;
   }
 
   index(it) {
@@ -280,6 +307,7 @@ export class Transcript {
           if (!it.node || !it.node.isConnected) continue;
           it.node = morph(it.node, renderItem(it, this));
         }
+        if ([...this.dirty].some((it) => it.kind === 'plan')) this.renderPin();
         this.dirty.clear();
         if (this.onRendered) this.onRendered();
       });
@@ -404,7 +432,7 @@ export function renderItem(it, t) {
   try {
     switch (it.kind) {
       case 'user': return userNode(it);
-      case 'agent': return h('article', { class: 'msg agent', dataset: { key: it.key } }, h('div', { class: 'md' }, markdown(it.text)), blocksNode(it.blocks),
+      case 'agent': return h('article', { class: 'msg agent', dataset: { key: it.key } }, h('div', { class: 'md' }, markdown(it.text)), blocksNode(it.blocks, 'image from the agent'),
         it.stop ? h('div', { class: 'stop-mark', text: `■ ${it.stop}` }) : null);
       case 'thought': return h('details', { class: 'msg thought', dataset: { key: it.key } },
         h('summary', { text: 'Thinking' }), h('div', { class: 'md' }, markdown(it.text)));
@@ -421,15 +449,15 @@ export function renderItem(it, t) {
 
 function userNode(it) {
   return h('article', { class: `msg user${it.local ? ' local' : ''}`, dataset: { key: it.key } },
-    h('div', { class: 'bubble' }, h('div', { class: 'plain', text: it.text }), blocksNode(it.blocks)),
+    h('div', { class: 'bubble' }, it.text ? h('div', { class: 'plain', text: it.text }) : null, blocksNode(it.blocks, 'your image')),
     it.status ? h('div', { class: `status ${it.status.startsWith('not') ? 'bad' : ''}`, text: it.status }) : null);
 }
 
-function blocksNode(blocks) {
+function blocksNode(blocks, alt = 'image') {
   if (!blocks || !blocks.length) return null;
   return h('div', { class: 'blocks' }, blocks.map((b) => {
     if (b.type === 'image' && IMAGE_TYPES.test(String(b.mimeType)) && typeof b.data === 'string') {
-      return h('img', { class: 'inline-img', alt: 'image from the agent', src: `data:${b.mimeType};base64,${b.data.replace(/[^A-Za-z0-9+/=]/g, '')}` });
+      return h('img', { class: 'inline-img', alt, src: `data:${b.mimeType};base64,${b.data.replace(/[^A-Za-z0-9+/=]/g, '')}` });
     }
     if (b.type === 'resource_link') return h('div', { class: 'chip', text: `link: ${b.name || b.uri || 'resource'}` });
     if (b.type === 'resource' && b.resource) {
@@ -449,7 +477,7 @@ function toolNode(it, t) {
   for (const c of content) {
     if (c && c.type === 'diff') body.push(diffNode(c));
     else if (c && c.type === 'content' && c.content) {
-      if (c.content.type === 'text') body.push(h('pre', { class: 'tool-text', text: String(c.content.text ?? '') }));
+      if (c.content.type === 'text') body.push(outputNode(String(c.content.text ?? '')));
       else body.push(blocksNode([c.content]));
     } else if (c && c.type === 'terminal') body.push(h('div', { class: 'chip', text: `terminal ${String(c.terminalId || '')}` }));
   }
@@ -463,10 +491,16 @@ function toolNode(it, t) {
     h('details', { open: status === 'failed' || content.some((c) => c && c.type === 'diff') },
       h('summary', {},
         h('span', { class: 'kind', text: String(d.kind || 'tool').replace('_', ' ') }),
-        h('span', { class: 'title', text: String(d.title || d.kind || 'Tool call') }),
+        h('span', { class: 'title' }, codeSpans(String(d.title || d.kind || 'Tool call'))),
         h('span', { class: `badge ${status}`, text: status.replace('_', ' ') })),
       locs.length ? h('div', { class: 'locations' }, locs) : null,
       body));
+}
+
+/** A tool's text output: monospace, with its terminal colours when it has any. */
+function outputNode(text) {
+  if (!hasAnsi(text)) return h('pre', { class: 'tool-text', text });
+  return h('pre', { class: 'tool-text terminal' }, ansi(text));
 }
 
 /** A line diff: common head and tail kept as context, the middle as removed and added lines. */
@@ -489,19 +523,58 @@ export function diffNode(c) {
 
 const PLAN_MARKS = { completed: '☑', in_progress: '◐', pending: '☐' };
 
-/** A turn's plan; once the turn is over, a step that is not completed shows as stopped. */
+/**
+ * A turn's plan, kept in the list but hidden there (the pin shows the newest): once the turn is
+ * over, a step that is not completed shows as stopped.
+ */
 function planNode(it) {
+  const { stopped, title, list } = planParts(it);
+  return h('article', { class: `msg plan${stopped ? ' stopped' : ''}`, hidden: true, dataset: { key: it.key } },
+    h('div', { class: 'plan-title', text: title }), list);
+}
+
+/** The pinned plan: its title and progress as the summary, its steps inside. */
+function pinNode(it) {
+  const { stopped, title, list, done, total } = planParts(it);
+  return h('details', { class: `plan-pin${stopped ? ' stopped' : ''}`, id: 'plan-pin', open: !it.ended && done < total, dataset: { key: it.key } },
+    h('summary', {}, h('span', { class: 'plan-title', text: title }), h('span', { class: 'muted', text: ` · ${done} of ${total} done` })),
+    list);
+}
+
+function planParts(it) {
   const entries = Array.isArray(it.data.entries) ? it.data.entries : [];
   const stopped = !!it.ended && entries.some((e) => e && e.status !== 'completed');
   const why = it.ended && it.ended !== 'ended' ? `: ${String(it.ended).replace(/_/g, ' ')}` : '';
-  return h('article', { class: `msg plan${stopped ? ' stopped' : ''}`, dataset: { key: it.key } },
-    h('div', { class: 'plan-title', text: stopped ? `Plan (stopped${why})` : 'Plan' }),
-    h('ul', {}, entries.map((e) => {
+  const done = entries.filter((e) => e && e.status === 'completed').length;
+  const list = h('ul', {}, entries.map((e) => {
       const status = String((e && e.status) || 'pending');
       const open = stopped && status !== 'completed';
       return h('li', { class: open ? 'stopped' : status },
         h('span', { class: 'mark', 'aria-hidden': 'true', text: open ? '⊘' : PLAN_MARKS[status] || '☐' }),
         h('span', { text: String((e && e.content) ?? '') }),
         open ? h('span', { class: 'visually-hidden', text: ' (not done)' }) : null);
-    })));
+  }));
+  return { stopped, title: stopped ? `Plan (stopped${why})` : 'Plan', list, done, total: entries.length };
+}
+
+/**
+ * The "Jump to latest" button of a conversation being read further up while it grows:
+ * `sync(follow, grew)` after a scroll (grew false) or a render (grew true); `busy()` says
+ * whether a turn runs. Pressing it calls `onJump` (the view scrolls to the end and follows).
+ */
+export function jumpToLatest(onJump, busy) {
+  let unseen = false;
+  const node = h('button', { type: 'button', class: 'jump-latest', id: 'jump-latest', hidden: true, onclick: () => {
+    unseen = false;
+    node.hidden = true;
+    onJump();
+  } }, '↓ Jump to latest');
+  return {
+    node,
+    sync(follow, grew) {
+      if (follow) unseen = false;
+      else if (grew) unseen = true;
+      node.hidden = follow || !(unseen || busy());
+    },
+  };
 }

@@ -16,7 +16,7 @@ const COLOURS = 6;
 /** Loads usage.css once. */
 function styles() {
   if (document.querySelector('link[data-usage-css]')) return;
-  document.head.append(h('link', { rel: 'stylesheet', href: '/usage.css', dataset: { usageCss: '' } }));
+  document.head.append(h('link', { rel: 'stylesheet', href: new URL('../usage.css', import.meta.url).href, dataset: { usageCss: '' } }));
 }
 
 /** 1234 → "1,234"; 12 345 → "12.3K"; 1.5e9 → "1.5B". */

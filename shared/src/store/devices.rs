@@ -1,5 +1,6 @@
 //! The hub's paired devices and its audit trail. A device is kept with the SHA-256 of its
-//! credential, never the credential; the push endpoints a device registered are kept beside it
+//! credential, never the credential, or with the public key it signs challenges with (then its
+//! "credential" hash is of random bytes nobody was given); the push endpoints a device registered are kept beside it
 //! so that revoking it also silences them. The audit trail keeps the newest [`AUDIT_ROWS`] rows.
 
 use super::{Store, StoreError, Writer};
@@ -23,6 +24,8 @@ pub struct DeviceRow {
     pub created_at: i64,
     /// When it was last seen (a request with its credential), epoch ms.
     pub last_seen_at: Option<i64>,
+    /// The P-256 public key (65 bytes, uncompressed) it signs challenges with, if it has one.
+    pub public_key: Option<Vec<u8>>,
 }
 
 /// One audit record.
@@ -50,7 +53,7 @@ impl Store {
         Ok(self
             .conn()
             .prepare_cached(
-                "SELECT id, name, scope, token_sha256, created_at, last_seen_at FROM devices
+                "SELECT id, name, scope, token_sha256, created_at, last_seen_at, public_key FROM devices
                  ORDER BY created_at, id",
             )?
             .query_map([], |r| {
@@ -62,6 +65,7 @@ impl Store {
                     token_sha256: hash.try_into().unwrap_or([0; 32]),
                     created_at: r.get(4)?,
                     last_seen_at: r.get(5)?,
+                    public_key: r.get(6)?,
                 })
             })?
             .collect::<Result<_, _>>()?)
@@ -104,11 +108,30 @@ impl Writer<'_> {
     pub fn device_add(&self, d: &DeviceRow) -> Result<(), StoreError> {
         self.tx
             .prepare_cached(
-                "INSERT INTO devices (id, name, scope, token_sha256, created_at, last_seen_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO devices (id, name, scope, token_sha256, created_at, last_seen_at, public_key)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?
-            .execute(params![d.id, d.name, d.scope, &d.token_sha256[..], d.created_at, d.last_seen_at])?;
+            .execute(params![
+                d.id,
+                d.name,
+                d.scope,
+                &d.token_sha256[..],
+                d.created_at,
+                d.last_seen_at,
+                d.public_key
+            ])?;
         Ok(())
+    }
+
+    /// Gives device `id` the public key it signs with from now on, and replaces its credential's
+    /// hash with `unusable` (the hash of bytes nobody holds): its old credential stops working.
+    /// Whether it exists.
+    pub fn device_set_key(&self, id: &str, key: &[u8], unusable: &[u8; 32]) -> Result<bool, StoreError> {
+        let n = self
+            .tx
+            .prepare_cached("UPDATE devices SET public_key = ?2, token_sha256 = ?3 WHERE id = ?1")?
+            .execute(params![id, key, &unusable[..]])?;
+        Ok(n > 0)
     }
 
     /// Removes device `id` and its push endpoints (returned, for the caller to unsubscribe);
@@ -211,6 +234,7 @@ mod tests {
             token_sha256: [7; 32],
             created_at: 1,
             last_seen_at: None,
+            public_key: None,
         };
         s.write(|w| {
             w.device_add(&d)?;
@@ -225,6 +249,9 @@ mod tests {
             (got[0].name.as_str(), got[0].last_seen_at, got[0].token_sha256),
             ("tablet", Some(5), [7; 32])
         );
+        assert!(s.write(|w| w.device_set_key("a", &[4; 65], &[8; 32])).unwrap());
+        let got = s.read(|s| s.devices()).unwrap();
+        assert_eq!((got[0].public_key.as_deref(), got[0].token_sha256), (Some(&[4u8; 65][..]), [8; 32]));
         assert_eq!(
             s.write(|w| w.device_remove("a")).unwrap(),
             Some(vec!["https://push.example/1".to_owned()])

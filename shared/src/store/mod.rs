@@ -137,6 +137,9 @@ const MIGRATIONS: &[&str] = &[
         target TEXT NOT NULL DEFAULT '',
         status INTEGER
      );",
+    // 6: a device's public key (an uncompressed P-256 point), when it signs challenges instead
+    // of presenting a stored credential (the web client's non-extractable key; see `devices`).
+    "ALTER TABLE devices ADD COLUMN public_key BLOB;",
 ];
 
 /// What went wrong with the store.
