@@ -62,7 +62,8 @@ export function fleetSection(app) {
   let stopped = false;
   let timer = 0;
   let selfName = '';
-  selfMachine().then((s) => { selfName = s.name; render(); }, () => {});
+  // Only a page paired with other machines asks its own hub who it is.
+  if (machines().length) selfMachine().then((s) => { selfName = s.name; render(); }, () => {});
 
   function poll() {
     clearTimeout(timer);
@@ -71,7 +72,7 @@ export function fleetSection(app) {
     // Each machine renders as soon as it answers (or times out): none waits for another.
     Promise.allSettled(list.map((m) => readMachine(m).then((r) => r, (e) => ({ state: 'offline', error: e.message }))
       .then((r) => { if (!stopped) { seen.set(m.id, r); render(); } })))
-      .then(() => { if (!stopped && document.visibilityState !== 'hidden') timer = setTimeout(poll, POLL_MS); });
+      .then(() => { if (!stopped && list.length && document.visibilityState !== 'hidden') timer = setTimeout(poll, POLL_MS); });
     render();
   }
 
@@ -157,6 +158,7 @@ export function fleetSection(app) {
       try {
         const m = await addMachine(link.value, name.value);
         toast(`Paired with ${m.name}.`);
+        selfMachine().then((s) => { selfName = s.name; render(); }, () => {});
         adding = false;
         if (document.activeElement) document.activeElement.blur();
         poll();
@@ -189,12 +191,20 @@ export function fleetSection(app) {
       ...list.map(machineBlock), addForm());
   }
 
+  // A hidden page does not poll; shown again, it asks every machine at once.
+  const onVisibility = () => {
+    if (stopped) return;
+    if (document.visibilityState === 'hidden') clearTimeout(timer);
+    else if (machines().length) poll();
+  };
+  document.addEventListener('visibilitychange', onVisibility);
   poll();
   return {
     node,
     stop() {
       stopped = true;
       clearTimeout(timer);
+      document.removeEventListener('visibilitychange', onVisibility);
     },
   };
 }
