@@ -95,8 +95,15 @@ describe('several machines: one page, two hubs', () => {
     await page.locator('.msg.agent', { hasText: 'You said: "from the phone to B"' }).waitFor();
     assert.ok(edB.notes.some((n) => JSON.stringify(n).includes('from the phone to B')), 'B\'s editor saw the turn');
     await looksRight(page, 'fleet-session-b');
+    // Loaded afresh on B's session (as a notification's link opens it): this page's own
+    // credential is still had from A, not asked of B, and A's rows show back home.
+    await page.evaluate(() => sessionStorage.clear());
+    await page.reload();
+    await page.locator('.msg.agent', { hasText: 'You said: "from the phone to B"' }).waitFor();
+    assert.match(await page.locator('#bar-title').innerText(), /Machine B/);
     await page.click('#home-link');
     await page.locator(`#fleet li[data-session="${sidB}"]`).waitFor();
+    await page.locator(`#instances li[data-session="${sidA}"]`).waitFor();
   });
 
   it('answers a permission pending on B from A\'s home', async () => {

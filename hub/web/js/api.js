@@ -110,7 +110,7 @@ async function newKey(deviceId) {
   return rec;
 }
 
-/** Signs a fresh challenge of the hub's with the kept key: a new access token in memory. */
+/** Signs a fresh challenge of the hub's with the kept key: a new access token in memory (this page's own hub, whatever machine the route shows). */
 async function mint() {
   const d = device();
   const rec = await loadKey().catch(() => null);
@@ -119,7 +119,7 @@ async function mint() {
   }
   let r;
   for (let tries = 1; ; tries++) {
-    const c = await api('/api/pair/challenge', { method: 'POST', noAuth: true, what: 'Signing in', expectJson: true });
+    const c = await api('/api/pair/challenge', { machine: null, method: 'POST', noAuth: true, what: 'Signing in', expectJson: true });
     let sig;
     try {
       sig = await crypto.subtle.sign({ name: 'ECDSA', hash: 'SHA-256' }, rec.privateKey, new TextEncoder().encode(SIGNED_PREFIX + c.challenge));
@@ -127,7 +127,7 @@ async function mint() {
       throw new ApiError('auth', 401, 'This browser cannot use its key any more: pair it again with a new code.');
     }
     try {
-      r = await api('/api/pair/token', { method: 'POST', noAuth: true, what: 'Signing in', expectJson: true,
+      r = await api('/api/pair/token', { machine: null, method: 'POST', noAuth: true, what: 'Signing in', expectJson: true,
         json: { deviceId: d.id, challenge: c.challenge, signature: b64url(sig) } });
       break;
     } catch (e) {
@@ -186,7 +186,7 @@ export async function upgradeToKey() {
     let rec = await loadKey().catch(() => null);
     if (!rec || rec.deviceId !== d.id) rec = await newKey(d.id);
     try {
-      await api('/api/pair/key', { method: 'POST', json: { publicKey: rec.publicKey }, what: 'Keeping a key', expectJson: true });
+      await api('/api/pair/key', { machine: null, method: 'POST', json: { publicKey: rec.publicKey }, what: 'Keeping a key', expectJson: true });
     } catch (e) {
       // A key registered by an earlier try whose answer was lost: it is the one kept.
       if (e.status !== 409 || !/key already/.test(e.message)) throw e;
@@ -274,7 +274,7 @@ export async function pairWithCode(code, name = defaultDeviceName()) {
   // The key is kept before the code is spent: a browser that cannot keep one pairs with a token.
   const rec = keysPossible() ? await newKey('').catch((e) => { console.warn('no key can be kept here', e); return null; }) : null;
   const json = rec ? { code, name, publicKey: rec.publicKey } : { code, name };
-  const r = await api('/api/pair', { method: 'POST', json, noAuth: true, what: 'Pairing', expectJson: true, pairing: true });
+  const r = await api('/api/pair', { machine: null, method: 'POST', json, noAuth: true, what: 'Pairing', expectJson: true, pairing: true });
   if (!r || typeof r.deviceId !== 'string' || !r.deviceId) throw new ApiError('garbage', 200, 'Pairing: the hub answered without a device.');
   const id = r.deviceId;
   if (rec && typeof r.token !== 'string') {
@@ -297,7 +297,7 @@ export async function pairWithCode(code, name = defaultDeviceName()) {
 
 /** Reads this device's row from `GET /api/devices` (its scope, its name); returns the list. */
 export async function refreshDevice() {
-  const list = await getJson('/api/devices', 'The device list');
+  const list = await api('/api/devices', { machine: null, what: 'The device list', expectJson: true });
   const rows = (list && Array.isArray(list.devices)) ? list.devices : [];
   const me = rows.find((d) => d && d.current);
   if (me) noteDevice({ id: String(me.id), name: String(me.name || ''), scope: me.scope === 'watch' ? 'watch' : 'full' });

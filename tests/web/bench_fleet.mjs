@@ -1,0 +1,97 @@
+// `scripts/bench-fleet`, the browser part (not a test: the suite runs only *.test.mjs): one
+// phone page (390×844 Chromium, no throttling: what is measured is the merging, not the
+// network) served by the first of BENCH_HUBS hubs on this machine (default 10), each with its
+// own home and one demo-agent bridge holding BENCH_SESSIONS live sessions (default 100), one
+// short turn each. The page is paired with every hub (the first by its link, the others under
+// "Add a machine"). Measured:
+//  - the merged home from a warm start (the client cached, every machine paired): a reload
+//    until every machine's block is online with its rows and the page's own sessions show,
+//    BENCH_LOADS times (default 20);
+//  - opening a session of any machine from a cold page load (as a notification's link would):
+//    until its first message shows, BENCH_OPENS times (default 20), on machines in turn.
+// The demo agent is a script: no model time is in these figures. Prints Markdown.
+
+import { Stack, launchBrowser } from './harness.mjs';
+
+const HUBS = Number(process.env.BENCH_HUBS || 10);
+const SESSIONS = Number(process.env.BENCH_SESSIONS || 100);
+const LOADS = Number(process.env.BENCH_LOADS || 20);
+const OPENS = Number(process.env.BENCH_OPENS || 20);
+const LONG = Number(process.env.BENCH_WAIT_MS || 120000);
+
+const pct = (xs, p) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)];
+};
+const ms = (x) => `${Math.round(x)} ms`;
+
+const started = Date.now();
+const stacks = await Promise.all(Array.from({ length: HUBS }, () => Stack.start({ env: () => ({ ZCODE_ACP_SERVE_IDLE_MS: '600000' }) })));
+const browser = await launchBrowser();
+const sessions = []; // {hub, instance, sid, cwd}
+try {
+  await Promise.all(stacks.map(async (stack, hub) => {
+    const ed = await stack.bridge();
+    const ids = [];
+    for (let i = 0; i < SESSIONS; i++) ids.push(await ed.newSession(stack.project));
+    // One short turn each, a few at a time.
+    for (let i = 0; i < ids.length; i += 10) await Promise.all(ids.slice(i, i + 10).map((sid, k) => ed.prompt(sid, `hello ${hub}/${i + k}`)));
+    for (const sid of ids) sessions.push({ hub, instance: ed.id, sid, cwd: stack.project });
+  }));
+  const setupS = ((Date.now() - started) / 1000).toFixed(0);
+  const pairing = async (stack) => (await stack.api('/api/pairing', {
+    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ scope: 'full' }),
+  })).url;
+
+  const context = await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true });
+  context.setDefaultTimeout(LONG);
+  const page = await context.newPage();
+  await page.goto(await pairing(stacks[0]));
+  await page.locator('#instances li[data-session]').first().waitFor();
+  const links = await Promise.all(stacks.slice(1).map(pairing));
+  const hostIds = [(await stacks[0].api('/api/version')).hostId];
+  await page.evaluate(async (ls) => {
+    const { addMachine } = await import('/js/machines.js');
+    for (const [i, l] of ls.entries()) await addMachine(l, `machine ${i + 1}`);
+  }, links);
+  for (const s of stacks.slice(1)) hostIds.push((await s.api('/api/version')).hostId);
+
+  // The merged home, warm: everything shown, every machine online with its sessions listed.
+  const ready = ([n, perMachine]) => {
+    const blocks = [...document.querySelectorAll('#fleet .machine-block')];
+    return document.querySelectorAll('#instances li[data-session]').length >= perMachine
+      && blocks.length === n
+      && blocks.every((b) => b.querySelector('[data-machine-state="online"]') && b.querySelectorAll('li[data-session]').length >= perMachine);
+  };
+  const homes = [];
+  for (let i = 0; i < LOADS + 2; i++) {
+    const t0 = Date.now();
+    await page.goto(`${stacks[0].base}/`);
+    await page.waitForFunction(ready, [HUBS - 1, SESSIONS], { polling: 'raf', timeout: LONG });
+    if (i >= 2) homes.push(Date.now() - t0); // the first two warm the caches
+  }
+
+  // Any session, from a page load: its first message shows.
+  const opens = [];
+  for (let i = 0; i < OPENS; i++) {
+    const s = sessions[(i * 997 + 13) % sessions.length];
+    const m = s.hub === 0 ? '' : `&m=${encodeURIComponent(hostIds[s.hub])}`;
+    const t0 = Date.now();
+    await page.goto(`${stacks[0].base}/s/${encodeURIComponent(s.instance)}/${encodeURIComponent(s.sid)}?cwd=${encodeURIComponent(s.cwd)}${m}`);
+    await page.locator('.msg.agent').first().waitFor().catch(async (e) => {
+      await page.screenshot({ path: 'target/bench-fleet-stuck.png' });
+      throw new Error(`${page.url()}: ${e.message}`);
+    });
+    opens.push(Date.now() - t0);
+  }
+
+  console.log(`bench-fleet: ${HUBS} hubs × ${SESSIONS} live sessions (demo agent, one turn each; set up in ${setupS} s), one page paired with all`);
+  console.log('');
+  console.log('| measured | p50 | p95 | max | runs |');
+  console.log('|---|---|---|---|---|');
+  console.log(`| merged home, warm reload → every machine online with its rows | ${ms(pct(homes, 50))} | ${ms(pct(homes, 95))} | ${ms(Math.max(...homes))} | ${homes.length} |`);
+  console.log(`| any machine's session, page load → first message | ${ms(pct(opens, 50))} | ${ms(pct(opens, 95))} | ${ms(Math.max(...opens))} | ${opens.length} |`);
+} finally {
+  await browser.close();
+  await Promise.all(stacks.map((s) => s.stop()));
+}
