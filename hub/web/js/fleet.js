@@ -19,6 +19,8 @@ const MACHINE_TIMEOUT_MS = (() => {
   return Number.isFinite(v) && v > 0 ? v : 4000;
 })();
 const ANSWER_TIMEOUT_MS = 15000;
+/** How many of a machine's live sessions show before "Show all". */
+const FEW = 10;
 
 /** What one machine shows: `{state: 'online', instances, attention, overview}` (its `GET /api/home`). */
 async function readMachine(m) {
@@ -59,6 +61,7 @@ export function fleetSection(app) {
   const node = h('section', { class: 'card fleet', id: 'fleet', 'aria-labelledby': 'fleet-h' });
   const seen = new Map(); // machine id → what it last showed
   const busy = new Set();
+  const expanded = new Set(); // machines whose every live session shows
   let stopped = false;
   let timer = 0;
   let selfName = '';
@@ -71,7 +74,7 @@ export function fleetSection(app) {
     for (const id of [...seen.keys()]) if (!list.some((m) => m.id === id)) seen.delete(id);
     // Each machine renders as soon as it answers (or times out): none waits for another.
     Promise.allSettled(list.map((m) => readMachine(m).then((r) => r, (e) => ({ state: 'offline', error: e.message }))
-      .then((r) => { if (!stopped) { seen.set(m.id, r); render(); } })))
+      .then((r) => { if (!stopped) { seen.set(m.id, r); renderOne(m); } })))
       .then(() => { if (!stopped && list.length && document.visibilityState !== 'hidden') timer = setTimeout(poll, POLL_MS); });
     render();
   }
@@ -114,15 +117,22 @@ export function fleetSection(app) {
           }, String(o.name || o.optionId)))) : null);
       })));
     }
-    const live = r.instances.filter((i) => Array.isArray(i.sessions) && i.sessions.length);
+    // The latest few first; the rest on request (a phone's home is no place for hundreds).
+    const all = r.instances.flatMap((inst) => (Array.isArray(inst.sessions) ? inst.sessions : []).map((s) => ({ inst, s })))
+      .sort((x, y) => (Number(y.s.updatedAt) || 0) - (Number(x.s.updatedAt) || 0));
+    const rows = expanded.has(m.id) ? all : all.slice(0, FEW);
     block.append(h('h3', { text: 'Live sessions' }));
-    block.append(live.length ? h('ul', { class: 'rows sessions' }, live.flatMap((inst) => inst.sessions.map((s) => {
+    block.append(all.length ? h('ul', { class: 'rows sessions' }, rows.map(({ inst, s }) => {
       const status = s.status === 'running' || s.status === 'idle' ? s.status : 'unknown';
       return h('li', { dataset: { session: s.sessionId, machine: m.id } }, h('a', { href: sessionRoute(m, inst.id, s.sessionId, inst.workspace), 'data-nav': '' },
         label(m), h('span', { class: `badge ${status}`, text: status }),
         h('span', { class: 'title', text: short(s.title) || 'Untitled session' }),
         h('span', { class: 'muted', text: `${baseName(inst.workspace)} · ${ago(s.updatedAt)}` })));
-    }))) : h('p', { class: 'muted', text: 'No live session on this machine.' }));
+    })) : h('p', { class: 'muted', text: 'No live session on this machine.' }));
+    if (rows.length < all.length) {
+      block.append(h('button', { type: 'button', class: 'link fleet-more', onclick: () => { expanded.add(m.id); shown.delete(m.id); renderOne(m); } },
+        `Show all ${all.length} sessions`));
+    }
     const inst = r.instances[0];
     if (inst) {
       block.append(h('a', { class: 'button', href: withMachine(`/n/${encodeURIComponent(inst.id)}?cwd=${encodeURIComponent(inst.workspace || '')}`, m), 'data-nav': '' },
@@ -174,8 +184,24 @@ export function fleetSection(app) {
     return h('details', { id: 'machine-add-box', open: adding }, h('summary', { text: 'Add a machine' }), form);
   }
 
+  /**
+   * Redraws machine `m`'s block alone when what it shows changed (a machine that answers does
+   * not redraw the others, and an unchanged one keeps its open "Recent turns").
+   */
+  const shown = new Map(); // machine id → what its block shows, as JSON
+  function renderOne(m) {
+    const old = [...node.querySelectorAll('.machine-block')].find((b) => b.dataset.machine === m.id);
+    if (!old) return render();
+    const r = seen.get(m.id);
+    const sig = JSON.stringify([m.name, r]);
+    if (shown.get(m.id) === sig) return;
+    shown.set(m.id, sig);
+    old.replaceWith(machineBlock(m));
+  }
+
   let adding = false;
   function render() {
+    shown.clear();
     // A form being typed in is not redrawn under the person's fingers.
     const box = node.querySelector('#machine-add-box');
     if (box && box.open && box.contains(document.activeElement)) {
