@@ -144,8 +144,7 @@ enum Command {
         #[command(subcommand)]
         command: Option<devices_cli::DevicesCommand>,
     },
-    /// The hub as a user service (systemd user unit / launchd agent): always on, restarted on
-    /// failure, never idle-exiting; optionally with its tunnel
+    /// The hub as a user service (systemd / launchd): always on, never idle, with its tunnel
     Service {
         #[command(subcommand)]
         command: service::ServiceCommand,
