@@ -9,6 +9,7 @@
 
 mod account;
 mod agent;
+mod answers;
 mod backlog;
 pub mod client;
 mod clients;
@@ -30,6 +31,7 @@ mod usage_hook;
 mod watch;
 
 pub use agent::{AgentHealth, AgentSpec};
+pub use answers::AnswerReply;
 pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
 pub use glance::{Glance, PendingRow, TurnRow};
 pub use hooks::HookReport;
@@ -148,6 +150,19 @@ pub enum Event {
         /// Where the answer goes.
         reply: LifecycleReply,
     },
+    /// A permission answered over HTTP (`POST /sessions/{sid}/permissions/{requestId}`).
+    HttpAnswer {
+        /// The session.
+        session: String,
+        /// The request's key (the id clients got it under).
+        request: u64,
+        /// The option chosen.
+        option: String,
+        /// Who answers: the device the hub named, or `machine`.
+        by: String,
+        /// Where the answer goes.
+        reply: AnswerReply,
+    },
     /// The root directory of a session live here (`/fs/*`), `None` if it is not.
     SessionRoot {
         /// The session.
@@ -235,6 +250,8 @@ pub struct Router {
     sessions: Sessions,
     /// The agent's requests held for clients or served locally.
     requests: Requests,
+    /// The last answers to them, for a late HTTP answer's 409.
+    answers: answers::AnswerLog,
     /// The upstream agent: process, handshake, bridge requests in flight, health.
     agent: AgentLink,
     /// Sessions' history and the tasks index.
@@ -285,6 +302,7 @@ impl Router {
             clients: Clients::default(),
             sessions: Sessions::new(opts.origin.to_owned(), opts.pin_cwd),
             requests: Requests::new(),
+            answers: answers::AnswerLog::default(),
             agent: AgentLink::new(spec, health, opts.start_agent),
             journal,
             life: Lifetime::new(opts.idle_exit),
@@ -369,6 +387,9 @@ impl Router {
                     let _ = reply.send(glance::glance(&self.requests, &self.sessions, &self.clients));
                 }
                 Event::Lifecycle { session, op, reply } => self.on_lifecycle(&session, op, reply),
+                Event::HttpAnswer { session, request, option, by, reply } => {
+                    self.on_http_answer(&session, request, &option, by, reply)
+                }
                 Event::Settings(ev) => self.on_settings(ev),
                 Event::AgentConfig(read) => self.on_agent_config(*read),
                 Event::SessionRoot { session, reply } => {
