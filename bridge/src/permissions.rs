@@ -83,7 +83,8 @@ mod tests {
     #[test]
     fn only_the_permission_path_is_taken() {
         assert_eq!(parse_path("/sessions/s1/permissions/7"), Some(("s1".into(), "7".into())));
-        for other in ["/sessions/s1/close", "/sessions/s1/permissions/", "/sessions/s1/permissions/7/x", "/x"] {
+        for other in ["/sessions/s1/close", "/sessions/s1/permissions/", "/sessions/s1/permissions/7/x", "/x"]
+        {
             assert_eq!(parse_path(other), None, "{other}");
         }
     }

@@ -50,12 +50,20 @@ pub type AnswerReply = oneshot::Sender<(u16, Value)>;
 impl Router {
     /// Answers permission `key` of `session` with `option` on behalf of `by` (the device the
     /// hub named, or `machine`).
-    pub(super) fn on_http_answer(&mut self, session: &str, key: u64, option: &str, by: String, reply: AnswerReply) {
+    pub(super) fn on_http_answer(
+        &mut self,
+        session: &str,
+        key: u64,
+        option: &str,
+        by: String,
+        reply: AnswerReply,
+    ) {
         let _ = reply.send(self.http_answer(session, key, option, by));
     }
 
     fn http_answer(&mut self, session: &str, key: u64, option: &str, by: String) -> (u16, Value) {
-        let pending = self.requests.get(&key).filter(|r| r.session.as_deref() == Some(session) && r.broadcast);
+        let pending =
+            self.requests.get(&key).filter(|r| r.session.as_deref() == Some(session) && r.broadcast);
         let Some(req) = pending else {
             return match self.answers.find(key, session) {
                 Some(a) => (
@@ -63,16 +71,24 @@ impl Router {
                     json!({"error": format!("this request was already answered ({}, by {})", a.option, a.by),
                            "answeredBy": a.by, "optionId": a.option}),
                 ),
-                None => (404, json!({"error": format!("no permission request {key} waits on session {session}")})),
+                None => {
+                    (404, json!({"error": format!("no permission request {key} waits on session {session}")}))
+                }
             };
         };
         if req.msg.method() != "session/request_permission" {
-            return (400, json!({"error": "this request is a question, not a permission: answer it in the app"}));
+            return (
+                400,
+                json!({"error": "this request is a question, not a permission: answer it in the app"}),
+            );
         }
         let options = req.msg.params_value()["options"].as_array().cloned().unwrap_or_default();
         if !options.iter().any(|o| o["optionId"].as_str() == Some(option)) {
             let known: Vec<&str> = options.iter().filter_map(|o| o["optionId"].as_str()).collect();
-            return (400, json!({"error": format!("unknown optionId {option:?}: one of {known:?} expected")}));
+            return (
+                400,
+                json!({"error": format!("unknown optionId {option:?}: one of {known:?} expected")}),
+            );
         }
         let Some(req) = self.withdraw(key, None) else { return (404, json!({"error": "gone"})) };
         if req.generation == self.agent.generation {

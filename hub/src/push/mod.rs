@@ -245,7 +245,12 @@ impl Push {
 
     /// Mutes (or unmutes) session `session` for the device of `endpoint`: its muted sessions,
     /// or `None` when no such subscription is stored.
-    pub async fn mute(&self, endpoint: &str, session: &str, muted: bool) -> std::io::Result<Option<Vec<String>>> {
+    pub async fn mute(
+        &self,
+        endpoint: &str,
+        session: &str,
+        muted: bool,
+    ) -> std::io::Result<Option<Vec<String>>> {
         let (endpoint, session) = (endpoint.to_owned(), session.to_owned());
         self.shared.blocking(move |sh| sh.with_subs(|s| s.mute(&endpoint, &session, muted))).await?
     }
@@ -329,8 +334,8 @@ async fn send_event(
         }
     }
     let ev = event.clone();
-    let targets =
-        shared.blocking(move |sh| sh.with_subs(|s| s.all().iter().filter(|s| ev.reaches(s)).cloned().collect()));
+    let targets = shared
+        .blocking(move |sh| sh.with_subs(|s| s.all().iter().filter(|s| ev.reaches(s)).cloned().collect()));
     let targets: Vec<subs::Subscription> = targets.await.unwrap_or_default();
     if targets.is_empty() {
         return;

@@ -104,15 +104,21 @@ impl Event {
             None => s,
         };
         let mut p = match (self.kind, &self.request) {
-            (Kind::Withdrawn, _) => json!({"title": "Answered", "body": at(format!("{session} was answered")),
-                                           "kind": "withdraw"}),
-            (Kind::TurnEnded, _) => json!({"title": "Turn finished", "body": at(format!("{session} finished its turn")),
-                                           "kind": "turnEnd"}),
+            (Kind::Withdrawn, _) => {
+                json!({"title": "Answered", "body": at(format!("{session} was answered")),
+                                           "kind": "withdraw"})
+            }
+            (Kind::TurnEnded, _) => {
+                json!({"title": "Turn finished", "body": at(format!("{session} finished its turn")),
+                                           "kind": "turnEnd"})
+            }
             (Kind::Waiting, Some(row)) if row["method"] == "session/request_permission" => {
                 let (label, what) = asked(&row["params"], &self.workspace);
                 let mut p = json!({"title": clip(&format!("{session} asks: {label}"), 100),
                                    "body": at(format!("{label}: {}", clip(&what, 200))), "kind": "waiting"});
-                if let (Some((allow, deny)), Some(id)) = (quick_options(&row["params"]), row["requestId"].as_u64()) {
+                if let (Some((allow, deny)), Some(id)) =
+                    (quick_options(&row["params"]), row["requestId"].as_u64())
+                {
                     let path = format!(
                         "/api/instances/{}/sessions/{}/permissions/{id}",
                         uri_component(&self.instance),
@@ -126,8 +132,10 @@ impl Event {
                 let question = clip(row["params"]["message"].as_str().unwrap_or("a question"), 200);
                 json!({"title": clip(&format!("{session} asks you"), 100), "body": at(question), "kind": "waiting"})
             }
-            (Kind::Waiting, None) => json!({"title": "Waiting for you", "body": at(format!("{session} needs your answer")),
-                                            "kind": "waiting"}),
+            (Kind::Waiting, None) => {
+                json!({"title": "Waiting for you", "body": at(format!("{session} needs your answer")),
+                                            "kind": "waiting"})
+            }
         };
         p["url"] = url.into();
         p["tag"] = tag.into();
@@ -173,10 +181,14 @@ mod tests {
                              {"optionId": "no", "kind": "reject_once"}]);
         let run = json!({"method": "session/request_permission", "requestId": 7, "params": {"options": options,
             "toolCall": {"kind": "execute", "title": "Run tests", "rawInput": {"command": "cargo test\u{1b}[2J"}}}});
-        let p = Event { request: Some(run), title: Some("Fix login".into()), ..event(Kind::Waiting) }.payload();
+        let p =
+            Event { request: Some(run), title: Some("Fix login".into()), ..event(Kind::Waiting) }.payload();
         assert_eq!(p["title"], "Fix login asks: Run");
         assert_eq!(p["body"], "Run: cargo test [2J · my proj");
-        assert_eq!(p["answer"], json!({"path": "/api/instances/42/sessions/s%3A1/permissions/7", "allow": "once", "deny": "no"}));
+        assert_eq!(
+            p["answer"],
+            json!({"path": "/api/instances/42/sessions/s%3A1/permissions/7", "allow": "once", "deny": "no"})
+        );
         let edit = json!({"method": "session/request_permission", "requestId": 8, "params": {"options": [],
             "toolCall": {"kind": "edit", "locations": [{"path": "/home/me/my proj/src/a.rs"}]}}});
         let p = Event { request: Some(edit), ..event(Kind::Waiting) }.payload();

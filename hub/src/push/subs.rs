@@ -103,7 +103,14 @@ impl Subscription {
                 .collect(),
             Some(_) => return Err("muted must be a list of session ids"),
         };
-        Ok(Subscription { endpoint: endpoint.to_owned(), p256dh, auth, notify_turn_end, updated_at: now_ms, muted })
+        Ok(Subscription {
+            endpoint: endpoint.to_owned(),
+            p256dh,
+            auth,
+            notify_turn_end,
+            updated_at: now_ms,
+            muted,
+        })
     }
 
     fn to_json(&self) -> Value {
@@ -192,7 +199,12 @@ impl Store {
 
     /// Mutes or unmutes `session` for the device of `endpoint`: its muted sessions after, or
     /// `None` when no such subscription is stored.
-    pub fn mute(&mut self, endpoint: &str, session: &str, muted: bool) -> std::io::Result<Option<Vec<String>>> {
+    pub fn mute(
+        &mut self,
+        endpoint: &str,
+        session: &str,
+        muted: bool,
+    ) -> std::io::Result<Option<Vec<String>>> {
         let Some(sub) = self.subs.iter_mut().find(|s| s.endpoint == endpoint) else { return Ok(None) };
         sub.muted.retain(|s| s != session);
         if muted {

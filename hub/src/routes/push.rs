@@ -87,7 +87,9 @@ pub async fn mute(req: Request<Incoming>, hub: &Hub) -> Resp {
     };
     let change = match (body.get("sessionId"), body.get("muted")) {
         (None | Some(Value::Null), _) => None,
-        (Some(Value::String(s)), Some(Value::Bool(m))) if zcode_shared::registration::valid_id(s) => Some((s, *m)),
+        (Some(Value::String(s)), Some(Value::Bool(m))) if zcode_shared::registration::valid_id(s) => {
+            Some((s, *m))
+        }
         (Some(Value::String(_)), Some(Value::Bool(_))) => {
             return text(StatusCode::BAD_REQUEST, "sessionId must be a session id");
         }
@@ -100,7 +102,9 @@ pub async fn mute(req: Request<Incoming>, hub: &Hub) -> Resp {
     };
     match answer {
         Ok(Some(list)) => json(StatusCode::OK, &json!({"ok": true, "muted": list})),
-        Ok(None) => text(StatusCode::NOT_FOUND, "no subscription for this endpoint: turn notifications on first"),
+        Ok(None) => {
+            text(StatusCode::NOT_FOUND, "no subscription for this endpoint: turn notifications on first")
+        }
         Err(e) => {
             tracing::error!("cannot store a push mute: {e}");
             text(StatusCode::INTERNAL_SERVER_ERROR, "cannot store the mute: see the hub's log")

@@ -56,7 +56,8 @@ pub async fn register(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
     // old status; the pushes are only queued.
     let (new, events) = {
         let mut registry = hub.bridges.registry();
-        let mut events = crate::push::transitions(&id, &reg.workspace, &registry.statuses(&id), &reg.sessions);
+        let mut events =
+            crate::push::transitions(&id, &reg.workspace, &registry.statuses(&id), &reg.sessions);
         let new = registry.register(reg, Instant::now());
         let pending = registry.waiting_sessions(Instant::now());
         for e in &mut events {
