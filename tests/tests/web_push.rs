@@ -330,7 +330,7 @@ fn a_waiting_session_and_a_turn_end_are_pushed_encrypted_and_signed() {
     // the laptop's notification of the wait is withdrawn (closed) under the same tag.
     heartbeat(hub.port, json!([session("s1", "waiting")]));
     heartbeat(hub.port, json!([session("s1", "idle")]));
-    let mut ends = vec![service.next("the turn's end"), service.next("the wait's withdrawal")];
+    let mut ends = [service.next("the turn's end"), service.next("the wait's withdrawal")];
     ends.sort_by(|a, b| a.path.cmp(&b.path));
     let (gone, end) = (&ends[0], &ends[1]);
     assert_eq!(end.path, "/ok/phone", "only the device that asked hears of turn ends");

@@ -128,7 +128,7 @@ impl Event {
 
     /// Whether `sub` hears of this event.
     fn reaches(&self, sub: &subs::Subscription) -> bool {
-        if sub.muted.iter().any(|m| *m == self.session) {
+        if sub.muted.contains(&self.session) {
             return false;
         }
         match self.kind {
