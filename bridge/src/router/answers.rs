@@ -65,7 +65,7 @@ impl Router {
         let pending =
             self.requests.get(&key).filter(|r| r.session.as_deref() == Some(session) && r.broadcast);
         let Some(req) = pending else {
-            return match self.answers.find(key, session) {
+            return match self.requests.answers.find(key, session) {
                 Some(a) => (
                     409,
                     json!({"error": format!("this request was already answered ({}, by {})", a.option, a.by),
@@ -95,7 +95,12 @@ impl Router {
             let answer = json!({"outcome": {"outcome": "selected", "optionId": option}});
             self.agent.answer(&req.upstream_id, Ok(&jsonrpc::raw(&answer)));
         }
-        self.answers.note(Answered { key, session: session.to_owned(), by, option: option.to_owned() });
+        self.requests.answers.note(Answered {
+            key,
+            session: session.to_owned(),
+            by,
+            option: option.to_owned(),
+        });
         (200, json!({"ok": true, "optionId": option}))
     }
 }

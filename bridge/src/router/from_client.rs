@@ -434,7 +434,7 @@ impl Router {
                 None => "a client".to_owned(),
             };
             let session = session.to_owned();
-            self.answers.note(super::answers::Answered { key, session, by, option: answer });
+            self.requests.answers.note(super::answers::Answered { key, session, by, option: answer });
         }
         if req.msg.method() == "terminal/create" && self.clients.is_editor(client) {
             if let Some(tid) =

@@ -275,7 +275,7 @@ impl Router {
                         let answer = json!({"outcome": {"outcome": "selected", "optionId": option}});
                         self.agent.answer(&req.upstream_id, Ok(&jsonrpc::raw(&answer)));
                         let (session, by, option) = (session.clone(), "hook".to_owned(), option.to_string());
-                        self.answers.note(super::answers::Answered { key, session, by, option });
+                        self.requests.answers.note(super::answers::Answered { key, session, by, option });
                     }
                     extra.insert("decision".into(), json!(decision));
                     extra.insert("optionId".into(), json!(option));

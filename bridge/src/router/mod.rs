@@ -250,8 +250,6 @@ pub struct Router {
     sessions: Sessions,
     /// The agent's requests held for clients or served locally.
     requests: Requests,
-    /// The last answers to them, for a late HTTP answer's 409.
-    answers: answers::AnswerLog,
     /// The upstream agent: process, handshake, bridge requests in flight, health.
     agent: AgentLink,
     /// Sessions' history and the tasks index.
@@ -302,7 +300,6 @@ impl Router {
             clients: Clients::default(),
             sessions: Sessions::new(opts.origin.to_owned(), opts.pin_cwd),
             requests: Requests::new(),
-            answers: answers::AnswerLog::default(),
             agent: AgentLink::new(spec, health, opts.start_agent),
             journal,
             life: Lifetime::new(opts.idle_exit),
