@@ -223,7 +223,7 @@ impl Turn<'_> {
     async fn permission(&self) -> Result<(), Stop> {
         let call = format!("call_{}_permission", self.n);
         let path = self.resolve("demo.txt");
-        let (old, new) = ("hello\nworld\n", "hello\nbrave new world\n");
+        let (old, new) = ("hello\nworld", "hello\nbrave new world");
         let tool = json!({"toolCallId": call, "title": "Touch demo.txt (needs your permission)",
             "kind": "edit", "status": "pending", "locations": [{"path": path, "line": 2}],
             "rawInput": {"file_path": path, "old_string": "world", "new_string": "brave new world"},
