@@ -13,6 +13,7 @@
 //!   one remote client's connection (one task).
 //! - [`files`]: read-only session files (`/fs/list`, `/fs/file`), confined beneath the root.
 //! - [`lifecycle`]: `/sessions/{id}/{close,rename,delete}`, decided by the router.
+//! - [`permissions`]: `/sessions/{id}/permissions/{requestId}`, a permission answered over HTTP.
 //! - [`settings`]: the loopback settings mount (`/settings/*`, `/backend/restart`).
 //! - [`hooks`]: hooks run by the bridge for any agent (the tree, one run, its payload, decisions).
 //! - [`register`]: registration and heartbeats with the hub (which it starts when none runs).
@@ -34,6 +35,7 @@ pub mod hub;
 pub mod journal;
 pub mod lifecycle;
 pub mod local;
+pub mod permissions;
 pub mod quota;
 pub mod register;
 pub mod remote;

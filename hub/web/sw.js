@@ -19,9 +19,14 @@
 // policy in a <meta>). What this cannot stop is a new sw.js served by someone else at an update
 // check: see docs/SECURITY.md.
 //
-// Push: the hub sends a small JSON payload, {title, body, url, tag}; the `push` handler shows
-// it as a system notification, and a click opens (or focuses) the session it names. Nothing
-// secret is kept here: no token, no transcript.
+// Push: the hub sends a small JSON payload, {title, body, url, tag, kind, pending, answer?};
+// the `push` handler shows it as a system notification (`kind: "withdraw"` closes the one
+// under its tag instead: answered elsewhere) and sets the app badge to `pending`. A click opens
+// (or focuses) the session it names; a permission's Allow and Deny actions post the answer to
+// the hub's route (`answer.path`) without opening anything, with the token the page handed
+// over (kept in the STATE cache: the same origin's storage as the page's own localStorage, so
+// nothing is exposed that was not already; a watch device's page says it cannot answer, and
+// its notifications get no actions). No transcript is kept here.
 //
 // When the browser renews the push subscription (`pushsubscriptionchange`), the worker takes
 // the new one (or subscribes again with the old one's key) and hands it to the page, which
@@ -39,6 +44,8 @@ const CSP = "__ZCODE_WEB_CSP__";
 const STATE = 'zcode-acp-state';
 /** The key, in STATE, of a renewal no page has sent to the hub yet. */
 const RENEWED = '/push-renewed';
+/** The key, in STATE, of the token a page handed over for answering from a notification. */
+const TOKEN = '/answer-token';
 const SHELL = [
   '/',
   '/app.css',
@@ -155,12 +162,17 @@ async function shell(req, key) {
   return verified;
 }
 
-/** The notification a push payload asks for; a payload that is not the hub's JSON still says something. */
-function notificationOf(data) {
+/** The hub's JSON payload of a push; one that is not JSON still says something. */
+function payloadOf(data) {
   let p = {};
   try { p = data ? data.json() : {}; } catch { p = { body: data ? data.text() : '' }; }
-  if (!p || typeof p !== 'object') p = {};
+  return p && typeof p === 'object' ? p : {};
+}
+
+/** The notification a push payload asks for (with Allow and Deny when this device may answer). */
+function notificationOf(p, canAnswer) {
   const text = (v, max) => (typeof v === 'string' ? v.slice(0, max) : '');
+  const answer = canAnswer ? answerOf(p.answer) : null;
   return {
     title: text(p.title, 120) || 'An agent is waiting for you',
     options: {
@@ -169,9 +181,18 @@ function notificationOf(data) {
       renotify: Boolean(p.tag),
       icon: '/icons/icon-192.png',
       badge: '/icons/icon-192.png',
-      data: { url: sameOriginPath(p.url) },
+      data: { url: sameOriginPath(p.url), answer, tag: text(p.tag, 200) },
+      actions: answer ? [{ action: 'allow', title: 'Allow' }, { action: 'deny', title: 'Deny' }] : undefined,
     },
   };
+}
+
+/** A payload's `answer` ({path, allow, deny}) when its path is this hub's permission route. */
+function answerOf(a) {
+  if (!a || typeof a !== 'object' || typeof a.path !== 'string') return null;
+  if (!/^\/api\/instances\/[^/?#]+\/sessions\/[^/?#]+\/permissions\/[0-9]+$/.test(a.path)) return null;
+  if (typeof a.allow !== 'string' || typeof a.deny !== 'string') return null;
+  return { path: a.path, allow: a.allow, deny: a.deny };
 }
 
 /** `url` as a path of this origin; anything else becomes the home screen. */
@@ -183,9 +204,49 @@ function sameOriginPath(url) {
   return '/';
 }
 
+/** The app badge: how many sessions wait for an answer, as the hub counted them. */
+async function setBadge(n) {
+  if (typeof n !== 'number' || !self.navigator) return;
+  try {
+    if (n > 0 && self.navigator.setAppBadge) await self.navigator.setAppBadge(n);
+    else if (n <= 0 && self.navigator.clearAppBadge) await self.navigator.clearAppBadge();
+  } catch { /* no badge here */ }
+}
+
+/** The token and scope a page handed over ({token, canAnswer}), or nothing. */
+async function answerCredential() {
+  try {
+    const r = await (await caches.open(STATE)).match(TOKEN);
+    return r ? await r.json() : null;
+  } catch { return null; }
+}
+
+self.addEventListener('message', (event) => {
+  const d = event.data;
+  if (!d || d.type !== 'zcode-answer-token' || typeof d.token !== 'string') return;
+  const keep = (async () => {
+    const state = await caches.open(STATE);
+    if (!d.token) return state.delete(TOKEN);
+    const body = JSON.stringify({ token: d.token, canAnswer: d.canAnswer !== false });
+    return state.put(TOKEN, new Response(body, { headers: { 'Content-Type': 'application/json' } }));
+  })();
+  extend(event, keep);
+});
+
 self.addEventListener('push', (event) => {
-  const { title, options } = notificationOf(event.data);
-  event.waitUntil(self.registration.showNotification(title, options));
+  const p = payloadOf(event.data);
+  event.waitUntil((async () => {
+    await setBadge(p.pending);
+    if (p.kind === 'withdraw') {
+      // Answered elsewhere: its notification goes (nothing new is shown).
+      const tag = typeof p.tag === 'string' ? p.tag : '';
+      for (const n of await self.registration.getNotifications(tag ? { tag } : {})) if (n.tag === tag) n.close();
+      return;
+    }
+    const cred = await answerCredential();
+    const { title, options } = notificationOf(p, Boolean(cred && cred.token && cred.canAnswer));
+    await self.registration.showNotification(title, options);
+  })());
 });
 
 /**
@@ -198,9 +259,46 @@ function extend(event, work) {
 
 self.addEventListener('notificationclick', (event) => {
   event.notification.close();
-  const path = sameOriginPath(event.notification.data && event.notification.data.url);
+  const data = event.notification.data || {};
+  if ((event.action === 'allow' || event.action === 'deny') && data.answer) {
+    extend(event, answerFromNotification(data, event.action));
+    return;
+  }
+  const path = sameOriginPath(data.url);
   extend(event, openSession(new URL(path, self.location.origin).href));
 });
+
+/** Posts Allow or Deny to the hub without opening the app; says so in a notification when it did not go through. */
+async function answerFromNotification(data, action) {
+  const answer = answerOf(data.answer);
+  if (!answer) return;
+  const optionId = action === 'allow' ? answer.allow : answer.deny;
+  const cred = await answerCredential();
+  let said = '';
+  if (!cred || !cred.token) {
+    said = 'Not answered: open the app once on this device, then try again.';
+  } else {
+    try {
+      const r = await fetch(answer.path, {
+        method: 'POST', cache: 'no-store',
+        headers: { Authorization: `Bearer ${cred.token}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ optionId }),
+      });
+      if (r.ok) return;
+      let body = {};
+      try { body = await r.json(); } catch { /* not JSON */ }
+      said = r.status === 409
+        ? `It was already answered${body.answeredBy ? ` (by ${body.answeredBy})` : ''}.`
+        : r.status === 403 ? 'Not answered: this device can only watch.'
+          : `Not answered: ${typeof body.error === 'string' ? body.error : `the hub said HTTP ${r.status}`}.`;
+    } catch {
+      said = 'Not answered: the hub could not be reached. Tap to open the session.';
+    }
+  }
+  await self.registration.showNotification(said.startsWith('It was already') ? 'Already answered' : 'Not answered', {
+    body: said, tag: data.tag || undefined, icon: '/icons/icon-192.png', badge: '/icons/icon-192.png', data: { url: data.url },
+  });
+}
 
 /** Shows `target` (a page of the app): in a window of the app if one is open, else a new one. */
 async function openSession(target) {
