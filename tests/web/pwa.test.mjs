@@ -284,14 +284,6 @@ describe('installable web app', { timeout: 120000 }, () => {
     assert.match(always, /dashed Always allow from now on/);
     await card.scrollIntoViewIfNeeded();
     await page.screenshot({ path: path.join(SHOTS, 'permission-card-390.png') });
-    // Follow / mute from the session's menu, kept by the hub for this device.
-    await page.locator('#more summary').click();
-    await page.locator('#mute-btn:not([hidden])').click();
-    await until('the session muted', async () => (await stack.api('/api/push/mute', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ endpoint }) })).muted.includes(sid));
-    await page.locator('#more summary').click();
-    assert.equal(await page.locator('#mute-btn').textContent(), 'Follow notifications');
-    await page.locator('#more summary').click();
-
     // The notification, as the hub sends it: Allow and Deny, answered by the worker itself.
     const sw = await workerOf(context);
     await until('the page handed the worker its token', () => sw.evaluate(async () => Boolean(await (await caches.open('zcode-acp-state')).match('/answer-token'))));
@@ -316,8 +308,15 @@ describe('installable web app', { timeout: 120000 }, () => {
         }
       }
     };
+    // The worker's app badge follows the hub's count of what waits.
+    await sw.evaluate(() => {
+      self.badges = [];
+      Object.defineProperty(self.navigator, 'setAppBadge', { configurable: true, value: async (x) => { self.badges.push(x); } });
+      Object.defineProperty(self.navigator, 'clearAppBadge', { configurable: true, value: async () => { self.badges.push(0); } });
+    });
     const [n] = await deliver(payload, (list) => list.length === 1 && list);
     assert.deepEqual(n, { title: payload.title, body: payload.body, actions: ['allow', 'deny'] });
+    assert.equal(await sw.evaluate(() => self.badges.at(-1)), 1);
     await sw.evaluate(async (x) => {
       const [note] = (await self.registration.getNotifications()).filter((m) => m.tag === x);
       self.dispatchEvent(new NotificationEvent('notificationclick', { notification: note, action: 'allow' }));
@@ -336,6 +335,23 @@ describe('installable web app', { timeout: 120000 }, () => {
     const [late] = await until('the late answer told', async () => { const l = await shown(tag); return l.length === 1 && l[0].title === 'Already answered' && l; });
     assert.match(late.body, /already answered \(by device|already answered \(by machine/);
     await deliver({ kind: 'withdraw', tag, pending: 0 }, (list) => list.length === 0);
+    assert.equal(await sw.evaluate(() => self.badges.at(-1)), 0, 'the badge cleared');
+    // A command to run shows the command.
+    const run = ed.prompt(sid, 'execute');
+    await card.waitFor();
+    assert.equal(await card.locator('.perm-kind').textContent(), 'Run a command');
+    assert.equal(await card.locator('.perm-command').textContent(), 'cargo test --workspace -- --nocapture');
+    await page.screenshot({ path: path.join(SHOTS, 'permission-execute-390.png') });
+    await card.locator('button[data-kind="reject_once"]').click();
+    await run;
+    // Follow / mute from the session's menu, kept by the hub for this device.
+    await page.locator('#more summary').click();
+    await page.locator('#mute-btn:not([hidden])').click();
+    await until('the session muted', async () => (await stack.api('/api/push/mute', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ endpoint }) })).muted.includes(sid));
+    await page.locator('#more summary').click();
+    assert.equal(await page.locator('#mute-btn').textContent(), 'Follow notifications');
+    await page.locator('#more summary').click();
+
     await cdp.detach();
     assert.deepEqual(errors.filter((e) => !/WebSocket/.test(e)), []);
     await context.close();
