@@ -30,14 +30,18 @@ pub async fn route(req: Request<Incoming>, events: &mpsc::Sender<Event>) -> Resu
     let Ok(request) = request.parse::<u64>() else {
         return Ok(answer(404, &json!({"error": format!("no permission request {request:?} here")})));
     };
-    let by = zcode_shared::scope::device_from_headers(req.headers())
+    // The hub names the device and records the answer in the audit trail itself; a request
+    // straight to this server (a local tool with the token) is recorded by the router.
+    let device = zcode_shared::scope::device_from_headers(req.headers());
+    let audit = device.is_none();
+    let by = device
         .map_or_else(|| "machine".to_owned(), |d| if d == "machine" { d } else { format!("device {d}") });
     let option = match option_of(req).await {
         Ok(o) => o,
         Err(why) => return Ok(answer(400, &json!({"error": why}))),
     };
     let (tx, rx) = oneshot::channel();
-    let ev = Event::HttpAnswer { session: sid, request, option, by, reply: tx };
+    let ev = Event::HttpAnswer { session: sid, request, option, by, audit, reply: tx };
     if events.send(ev).await.is_err() {
         return Ok(text(StatusCode::SERVICE_UNAVAILABLE, "bridge shutting down"));
     }

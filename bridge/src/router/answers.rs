@@ -49,16 +49,30 @@ pub type AnswerReply = oneshot::Sender<(u16, Value)>;
 
 impl Router {
     /// Answers permission `key` of `session` with `option` on behalf of `by` (the device the
-    /// hub named, or `machine`).
+    /// hub named, or `machine`), recorded in the audit trail here when `audit`.
     pub(super) fn on_http_answer(
         &mut self,
         session: &str,
         key: u64,
         option: &str,
-        by: String,
+        (by, audit): (String, bool),
         reply: AnswerReply,
     ) {
-        let _ = reply.send(self.http_answer(session, key, option, by));
+        let (status, body) = self.http_answer(session, key, option, by);
+        if audit {
+            let option: String = zcode_shared::text::strip_controls(option).chars().take(64).collect();
+            let row = zcode_shared::store::devices::AuditRow {
+                id: 0,
+                at: i64::try_from(zcode_shared::time::now_ms()).unwrap_or(i64::MAX),
+                device_id: "machine".to_owned(),
+                device_name: String::new(),
+                action: "permission.answer".to_owned(),
+                target: format!("session {session} request {key}: {option}"),
+                status: Some(i64::from(status)),
+            };
+            self.journal.audit(row, "machine token");
+        }
+        let _ = reply.send((status, body));
     }
 
     fn http_answer(&mut self, session: &str, key: u64, option: &str, by: String) -> (u16, Value) {

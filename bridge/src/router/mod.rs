@@ -160,6 +160,8 @@ pub enum Event {
         option: String,
         /// Who answers: the device the hub named, or `machine`.
         by: String,
+        /// Record it in the audit trail (the hub did not: the request came straight here).
+        audit: bool,
         /// Where the answer goes.
         reply: AnswerReply,
     },
@@ -384,8 +386,8 @@ impl Router {
                     let _ = reply.send(glance::glance(&self.requests, &self.sessions, &self.clients));
                 }
                 Event::Lifecycle { session, op, reply } => self.on_lifecycle(&session, op, reply),
-                Event::HttpAnswer { session, request, option, by, reply } => {
-                    self.on_http_answer(&session, request, &option, by, reply)
+                Event::HttpAnswer { session, request, option, by, audit, reply } => {
+                    self.on_http_answer(&session, request, &option, (by, audit), reply)
                 }
                 Event::Settings(ev) => self.on_settings(ev),
                 Event::AgentConfig(read) => self.on_agent_config(*read),
