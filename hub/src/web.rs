@@ -290,7 +290,8 @@ mod tests {
 
     #[test]
     fn the_client_stays_small() {
-        assert!(total_size() < 300 * 1024, "the web client is {} bytes", total_size());
+        // 300 KiB until the permission card and the notification actions (issue 33: +13 KB).
+        assert!(total_size() < 320 * 1024, "the web client is {} bytes", total_size());
     }
 
     /// The text assets (everything but the images), as text.
