@@ -23,6 +23,8 @@ enum Stop {
 #[derive(Debug, Default, PartialEq)]
 struct Script {
     permission: bool,
+    /// `execute`: ask permission to run a command.
+    execute: bool,
     long: bool,
     hold: bool,
     fail: bool,
@@ -53,6 +55,7 @@ fn script_of(text: &str) -> Script {
         }
         match word.trim_end_matches(['.', ',', ';', '!', '?']).to_ascii_lowercase().as_str() {
             "permission" => s.permission = true,
+            "execute" => s.execute = true,
             "long" => s.long = true,
             "hold" => s.hold = true,
             "fail" => s.fail = true,
@@ -174,6 +177,9 @@ impl Turn<'_> {
         if script.permission {
             self.permission().await?;
         }
+        if script.execute {
+            self.execute_permission().await?;
+        }
         for (i, path) in script.read_permissions.iter().enumerate() {
             self.read_permission(i, path).await?;
         }
@@ -270,8 +276,22 @@ impl Turn<'_> {
 
     async fn permission(&self) -> Result<(), Stop> {
         let call = format!("call_{}_permission", self.n);
+        let path = self.resolve("demo.txt");
+        let (old, new) = ("hello\nworld", "hello\nbrave new world");
         let tool = json!({"toolCallId": call, "title": "Touch demo.txt (needs your permission)",
-            "kind": "edit", "status": "pending"});
+            "kind": "edit", "status": "pending", "locations": [{"path": path, "line": 2}],
+            "rawInput": {"file_path": path, "old_string": "world", "new_string": "brave new world"},
+            "content": [{"type": "diff", "path": path, "oldText": old, "newText": new}]});
+        self.ask_permission(&call, tool).await
+    }
+
+    /// An `execute` tool call asking to run a command (nothing is run).
+    async fn execute_permission(&self) -> Result<(), Stop> {
+        let call = format!("call_{}_execute", self.n);
+        let command = "cargo test --workspace -- --nocapture";
+        let tool = json!({"toolCallId": call, "title": format!("Run `{command}`"),
+            "kind": "execute", "status": "pending", "locations": [{"path": self.cwd}],
+            "rawInput": {"command": command, "cwd": self.cwd, "timeout_ms": 120000}});
         self.ask_permission(&call, tool).await
     }
 
