@@ -11,10 +11,9 @@
 // diff, the raw input behind a fold) and its option buttons ("Always allow" set apart from
 // "Allow once") live here too: the session view uses them for its own cards.
 
-import { h, clear, ago } from './dom.js';
+import { h, clear, ago, diffNode } from './dom.js';
 import { getJson, postJson, ApiError } from './api.js';
 import { pool } from './conn.js';
-import { diffNode } from './transcript.js';
 
 /** What the page-wide waiting count (push.js) reads while the home screen shows the inbox. */
 export const inboxState = { active: false, count: 0 };
