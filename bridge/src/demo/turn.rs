@@ -13,6 +13,18 @@ const LONG_CHUNKS: usize = 600;
 /// The shortest pause between chunks of a `long` turn, so it stays long at delay 0.
 const LONG_MIN_DELAY: Duration = Duration::from_millis(20);
 
+/// A `long` turn's chunk count and the shortest pause between its chunks: 600 and 20 ms, or
+/// what the test knobs `ZCODE_ACP_TEST_LONG_CHUNKS` and `ZCODE_ACP_TEST_LONG_MS` say (a test
+/// that needs a turn running, not a turn of 12 s, makes it shorter).
+fn long_shape() -> (usize, Duration) {
+    let knob = |name| {
+        zcode_shared::env::test_knob(&zcode_shared::env::ProcessEnv, name).and_then(|v| v.parse::<u64>().ok())
+    };
+    let chunks = knob("ZCODE_ACP_TEST_LONG_CHUNKS").map_or(LONG_CHUNKS, |n| n as usize);
+    let delay = knob("ZCODE_ACP_TEST_LONG_MS").map_or(LONG_MIN_DELAY, Duration::from_millis);
+    (chunks, delay)
+}
+
 /// Why a turn stopped early.
 enum Stop {
     Cancelled,
@@ -377,8 +389,9 @@ impl Turn<'_> {
     }
 
     async fn long(&self) -> Result<(), Stop> {
-        let delay = self.agent.delay().max(LONG_MIN_DELAY);
-        for i in 1..=LONG_CHUNKS {
+        let (chunks, min_delay) = long_shape();
+        let delay = self.agent.delay().max(min_delay);
+        for i in 1..=chunks {
             self.pause(delay).await?;
             self.agent
                 .update(
