@@ -67,7 +67,8 @@ describe('session screen', () => {
   async function phonePage(own = false) {
     let context = own ? null : shared;
     if (!context) {
-      context = await browser.newContext(PHONE);
+      // DEV_ASSETS: no service worker, which would serve the built files past the route.
+      context = await browser.newContext(process.env.DEV_ASSETS ? { ...PHONE, serviceWorkers: 'block' } : PHONE);
       context.setDefaultTimeout(15000);
       if (process.env.DEV_ASSETS) {
         await context.route(/\/(js\/[a-z]+\.js|app\.css)$/, (route) => {
