@@ -677,6 +677,15 @@ pub fn alive(pid: u32) -> bool {
         .is_ok_and(|s| s.rsplit(')').next().and_then(|r| r.split_whitespace().next()) != Some("Z"))
 }
 
+/// Whether process `pid` runs with `ZCODE_ACP_HOME` set to `home` (from `/proc/PID/environ`).
+/// A pid read from a pid file or a hub's instance list may name a process long gone, or one of
+/// another test's (a hub on a port reused since, which takes the same test token): check this
+/// before signalling it.
+pub fn runs_in(pid: u32, home: &Path) -> bool {
+    let want = [b"ZCODE_ACP_HOME=".as_slice(), home.as_os_str().as_encoded_bytes()].concat();
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == want))
+}
+
 /// Sends SIGKILL to `pid`.
 pub fn kill9(pid: u32) {
     let status = Command::new("kill").args(["-9", &pid.to_string()]).status().expect("kill");

@@ -83,7 +83,8 @@ impl Drop for World {
         let list = http(self.hub.port, "GET", "/api/instances", &[AUTH], b"");
         let list: Value = serde_json::from_slice(&list.body).unwrap_or_default();
         for i in list.as_array().into_iter().flatten() {
-            if let Some(pid) = i["id"].as_str().and_then(|s| s.parse::<u32>().ok()) {
+            let pid = i["id"].as_str().and_then(|s| s.parse::<u32>().ok());
+            if let Some(pid) = pid.filter(|&pid| crate::runs_in(pid, self.home.path())) {
                 let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
             }
         }

@@ -78,8 +78,9 @@ fn up_starts_the_hub_and_a_bridge_and_prints_the_pairing_url() {
     let _ = std::process::Command::new("kill").arg(child.id().to_string()).status();
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
-    if let Ok(pid) = std::fs::read_to_string(home.path().join("run").join("hub.pid")) {
-        let _ = std::process::Command::new("kill").arg(pid.trim()).status();
+    if let Some(pid) = zcode_tests::hub::hub_pid(&home).filter(|&pid| zcode_tests::runs_in(pid, home.path()))
+    {
+        let _ = std::process::Command::new("kill").arg(pid.to_string()).status();
     }
 }
 

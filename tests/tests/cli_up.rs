@@ -131,7 +131,9 @@ impl Drop for Up {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let pid = std::fs::read_to_string(self.home_path.join("run/hub.pid")).unwrap_or_default();
-        if let Ok(pid) = pid.trim().parse::<u32>() {
+        if let Some(pid) =
+            pid.trim().parse::<u32>().ok().filter(|&pid| zcode_tests::runs_in(pid, &self.home_path))
+        {
             let _ = std::process::Command::new("kill").arg(pid.to_string()).status();
         }
     }
