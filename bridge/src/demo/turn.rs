@@ -16,10 +16,8 @@ const LONG_MIN_DELAY: Duration = Duration::from_millis(20);
 /// A `long` turn's chunk count and the shortest pause between its chunks: 600 and 20 ms, or
 /// what the test knobs `ZCODE_ACP_TEST_LONG_CHUNKS` and `ZCODE_ACP_TEST_LONG_MS` say (a test
 /// that needs a turn running, not a turn of 12 s, makes it shorter).
-fn long_shape() -> (usize, Duration) {
-    let knob = |name| {
-        zcode_shared::env::test_knob(&zcode_shared::env::ProcessEnv, name).and_then(|v| v.parse::<u64>().ok())
-    };
+fn long_shape(env: &dyn zcode_shared::env::Env) -> (usize, Duration) {
+    let knob = |name| zcode_shared::env::test_knob(env, name).and_then(|v| v.parse::<u64>().ok());
     let chunks = knob("ZCODE_ACP_TEST_LONG_CHUNKS").map_or(LONG_CHUNKS, |n| n as usize);
     let delay = knob("ZCODE_ACP_TEST_LONG_MS").map_or(LONG_MIN_DELAY, Duration::from_millis);
     (chunks, delay)
@@ -389,7 +387,7 @@ impl Turn<'_> {
     }
 
     async fn long(&self) -> Result<(), Stop> {
-        let (chunks, min_delay) = long_shape();
+        let (chunks, min_delay) = long_shape(&zcode_shared::env::ProcessEnv);
         let delay = self.agent.delay().max(min_delay);
         for i in 1..=chunks {
             self.pause(delay).await?;
@@ -457,6 +455,15 @@ mod tests {
         assert_eq!(s.writes, vec!["/tmp/b"]);
         assert_eq!(script_of("permissions are fine; failure too"), Script::default());
         assert!(script_of("/fail").fail);
+    }
+
+    #[test]
+    fn a_long_turn_is_600_chunks_20_ms_apart_unless_the_test_knobs_say_otherwise() {
+        let mut env = std::collections::HashMap::new();
+        assert_eq!(long_shape(&env), (600, Duration::from_millis(20)));
+        env.insert("ZCODE_ACP_TEST_LONG_CHUNKS".to_owned(), "300".to_owned());
+        env.insert("ZCODE_ACP_TEST_LONG_MS".to_owned(), "10".to_owned());
+        assert_eq!(long_shape(&env), (300, Duration::from_millis(10)));
     }
 
     #[test]
