@@ -13,6 +13,16 @@ const LONG_CHUNKS: usize = 600;
 /// The shortest pause between chunks of a `long` turn, so it stays long at delay 0.
 const LONG_MIN_DELAY: Duration = Duration::from_millis(20);
 
+/// A `long` turn's chunk count and the shortest pause between its chunks: 600 and 20 ms, or
+/// what the test knobs `ZCODE_ACP_TEST_LONG_CHUNKS` and `ZCODE_ACP_TEST_LONG_MS` say (a test
+/// that needs a turn running, not a turn of 12 s, makes it shorter).
+fn long_shape(env: &dyn zcode_shared::env::Env) -> (usize, Duration) {
+    let knob = |name| zcode_shared::env::test_knob(env, name).and_then(|v| v.parse::<u64>().ok());
+    let chunks = knob("ZCODE_ACP_TEST_LONG_CHUNKS").map_or(LONG_CHUNKS, |n| n as usize);
+    let delay = knob("ZCODE_ACP_TEST_LONG_MS").map_or(LONG_MIN_DELAY, Duration::from_millis);
+    (chunks, delay)
+}
+
 /// Why a turn stopped early.
 enum Stop {
     Cancelled,
@@ -451,8 +461,9 @@ impl Turn<'_> {
     }
 
     async fn long(&self) -> Result<(), Stop> {
-        let delay = self.agent.delay().max(LONG_MIN_DELAY);
-        for i in 1..=LONG_CHUNKS {
+        let (chunks, min_delay) = long_shape(&zcode_shared::env::ProcessEnv);
+        let delay = self.agent.delay().max(min_delay);
+        for i in 1..=chunks {
             self.pause(delay).await?;
             self.agent
                 .update(
@@ -533,6 +544,15 @@ mod tests {
         assert!(images_of(&bad, true).is_err());
         let not_base64 = [json!({"type": "image", "mimeType": "image/png", "data": "<svg>"})];
         assert!(images_of(&not_base64, true).is_err());
+    }
+
+    #[test]
+    fn a_long_turn_is_600_chunks_20_ms_apart_unless_the_test_knobs_say_otherwise() {
+        let mut env = std::collections::HashMap::new();
+        assert_eq!(long_shape(&env), (600, Duration::from_millis(20)));
+        env.insert("ZCODE_ACP_TEST_LONG_CHUNKS".to_owned(), "300".to_owned());
+        env.insert("ZCODE_ACP_TEST_LONG_MS".to_owned(), "10".to_owned());
+        assert_eq!(long_shape(&env), (300, Duration::from_millis(10)));
     }
 
     #[test]
