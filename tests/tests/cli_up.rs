@@ -331,7 +331,11 @@ fn tunnel_case(tool: &str, flag: &str, stdout: &str, stderr: &str, public: &str,
     let port = zcode_tests::hub::hub_port(&home).expect("the hub's port");
     let args = std::fs::read_to_string(tools.path().join(format!("{tool}.args"))).unwrap();
     assert!(args.starts_with(args_start), "{args}");
-    assert!(args.trim_end().ends_with(&format!("http://127.0.0.1:{port}")), "{args}");
+    // Pointed at `up`'s own origin port, which forwards to the hub, never at the hub's port.
+    let target = args.trim_end().rsplit(' ').next().unwrap();
+    let origin: u16 = target.strip_prefix("http://127.0.0.1:").and_then(|p| p.parse().ok()).expect(&args);
+    assert_ne!(origin, port, "the tunnel points at the hub's port: {args}");
+    assert_eq!(zcode_tests::squat::get_status(origin, "/api/health"), Ok(200), "{args}");
     // `status` shows the tunnel with the hub.
     let out = home.command(&["status"]).stdin(Stdio::null()).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -598,6 +602,28 @@ fn stop_ends_the_tunnel_before_the_hub_lets_its_port_go() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(up.stderr().contains("the tunnel ended"), "{}", up.stderr());
+}
+
+/// Issue 32, point 7: a hub killed by SIGKILL lets its port go while `up`'s tunnel still runs;
+/// uid 65534 binds it at once, and the tunnel's next requests reach nobody (an error), never
+/// the squatter: the tunnel forwards to `up`'s own port, which relays only to this user's hub.
+#[test]
+fn a_killed_hub_s_port_taken_by_another_user_gets_nothing_from_the_tunnel() {
+    use zcode_tests::squat::get_status;
+    let TunnelCase { _dirs, home, port, tunnel, squatter, up, .. } = tunnel_with_squatter();
+    let first = hub_pid(&home).expect("the hub's pid");
+    signal(first, "KILL");
+    assert_eq!(squatter.port(), port, "uid 65534 did not get the killed hub's port");
+    // An error, or (once `up`'s bridge has started a new hub, on another port) that hub.
+    let restarted = || hub_pid(&home).is_some_and(|p| p != first);
+    for _ in 0..3 {
+        let r = get_status(tunnel, "/api/health");
+        assert!(r.is_err() || restarted(), "the tunnel answered {r:?} with the hub's port held by uid 65534");
+    }
+    squatter.assert_learned_nothing();
+    if !restarted() {
+        assert!(up.stderr().contains("held by another user (uid 65534)"), "{}", up.stderr());
+    }
 }
 
 #[test]
