@@ -13,6 +13,7 @@ mod start;
 mod status;
 mod stop;
 mod tunnel;
+mod tunnel_origin;
 mod up;
 
 #[derive(Parser)]
@@ -110,7 +111,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Internal: how `up --tunnel` runs its tunnel tool (it gets SIGTERM when `up` dies)
+    /// Internal: how `up --tunnel` runs its tunnel tool (it gets SIGKILL when `up` dies)
     #[command(hide = true)]
     TunnelExec {
         /// The pid of the `up` it belongs to
