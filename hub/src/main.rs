@@ -13,7 +13,6 @@ mod start;
 mod status;
 mod stop;
 mod tunnel;
-mod tunnel_origin;
 mod up;
 
 #[derive(Parser)]

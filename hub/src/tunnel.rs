@@ -1,6 +1,6 @@
 //! `up --tunnel`: a Cloudflare quick tunnel (`cloudflared tunnel --url …`) or `tailscale serve`
 //! / `tailscale funnel` in front of the hub, for phones, pointed at `up`'s own origin port
-//! (`crate::tunnel_origin`), never at the hub's. The tool runs in its own process group for as
+//! ([`origin`]), never at the hub's. The tool runs in its own process group for as
 //! long as `up` does and is killed with it; its public `https://` URL is read from what it prints.
 //!
 //! "Killed with it" holds also when `up` itself is killed (SIGKILL, a crash), which no drop
@@ -10,6 +10,8 @@
 //! a grace period would keep forwarding to an origin port that no longer is `up`'s. The parent
 //! is `up`'s main thread, which lives as long as `up` does (the death signal follows the thread
 //! that forked).
+
+pub mod origin;
 
 use anyhow::{Context, bail};
 use nix::sys::signal::Signal;

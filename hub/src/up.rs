@@ -63,7 +63,7 @@ pub(crate) fn up(
     // The port the tunnel forwards to is `up`'s, relaying only to a hub of this user: a killed
     // hub's port may be taken by anyone. Declared first, so dropped after the tunnel.
     let origin = match tunnel {
-        Some(_) => Some(crate::tunnel_origin::Origin::start(&cfg)?),
+        Some(_) => Some(tunnel::origin::Origin::start(&cfg)?),
         None => None,
     };
     // Dropped when `up` returns (Ctrl-C included): the tunnel lives exactly as long as `up`.

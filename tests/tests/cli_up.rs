@@ -476,6 +476,9 @@ const FORWARDER: &str = r#"#!/usr/bin/python3
 import os, socket, sys, threading
 d = os.path.dirname(os.path.abspath(__file__))
 target = int(sys.argv[sys.argv.index("--url") + 1].rsplit(":", 1)[1])
+with open(os.path.join(d, "origin.tmp"), "w") as f:
+    f.write(str(target))
+os.rename(os.path.join(d, "origin.tmp"), os.path.join(d, "cloudflared.origin"))
 srv = socket.socket()
 srv.bind(("127.0.0.1", 0))
 srv.listen(64)
@@ -604,13 +607,40 @@ fn stop_ends_the_tunnel_before_the_hub_lets_its_port_go() {
     assert!(up.stderr().contains("the tunnel ended"), "{}", up.stderr());
 }
 
+/// A request by uid 65534 to 127.0.0.1:`argv[1]`: prints how many bytes of answer it got.
+const ASK_AS_NOBODY: &str = r#"
+import socket, sys
+print("started", flush=True)
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.settimeout(20)
+s.sendall(b"GET /api/health HTTP/1.1\r\nHost: hub\r\nConnection: close\r\n\r\n")
+got = b""
+try:
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+except OSError:
+    pass
+print("reply", len(got), flush=True)
+"#;
+
 /// Issue 32, point 7: a hub killed by SIGKILL lets its port go while `up`'s tunnel still runs;
 /// uid 65534 binds it at once, and the tunnel's next requests reach nobody (an error), never
-/// the squatter: the tunnel forwards to `up`'s own port, which relays only to this user's hub.
+/// the squatter: the tunnel forwards to `up`'s own port, which relays only to this user's hub
+/// (and serves only this user: another's request there is closed unanswered).
 #[test]
 fn a_killed_hub_s_port_taken_by_another_user_gets_nothing_from_the_tunnel() {
     use zcode_tests::squat::get_status;
     let TunnelCase { _dirs, home, port, tunnel, squatter, up, .. } = tunnel_with_squatter();
+    let origin: u16 =
+        std::fs::read_to_string(_dirs.1.path().join("cloudflared.origin")).unwrap().parse().unwrap();
+    let (mut asker, mut lines) =
+        zcode_tests::squat::as_nobody(ASK_AS_NOBODY, &[origin.to_string()], "the asker");
+    let reply = lines.next().and_then(Result::ok).unwrap_or_default();
+    let _ = (asker.kill(), asker.wait());
+    assert_eq!(reply, "reply 0", "uid 65534 was answered on up's origin port {origin}");
     let first = hub_pid(&home).expect("the hub's pid");
     signal(first, "KILL");
     assert_eq!(squatter.port(), port, "uid 65534 did not get the killed hub's port");

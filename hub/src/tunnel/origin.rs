@@ -1,7 +1,8 @@
 //! `up --tunnel`'s origin: the loopback port the tunnel tool forwards to. `up` holds it itself,
 //! so it lives exactly as long as the tunnel (which dies with `up`), and relays each connection
 //! to the hub's port only once the kernel has said that the process at the other end is this
-//! user's (`zcode_shared::peer::verify_addrs`, one `sock_diag` query).
+//! user's (`zcode_shared::peer::verify_addrs`, one `sock_diag` query); it serves only this
+//! user's connections (the tunnel tool's).
 //!
 //! Why not the hub's own port: a hub killed by SIGKILL (or a crash) lets that port go while the
 //! tunnel runs, and whoever binds it next would be sent the phones' requests and credentials.
@@ -99,8 +100,12 @@ async fn serve(listener: TcpListener, hub: Hub, stop: CancellationToken) {
 }
 
 /// Relays `client` to the hub, or closes it unanswered when no hub of this user holds the
-/// port (the tunnel answers its request with an error).
+/// port (the tunnel answers its request with an error). Another user's connection is closed at
+/// once: at the hub it would count as this user's (the pre-auth pool's per-user share).
 async fn forward(mut client: TcpStream, hub: &Hub) {
+    if zcode_shared::peer::verify_addrs(client.local_addr(), client.peer_addr()).is_err() {
+        return;
+    }
     let Some(port) = hub.cfg.hub_port_now() else { return };
     let host = hub.cfg.remote.hub_host.as_str();
     let mut upstream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host, port))).await {
