@@ -111,7 +111,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Internal: how `up --tunnel` runs its tunnel tool (it gets SIGTERM when `up` dies)
+    /// Internal: how `up --tunnel` runs its tunnel tool (it gets SIGKILL when `up` dies)
     #[command(hide = true)]
     TunnelExec {
         /// The pid of the `up` it belongs to
