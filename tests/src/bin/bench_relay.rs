@@ -131,11 +131,19 @@ fn main() {
         bridge_pid: s.bridge.editor.pid(),
         direct,
     };
-    let mut targets = vec![target(DIRECT, &ours, false, DIRECT), target("zcode-acp hub", &ours, true, DIRECT)];
+    let mut targets =
+        vec![target(DIRECT, &ours, false, DIRECT), target("zcode-acp hub", &ours, true, DIRECT)];
     if let Some(n) = &nginx {
         let bridge_pid = ours.bridge.editor.pid();
         let path = "/acp".into();
-        targets.push(Target { name: "nginx 1.22 (Debian)", port: n.port, path, pid: Some(n.pid()), bridge_pid, direct: DIRECT });
+        targets.push(Target {
+            name: "nginx 1.22 (Debian)",
+            port: n.port,
+            path,
+            pid: Some(n.pid()),
+            bridge_pid,
+            direct: DIRECT,
+        });
     }
     if let Some(b) = &base {
         targets.push(target(BASE_DIRECT, b, false, BASE_DIRECT));
@@ -196,7 +204,10 @@ fn main() {
     for turn in 1..=bursts {
         for i in (0..n).map(|i| (i + turn - 1) % n) {
             let t = &targets[i];
-            eprintln!("bench-relay: burst {turn}/{bursts}: {BURST} opens, {IN_FLIGHT} in flight: {} …", t.name);
+            eprintln!(
+                "bench-relay: burst {turn}/{bursts}: {BURST} opens, {IN_FLIGHT} in flight: {} …",
+                t.name
+            );
             let burst = burst(t);
             eprintln!("bench-relay: {:.2} s, {} failed", burst.0, burst.1);
             rows[i].bursts.push(burst);
@@ -707,7 +718,7 @@ fn print_table(targets: &[Target], rows: &[Row]) {
     );
     let cpu = |r: &Row| -> Option<String> {
         let relay: Vec<f64> = r.bursts.iter().filter_map(|b| b.2).collect();
-        let relay = (!relay.is_empty()).then(|| format!("{:.0}", median(relay))).unwrap_or_else(|| "—".into());
+        let relay = if relay.is_empty() { "—".to_owned() } else { format!("{:.0}", median(relay)) };
         let bridge = median(r.bursts.iter().map(|b| b.3).collect());
         let own = median(r.bursts.iter().map(|b| b.4).collect());
         (!r.bursts.is_empty()).then(|| format!("{relay} / {bridge:.0} / {own:.0}"))
