@@ -83,6 +83,7 @@ impl Setup {
         let hub = Hub::start_exe(&home, exe, &[]);
         let mut cmd = home.command_of(exe, &["bridge", "--"]);
         cmd.args(demo_agent(0)).env("ZCODE_ACP_REMOTE_PORT", "0").env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN);
+        cmd.current_dir(home.path());
         let bridge = Bridge::spawn(&home, cmd, std::process::Stdio::inherit());
         let id = bridge.id();
         wait_instances(hub.port, "the bridge", |l| listed(l, &id));
