@@ -14,6 +14,7 @@
 //! - [`files`]: read-only session files (`/fs/list`, `/fs/file`), confined beneath the root.
 //! - [`changes`]: the session's uncommitted git changes (`/changes`, `/changes/diff`), confined too.
 //! - [`lifecycle`]: `/sessions/{id}/{close,rename,delete}`, decided by the router.
+//! - [`permissions`]: `/sessions/{id}/permissions/{requestId}`, a permission answered over HTTP.
 //! - [`settings`]: the loopback settings mount (`/settings/*`, `/backend/restart`).
 //! - [`hooks`]: hooks run by the bridge for any agent (the tree, one run, its payload, decisions).
 //! - [`register`]: registration and heartbeats with the hub (which it starts when none runs).
@@ -36,6 +37,7 @@ pub mod hub;
 pub mod journal;
 pub mod lifecycle;
 pub mod local;
+pub mod permissions;
 pub mod quota;
 pub mod register;
 pub mod remote;

@@ -251,6 +251,10 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>, slot: Arc<Slot>) -> Resul
         return Ok(watch_only(path));
     }
     if req.uri().path().starts_with("/sessions/") {
+        let req = match crate::permissions::route(req, &ctx.events).await {
+            Ok(resp) => return Ok(resp),
+            Err(req) => req,
+        };
         if let Some(resp) = crate::lifecycle::route(req, &ctx.events).await {
             return Ok(resp);
         }

@@ -111,7 +111,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Internal: how `up --tunnel` runs its tunnel tool (it gets SIGTERM when `up` dies)
+    /// Internal: how `up --tunnel` runs its tunnel tool (it gets SIGKILL when `up` dies)
     #[command(hide = true)]
     TunnelExec {
         /// The pid of the `up` it belongs to
@@ -144,8 +144,7 @@ enum Command {
         #[command(subcommand)]
         command: Option<devices_cli::DevicesCommand>,
     },
-    /// The hub as a user service (systemd user unit / launchd agent): always on, restarted on
-    /// failure, never idle-exiting; optionally with its tunnel
+    /// The hub as a user service (systemd / launchd): always on, never idle, with its tunnel
     Service {
         #[command(subcommand)]
         command: service::ServiceCommand,

@@ -61,6 +61,11 @@ impl Registry {
         new
     }
 
+    /// How many live sessions wait for an answer, machine-wide (a push's app badge).
+    pub fn waiting_sessions(&self, now: Instant) -> usize {
+        self.live(now).flat_map(|i| &i.reg.sessions).filter(|s| s.status == Some("waiting")).count()
+    }
+
     /// The session statuses instance `id` last advertised, by session id (empty when it is
     /// unknown): what a heartbeat is diffed against for Web Push.
     pub fn statuses(&self, id: &str) -> HashMap<String, Option<&'static str>> {

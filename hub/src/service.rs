@@ -432,8 +432,14 @@ fn run(tunnel: Option<tunnel::Kind>) -> anyhow::Result<ExitCode> {
         anyhow::ensure!(Instant::now() < deadline, "the hub did not start: see {}", log_path.display());
         std::thread::sleep(Duration::from_millis(100));
     };
-    let tunnel = match tunnel {
-        Some(kind) => match tunnel::Tunnel::start(kind, port, &stop)? {
+    // As `up` does: the tool forwards to this process's own port, which relays only to a hub of
+    // this user (a killed hub's port may be taken by anyone). Declared first: dropped after it.
+    let origin = match tunnel {
+        Some(_) => Some(tunnel::origin::Origin::start(&cfg)?),
+        None => None,
+    };
+    let tunnel = match tunnel.zip(origin.as_ref()) {
+        Some((kind, origin)) => match tunnel::Tunnel::start(kind, &origin.url(), &stop)? {
             Some(t) => Some(t),
             None => return Ok(ExitCode::SUCCESS),
         },
@@ -466,6 +472,7 @@ fn run(tunnel: Option<tunnel::Kind>) -> anyhow::Result<ExitCode> {
     // The tunnel first: it must never forward to a port the hub has let go.
     drop(tunnel);
     drop(advert);
+    drop(origin);
     if let Some(pid) = hub_pid(&cfg.paths) {
         for (pid, why) in crate::procs::terminate(&[pid], Duration::from_secs(10)) {
             eprintln!("zcode-acp service: the hub (pid {pid}) did not stop: {why}");

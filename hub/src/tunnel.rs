@@ -1,13 +1,17 @@
 //! `up --tunnel`: a Cloudflare quick tunnel (`cloudflared tunnel --url …`) or `tailscale serve`
-//! / `tailscale funnel` in front of the hub, for phones. The tool runs in its own process group
-//! for as long as `up` does and is killed with it; its public `https://` URL is read from what
-//! it prints.
+//! / `tailscale funnel` in front of the hub, for phones, pointed at `up`'s own origin port
+//! ([`origin`]), never at the hub's. The tool runs in its own process group for as
+//! long as `up` does and is killed with it; its public `https://` URL is read from what it prints.
 //!
 //! "Killed with it" holds also when `up` itself is killed (SIGKILL, a crash), which no drop
 //! runs for: the tool is started through `zcode-acp tunnel-exec --parent <up's pid> -- tool …`,
-//! which asks the kernel for SIGTERM when its parent dies (`PR_SET_PDEATHSIG`, kept across
-//! `exec`) and then becomes the tool (same pid, same pipes). The parent is `up`'s main
-//! thread, which lives as long as `up` does (the death signal follows the thread that forked).
+//! which asks the kernel for SIGKILL when its parent dies (`PR_SET_PDEATHSIG`, kept across
+//! `exec`) and then becomes the tool (same pid, same pipes). SIGKILL, not SIGTERM: a tool given
+//! a grace period would keep forwarding to an origin port that no longer is `up`'s. The parent
+//! is `up`'s main thread, which lives as long as `up` does (the death signal follows the thread
+//! that forked).
+
+pub mod origin;
 
 use anyhow::{Context, bail};
 use nix::sys::signal::Signal;
@@ -44,10 +48,10 @@ impl Kind {
         }
     }
 
-    /// The command line, in the foreground: the tool ends (and its serve config with it) when
-    /// it is killed.
-    fn args(self, port: u16) -> Vec<String> {
-        let target = format!("http://127.0.0.1:{port}");
+    /// The command line, in the foreground, forwarding to `target` (`http://127.0.0.1:PORT`):
+    /// the tool ends (and its serve config with it) when it is killed.
+    fn args(self, target: &str) -> Vec<String> {
+        let target = target.to_owned();
         match self {
             Kind::Cloudflare => vec!["tunnel".into(), "--no-autoupdate".into(), "--url".into(), target],
             Kind::Tailscale => vec!["serve".into(), target],
@@ -56,8 +60,8 @@ impl Kind {
     }
 
     /// The command it runs, for messages.
-    pub fn command_line(self, port: u16) -> String {
-        std::iter::once(self.program().to_owned()).chain(self.args(port)).collect::<Vec<_>>().join(" ")
+    pub fn command_line(self, target: &str) -> String {
+        std::iter::once(self.program().to_owned()).chain(self.args(target)).collect::<Vec<_>>().join(" ")
     }
 
     fn install_hint(self) -> &'static str {
@@ -99,11 +103,11 @@ impl Kind {
     }
 }
 
-/// `zcode-acp tunnel-exec --parent <pid> -- <tool> <args>`: becomes `tool` with SIGTERM as its
+/// `zcode-acp tunnel-exec --parent <pid> -- <tool> <args>`: becomes `tool` with SIGKILL as its
 /// parent-death signal; returns only when that fails.
 pub fn exec_tool(parent: u32, command: &[String]) -> anyhow::Result<std::process::ExitCode> {
     let Some((program, args)) = command.split_first() else { bail!("no tool to run") };
-    nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).context("cannot ask for a parent-death signal")?;
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).context("cannot ask for a parent-death signal")?;
     // `up` may have died before the request above: then nothing would ever signal the tool.
     if nix::unistd::getppid().as_raw() as u32 != parent {
         return Ok(std::process::ExitCode::FAILURE);
@@ -121,11 +125,11 @@ pub struct Tunnel {
 }
 
 impl Tunnel {
-    /// Starts `kind` in front of 127.0.0.1:`port` and waits for its public URL; `None` when
-    /// `stop` fires first (the tool is ended then).
-    pub fn start(kind: Kind, port: u16, stop: &CancellationToken) -> anyhow::Result<Option<Tunnel>> {
+    /// Starts `kind` in front of `target` (`up`'s origin, `http://127.0.0.1:PORT`) and waits
+    /// for its public URL; `None` when `stop` fires first (the tool is ended then).
+    pub fn start(kind: Kind, target: &str, stop: &CancellationToken) -> anyhow::Result<Option<Tunnel>> {
         let program = kind.program();
-        let args = kind.args(port);
+        let args = kind.args(target);
         let exe = std::env::current_exe().context("cannot find this program to start the tunnel")?;
         let mut cmd = Command::new(exe);
         cmd.args(["tunnel-exec", "--parent", &std::process::id().to_string(), "--", program])

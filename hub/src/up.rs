@@ -60,11 +60,17 @@ pub(crate) fn up(
             }
         }
     };
+    // The port the tunnel forwards to is `up`'s, relaying only to a hub of this user: a killed
+    // hub's port may be taken by anyone. Declared first, so dropped after the tunnel.
+    let origin = match tunnel {
+        Some(_) => Some(tunnel::origin::Origin::start(&cfg)?),
+        None => None,
+    };
     // Dropped when `up` returns (Ctrl-C included): the tunnel lives exactly as long as `up`.
-    let tunnel = match tunnel {
-        Some(kind) => {
-            eprintln!("zcode-acp: starting `{}`…", kind.command_line(port));
-            match tunnel::Tunnel::start(kind, port, &stop)? {
+    let tunnel = match tunnel.zip(origin.as_ref()) {
+        Some((kind, origin)) => {
+            eprintln!("zcode-acp: starting `{}`…", kind.command_line(&origin.url()));
+            match tunnel::Tunnel::start(kind, &origin.url(), &stop)? {
                 Some(t) => Some(t),
                 None => return Ok(ExitCode::SUCCESS),
             }

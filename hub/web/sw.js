@@ -19,9 +19,16 @@
 // policy in a <meta>). What this cannot stop is a new sw.js served by someone else at an update
 // check: see docs/SECURITY.md.
 //
-// Push: the hub sends a small JSON payload, {title, body, url, tag}; the `push` handler shows
-// it as a system notification, and a click opens (or focuses) the session it names. Nothing
-// secret is kept here: no token, no transcript.
+// Push: the hub sends a small JSON payload, {title, body, url, tag, kind, pending, answer?};
+// the `push` handler shows it as a system notification (`kind: "withdraw"` closes the one
+// under its tag instead: answered elsewhere) and sets the app badge to `pending`. A click opens
+// (or focuses) the session it names; a permission's Allow and Deny actions post the answer to
+// the hub's route (`answer.path`) without opening anything. A device with a key (js/api.js)
+// hands over no token: the worker signs a fresh challenge with the same non-extractable key and
+// uses the short-lived token it buys once, keeping it nowhere. Only a browser that keeps a token
+// anyway (no WebCrypto: plain http from another machine) hands that over (kept in the STATE
+// cache, the same origin's storage as its localStorage). A watch device's page says it cannot
+// answer, and its notifications get no actions. No transcript is kept here.
 //
 // When the browser renews the push subscription (`pushsubscriptionchange`), the worker takes
 // the new one (or subscribes again with the old one's key) and hands it to the page, which
@@ -39,6 +46,8 @@ const CSP = "__ZCODE_WEB_CSP__";
 const STATE = 'zcode-acp-state';
 /** The key, in STATE, of a renewal no page has sent to the hub yet. */
 const RENEWED = '/push-renewed';
+/** The key, in STATE, of the token a page handed over for answering from a notification. */
+const TOKEN = '/answer-token';
 /** What install caches: the page, every text asset at this build's URL (written by the hub's build). */
 const SHELL = [/*__ZCODE_WEB_SHELL__*/];
 
@@ -128,12 +137,17 @@ async function shell(req, key) {
   return verified;
 }
 
-/** The notification a push payload asks for; a payload that is not the hub's JSON still says something. */
-function notificationOf(data) {
+/** The hub's JSON payload of a push; one that is not JSON still says something. */
+function payloadOf(data) {
   let p = {};
   try { p = data ? data.json() : {}; } catch { p = { body: data ? data.text() : '' }; }
-  if (!p || typeof p !== 'object') p = {};
+  return p && typeof p === 'object' ? p : {};
+}
+
+/** The notification a push payload asks for (with Allow and Deny when this device may answer). */
+function notificationOf(p, canAnswer) {
   const text = (v, max) => (typeof v === 'string' ? v.slice(0, max) : '');
+  const answer = canAnswer ? answerOf(p.answer) : null;
   return {
     title: text(p.title, 120) || 'An agent is waiting for you',
     options: {
@@ -142,9 +156,18 @@ function notificationOf(data) {
       renotify: Boolean(p.tag),
       icon: '/icons/icon-192.png',
       badge: '/icons/icon-192.png',
-      data: { url: sameOriginPath(p.url) },
+      data: { url: sameOriginPath(p.url), answer, tag: text(p.tag, 200) },
+      actions: answer ? [{ action: 'allow', title: 'Allow' }, { action: 'deny', title: 'Deny' }] : undefined,
     },
   };
+}
+
+/** A payload's `answer` ({path, allow, deny}) when its path is this hub's permission route. */
+function answerOf(a) {
+  if (!a || typeof a !== 'object' || typeof a.path !== 'string') return null;
+  if (!/^\/api\/instances\/[^/?#]+\/sessions\/[^/?#]+\/permissions\/[0-9]+$/.test(a.path)) return null;
+  if (typeof a.allow !== 'string' || typeof a.deny !== 'string') return null;
+  return { path: a.path, allow: a.allow, deny: a.deny };
 }
 
 /** `url` as a path of this origin; anything else becomes the home screen. */
@@ -156,9 +179,53 @@ function sameOriginPath(url) {
   return '/';
 }
 
+/** The app badge: how many sessions wait for an answer, as the hub counted them. */
+async function setBadge(n) {
+  if (typeof n !== 'number' || !self.navigator) return;
+  try {
+    if (n > 0 && self.navigator.setAppBadge) await self.navigator.setAppBadge(n);
+    else if (n <= 0 && self.navigator.clearAppBadge) await self.navigator.clearAppBadge();
+  } catch { /* no badge here */ }
+}
+
+/** The token and scope a page handed over ({token, canAnswer}), or nothing. */
+async function answerCredential() {
+  try {
+    const r = await (await caches.open(STATE)).match(TOKEN);
+    return r ? await r.json() : null;
+  } catch { return null; }
+}
+
+self.addEventListener('message', (event) => {
+  const d = event.data;
+  if (!d || d.type !== 'zcode-answer-token') return;
+  const keep = (async () => {
+    const state = await caches.open(STATE);
+    const key = d.key === true && typeof d.deviceId === 'string' && d.deviceId;
+    const token = typeof d.token === 'string' ? d.token : '';
+    if (!key && !token) return state.delete(TOKEN);
+    // A device with a key hands over no token: the worker signs with the key when it answers.
+    const body = JSON.stringify(key ? { key: true, deviceId: d.deviceId, canAnswer: d.canAnswer !== false }
+      : { token, canAnswer: d.canAnswer !== false });
+    return state.put(TOKEN, new Response(body, { headers: { 'Content-Type': 'application/json' } }));
+  })();
+  extend(event, keep);
+});
+
 self.addEventListener('push', (event) => {
-  const { title, options } = notificationOf(event.data);
-  event.waitUntil(self.registration.showNotification(title, options));
+  const p = payloadOf(event.data);
+  event.waitUntil((async () => {
+    await setBadge(p.pending);
+    if (p.kind === 'withdraw') {
+      // Answered elsewhere: its notification goes (nothing new is shown).
+      const tag = typeof p.tag === 'string' ? p.tag : '';
+      for (const n of await self.registration.getNotifications(tag ? { tag } : {})) if (n.tag === tag) n.close();
+      return;
+    }
+    const cred = await answerCredential();
+    const { title, options } = notificationOf(p, Boolean(cred && (cred.token || cred.key) && cred.canAnswer));
+    await self.registration.showNotification(title, options);
+  })());
 });
 
 /**
@@ -171,9 +238,84 @@ function extend(event, work) {
 
 self.addEventListener('notificationclick', (event) => {
   event.notification.close();
-  const path = sameOriginPath(event.notification.data && event.notification.data.url);
+  const data = event.notification.data || {};
+  if ((event.action === 'allow' || event.action === 'deny') && data.answer) {
+    extend(event, answerFromNotification(data, event.action));
+    return;
+  }
+  const path = sameOriginPath(data.url);
   extend(event, openSession(new URL(path, self.location.origin).href));
 });
+
+/**
+ * A short-lived access token for device `deviceId`, bought with a signature of the device's own
+ * non-extractable key (IndexedDB `zcode-acp-keys`, as js/api.js keeps it) over a fresh challenge
+ * of the hub's; '' when there is no such key or the hub refuses. Kept nowhere.
+ */
+async function signedToken(deviceId) {
+  try {
+    const rec = await new Promise((resolve, reject) => {
+      const open = indexedDB.open('zcode-acp-keys', 1);
+      open.onupgradeneeded = () => open.result.createObjectStore('keys');
+      open.onerror = () => reject(open.error);
+      open.onsuccess = () => {
+        const db = open.result;
+        const req = db.transaction('keys', 'readonly').objectStore('keys').get('device');
+        req.onsuccess = () => { db.close(); resolve(req.result); };
+        req.onerror = () => { db.close(); reject(req.error); };
+      };
+    });
+    if (!rec || rec.deviceId !== deviceId) return '';
+    const post = async (path, json) => {
+      const r = await fetch(path, { method: 'POST', cache: 'no-store', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(json) });
+      return r.ok ? r.json() : null;
+    };
+    const c = await post('/api/pair/challenge', {});
+    if (!c || typeof c.challenge !== 'string') return '';
+    const data = new TextEncoder().encode('zcode-acp device token:' + c.challenge);
+    const sig = new Uint8Array(await crypto.subtle.sign({ name: 'ECDSA', hash: 'SHA-256' }, rec.privateKey, data));
+    let bin = '';
+    for (const b of sig) bin += String.fromCharCode(b);
+    const signature = btoa(bin).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+    const t = await post('/api/pair/token', { deviceId, challenge: c.challenge, signature });
+    return t && typeof t.token === 'string' ? t.token : '';
+  } catch {
+    return '';
+  }
+}
+
+/** Posts Allow or Deny to the hub without opening the app; says so in a notification when it did not go through. */
+async function answerFromNotification(data, action) {
+  const answer = answerOf(data.answer);
+  if (!answer) return;
+  const optionId = action === 'allow' ? answer.allow : answer.deny;
+  const cred = await answerCredential();
+  let said = '';
+  const bearer = cred && (cred.key ? await signedToken(cred.deviceId) : cred.token);
+  if (!bearer) {
+    said = 'Not answered: open the app once on this device, then try again.';
+  } else {
+    try {
+      const r = await fetch(answer.path, {
+        method: 'POST', cache: 'no-store',
+        headers: { Authorization: `Bearer ${bearer}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ optionId }),
+      });
+      if (r.ok) return;
+      let body = {};
+      try { body = await r.json(); } catch { /* not JSON */ }
+      said = r.status === 409
+        ? `It was already answered${body.answeredBy ? ` (by ${body.answeredBy})` : ''}.`
+        : r.status === 403 ? 'Not answered: this device can only watch.'
+          : `Not answered: ${typeof body.error === 'string' ? body.error : `the hub said HTTP ${r.status}`}.`;
+    } catch {
+      said = 'Not answered: the hub could not be reached. Tap to open the session.';
+    }
+  }
+  await self.registration.showNotification(said.startsWith('It was already') ? 'Already answered' : 'Not answered', {
+    body: said, tag: data.tag || undefined, icon: '/icons/icon-192.png', badge: '/icons/icon-192.png', data: { url: data.url },
+  });
+}
 
 /** Shows `target` (a page of the app): in a window of the app if one is open, else a new one. */
 async function openSession(target) {

@@ -43,6 +43,8 @@ pub const TEST_KNOBS: &[&str] = &[
     "ZCODE_ACP_TEST_BACKLOG",
     "ZCODE_ACP_TEST_PAIRING_CODE_MS",
     "ZCODE_ACP_TEST_DEVICE_CHALLENGE_MS",
+    "ZCODE_ACP_TEST_LONG_CHUNKS",
+    "ZCODE_ACP_TEST_LONG_MS",
 ];
 
 /// Test knob `name` from `env` in a debug build; `None` in a release build.

@@ -331,7 +331,11 @@ fn tunnel_case(tool: &str, flag: &str, stdout: &str, stderr: &str, public: &str,
     let port = zcode_tests::hub::hub_port(&home).expect("the hub's port");
     let args = std::fs::read_to_string(tools.path().join(format!("{tool}.args"))).unwrap();
     assert!(args.starts_with(args_start), "{args}");
-    assert!(args.trim_end().ends_with(&format!("http://127.0.0.1:{port}")), "{args}");
+    // Pointed at `up`'s own origin port, which forwards to the hub, never at the hub's port.
+    let target = args.trim_end().rsplit(' ').next().unwrap();
+    let origin: u16 = target.strip_prefix("http://127.0.0.1:").and_then(|p| p.parse().ok()).expect(&args);
+    assert_ne!(origin, port, "the tunnel points at the hub's port: {args}");
+    assert_eq!(zcode_tests::squat::get_status(origin, "/api/health"), Ok(200), "{args}");
     // `status` shows the tunnel with the hub.
     let out = home.command(&["status"]).stdin(Stdio::null()).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -472,6 +476,9 @@ const FORWARDER: &str = r#"#!/usr/bin/python3
 import os, socket, sys, threading
 d = os.path.dirname(os.path.abspath(__file__))
 target = int(sys.argv[sys.argv.index("--url") + 1].rsplit(":", 1)[1])
+with open(os.path.join(d, "origin.tmp"), "w") as f:
+    f.write(str(target))
+os.rename(os.path.join(d, "origin.tmp"), os.path.join(d, "cloudflared.origin"))
 srv = socket.socket()
 srv.bind(("127.0.0.1", 0))
 srv.listen(64)
@@ -598,6 +605,55 @@ fn stop_ends_the_tunnel_before_the_hub_lets_its_port_go() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(up.stderr().contains("the tunnel ended"), "{}", up.stderr());
+}
+
+/// A request by uid 65534 to 127.0.0.1:`argv[1]`: prints how many bytes of answer it got.
+const ASK_AS_NOBODY: &str = r#"
+import socket, sys
+print("started", flush=True)
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.settimeout(20)
+s.sendall(b"GET /api/health HTTP/1.1\r\nHost: hub\r\nConnection: close\r\n\r\n")
+got = b""
+try:
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+except OSError:
+    pass
+print("reply", len(got), flush=True)
+"#;
+
+/// Issue 32, point 7: a hub killed by SIGKILL lets its port go while `up`'s tunnel still runs;
+/// uid 65534 binds it at once, and the tunnel's next requests reach nobody (an error), never
+/// the squatter: the tunnel forwards to `up`'s own port, which relays only to this user's hub
+/// (and serves only this user: another's request there is closed unanswered).
+#[test]
+fn a_killed_hub_s_port_taken_by_another_user_gets_nothing_from_the_tunnel() {
+    use zcode_tests::squat::get_status;
+    let TunnelCase { _dirs, home, port, tunnel, squatter, up, .. } = tunnel_with_squatter();
+    let origin: u16 =
+        std::fs::read_to_string(_dirs.1.path().join("cloudflared.origin")).unwrap().parse().unwrap();
+    let (mut asker, mut lines) =
+        zcode_tests::squat::as_nobody(ASK_AS_NOBODY, &[origin.to_string()], "the asker");
+    let reply = lines.next().and_then(Result::ok).unwrap_or_default();
+    let _ = (asker.kill(), asker.wait());
+    assert_eq!(reply, "reply 0", "uid 65534 was answered on up's origin port {origin}");
+    let first = hub_pid(&home).expect("the hub's pid");
+    signal(first, "KILL");
+    assert_eq!(squatter.port(), port, "uid 65534 did not get the killed hub's port");
+    // An error, or (once `up`'s bridge has started a new hub, on another port) that hub.
+    let restarted = || hub_pid(&home).is_some_and(|p| p != first);
+    for _ in 0..3 {
+        let r = get_status(tunnel, "/api/health");
+        assert!(r.is_err() || restarted(), "the tunnel answered {r:?} with the hub's port held by uid 65534");
+    }
+    squatter.assert_learned_nothing();
+    if !restarted() {
+        assert!(up.stderr().contains("held by another user (uid 65534)"), "{}", up.stderr());
+    }
 }
 
 #[test]

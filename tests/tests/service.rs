@@ -199,17 +199,21 @@ fn install_status_and_uninstall_drive_the_service_manager_and_say_what_to_do_whe
 }
 
 /// A `cloudflared` that prints a quick tunnel's banner and, when terminated, records whether
-/// the hub still answered on its `--url` port at that moment.
+/// the hub still answered `/api/health` through its `--url` port at that moment.
 const TUNNEL: &str = r#"#!/usr/bin/python3
 import os, signal, socket, sys, time
 d = os.path.dirname(os.path.abspath(__file__))
 port = int(sys.argv[sys.argv.index("--url") + 1].rsplit(":", 1)[1])
 def term(*_):
+    said = "hub gone"
     try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-        said = "hub answered"
+        c = socket.create_connection(("127.0.0.1", port), timeout=2)
+        c.sendall(b"GET /api/health HTTP/1.0\r\nHost: x\r\n\r\n")
+        if c.recv(64).split(b"\r\n")[0].endswith(b" 200 OK"):
+            said = "hub answered"
+        c.close()
     except OSError:
-        said = "hub gone"
+        pass
     with open(os.path.join(d, "ended"), "w") as f:
         f.write(said)
     sys.exit(0)

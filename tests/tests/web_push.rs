@@ -326,10 +326,13 @@ fn a_waiting_session_and_a_turn_end_are_pushed_encrypted_and_signed() {
     let list = http(hub.port, "GET", "/api/instances", &[AUTH], b"").json();
     assert_eq!(list[0]["sessions"][0]["status"], "running");
 
-    // The same wait heard again is not pushed again; the turn's end goes to the phone only.
+    // The same wait heard again is not pushed again; the turn's end goes to the phone only,
+    // the laptop's notification of the wait is withdrawn (closed) under the same tag.
     heartbeat(hub.port, json!([session("s1", "waiting")]));
     heartbeat(hub.port, json!([session("s1", "idle")]));
-    let end = service.next("the turn's end");
+    let mut ends = [service.next("the turn's end"), service.next("the wait's withdrawal")];
+    ends.sort_by(|a, b| a.path.cmp(&b.path));
+    let (gone, end) = (&ends[0], &ends[1]);
     assert_eq!(end.path, "/ok/phone", "only the device that asked hears of turn ends");
     assert_eq!(end.header("urgency"), Some("normal"));
     let payload = phone.decrypt(&end.body);
@@ -337,11 +340,13 @@ fn a_waiting_session_and_a_turn_end_are_pushed_encrypted_and_signed() {
         (payload["title"].clone(), payload["tag"].clone()),
         (json!("Turn finished"), json!("session:s1"))
     );
+    let payload = laptop.decrypt(&gone.body);
+    assert_eq!((payload["kind"].clone(), payload["tag"].clone()), (json!("withdraw"), json!("session:s1")));
     // A later wait reaches both again, and nothing else was sent meanwhile.
     heartbeat(hub.port, json!([session("s1", "waiting")]));
     let mut next: Vec<String> = (0..2).map(|i| service.next(&format!("the second wait {i}")).path).collect();
     next.sort();
-    assert_eq!(next, ["/ok/laptop", "/ok/phone"], "no repeated wait, no turn end for the laptop");
+    assert_eq!(next, ["/ok/laptop", "/ok/phone"], "no repeated wait, nothing else for the laptop");
     assert!(!hub.log().contains("/ok/phone"), "the endpoint (a capability) is not logged");
 }
 
@@ -462,4 +467,197 @@ fn a_real_bridge_waiting_on_a_permission_is_pushed_at_once() {
     assert_eq!(payload["kind"], "waiting", "{payload}");
     assert!(payload["url"].as_str().is_some_and(|u| u.contains(&sid)), "{payload}");
     assert_eq!(pushed.header("urgency"), Some("high"));
+}
+
+/// A device paired through the hub with `scope`: its token.
+fn paired_token(port: u16, scope: &str) -> String {
+    let r = send(port, "POST", "/api/pairing", &json!({"scope": scope}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let code = r.json()["code"].as_str().expect("a code").to_owned();
+    let body = json!({"code": code, "name": format!("{scope} phone")}).to_string();
+    let r = http(port, "POST", "/api/pair", &[("Content-Type", "application/json")], body.as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["token"].as_str().expect("a token").to_owned()
+}
+
+/// POSTs `{optionId}` to a permission's route with `token`.
+fn answer(port: u16, path: &str, token: &str, option: &str) -> Reply {
+    let bearer = format!("Bearer {token}");
+    let body = json!({"optionId": option}).to_string();
+    http(
+        port,
+        "POST",
+        path,
+        &[("Authorization", &bearer), ("Content-Type", "application/json")],
+        body.as_bytes(),
+    )
+}
+
+/// Waits until the hub lists session `sid` as idle (it heard the turn's end).
+fn wait_idle(port: u16, sid: &str) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let list = http(port, "GET", "/api/instances", &[AUTH], b"").json();
+        let idle = list
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|i| i["sessions"].as_array().cloned().unwrap_or_default())
+            .any(|s| s["sessionId"] == sid && s["status"] == "idle");
+        if idle {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the hub never heard {sid} go idle: {list}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Answering from the notification: a wait's push names the tool and its command or path and
+/// carries what Allow and Deny send; the HTTP route answers (200), refuses a watcher (403), an
+/// unknown request (404), a second answer (409 naming the winner), and each is audited. A wait
+/// answered anywhere else is withdrawn by a push under the same tag; one answered before its
+/// push went out is never sent; a muted session reaches nobody who muted it.
+#[test]
+fn a_permission_pushed_with_its_details_is_answered_over_http_and_withdrawn_when_answered_elsewhere() {
+    let home = Home::new();
+    let hold = tempfile::tempdir().expect("a hold dir");
+    let hold_dir = hold.path().to_str().expect("utf-8").to_owned();
+    let env = [("ZCODE_ACP_HEARTBEAT_MS", "600000"), ("ZCODE_ACP_TEST_HOLD_DIR", hold_dir.as_str())];
+    // Only the wait's send is held: storing subscriptions goes through.
+    std::fs::write(hold.path().join("push-save.release"), b"").expect("a release");
+    let hub = Hub::start(&home, &env);
+    let service = PushService::start();
+    let (phone, laptop) = (Browser::new("phone"), Browser::new("laptop"));
+    for (b, path) in [(&phone, "/ok/phone"), (&laptop, "/ok/laptop")] {
+        let r = send(hub.port, "POST", "/api/push/subscriptions", &b.subscription(&service.endpoint(path)));
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+    let mut b = zcode_tests::Bridge::start_env(&home, &zcode_tests::demo_agent(0), &env);
+    let instance = b.editor.pid().to_string();
+    zcode_tests::initialize(&mut b.editor, json!({}));
+    let sid = zcode_tests::new_session(&mut b.editor, home.path());
+
+    // Answered on the editor while its push is held: it never goes out (nor a withdrawal).
+    let turn = b.editor.request("session/prompt", zcode_tests::prompt(&sid, "permission please"));
+    let deadline = Instant::now() + WAIT;
+    while !hold.path().join("push-send.held").exists() {
+        assert!(Instant::now() < deadline, "the wait's push never reached the send");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (req, _) = b.editor.until("the permission", |m| m["method"] == "session/request_permission");
+    b.editor.send(&json!({"jsonrpc": "2.0", "id": req["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}}));
+    b.editor.response_to(&turn);
+    wait_idle(hub.port, &sid);
+    std::fs::write(hold.path().join("push-send.release"), b"").expect("release");
+
+    // The laptop mutes the session; the next wait reaches the phone only, with its details.
+    let r = send(
+        hub.port,
+        "POST",
+        "/api/push/mute",
+        &json!({"endpoint": service.endpoint("/ok/laptop"), "sessionId": sid, "muted": true}),
+    );
+    assert_eq!((r.status, r.json()["muted"].clone()), (200, json!([sid])), "{}", r.text());
+    let turn = b.editor.request("session/prompt", zcode_tests::prompt(&sid, "permission please"));
+    let (req, _) = b.editor.until("the permission", |m| m["method"] == "session/request_permission");
+    let pushed = service.next("the wait");
+    assert_eq!(pushed.path, "/ok/phone", "the first push is the second wait's, to the phone only");
+    let wait = phone.decrypt(&pushed.body);
+    assert_eq!(
+        (wait["kind"].as_str(), wait["tag"].clone()),
+        (Some("waiting"), json!(format!("session:{sid}")))
+    );
+    assert_eq!(wait["title"], "permission please asks: Edit", "{wait}");
+    assert!(wait["body"].as_str().is_some_and(|b| b.starts_with("Edit: demo.txt")), "{wait}");
+    let route = format!("/api/instances/{instance}/sessions/{sid}/permissions/{}", req["id"]);
+    assert_eq!(wait["answer"], json!({"path": route, "allow": "allow", "deny": "reject"}));
+
+    // A watcher is refused; an unknown request and an option not offered are named.
+    assert_eq!(answer(hub.port, &route, &paired_token(hub.port, "watch"), "allow").status, 403);
+    let unknown = format!("/api/instances/{instance}/sessions/{sid}/permissions/999999");
+    assert_eq!(answer(hub.port, &unknown, TEST_TOKEN, "allow").status, 404);
+    let r = answer(hub.port, &route, TEST_TOKEN, "maybe");
+    assert!(r.status == 400 && r.text().contains("unknown optionId"), "{} {}", r.status, r.text());
+    // Allow from the notification: the editor's copy is withdrawn, the agent hears the answer.
+    let r = answer(hub.port, &route, &paired_token(hub.port, "full"), "allow");
+    assert_eq!((r.status, r.json()["optionId"].clone()), (200, json!("allow")), "{}", r.text());
+    let (cancel, _) = b.editor.until("the editor's copy withdrawn", |m| m["method"] == "$/cancel_request");
+    assert_eq!(cancel["params"]["requestId"], req["id"]);
+    let (_, updates) = b.editor.response_to(&turn);
+    assert!(zcode_tests::agent_text(&updates).contains("Permission granted (allow)"), "{updates:?}");
+    let withdrawn = service.next("the withdrawal");
+    assert_eq!(withdrawn.path, "/ok/phone");
+    let w = phone.decrypt(&withdrawn.body);
+    assert_eq!((w["kind"].as_str(), w["tag"].clone()), (Some("withdraw"), wait["tag"].clone()), "{w}");
+    let r = answer(hub.port, &route, TEST_TOKEN, "reject");
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.json()["answeredBy"].as_str().is_some_and(|b| b.starts_with("device ")), "{}", r.text());
+    assert_eq!(r.json()["optionId"], "allow");
+
+    // Followed again on the laptop: an execute names its command; answered on the editor, it
+    // is withdrawn on both, and a late HTTP answer names the editor.
+    let r = send(
+        hub.port,
+        "POST",
+        "/api/push/mute",
+        &json!({"endpoint": service.endpoint("/ok/laptop"), "sessionId": sid, "muted": false}),
+    );
+    assert_eq!(r.json()["muted"], json!([]));
+    let turn = b.editor.request("session/prompt", zcode_tests::prompt(&sid, "execute"));
+    let (req, _) = b.editor.until("the execute permission", |m| m["method"] == "session/request_permission");
+    let mut waits: Vec<Pushed> =
+        vec![service.next("the execute wait, 1 of 2"), service.next("the execute wait, 2 of 2")];
+    waits.sort_by(|a, b| a.path.cmp(&b.path));
+    let wait = laptop.decrypt(&waits[0].body);
+    assert_eq!(
+        wait["body"],
+        "Run: cargo test --workspace -- --nocapture · ".to_owned()
+            + home.path().file_name().unwrap().to_str().unwrap(),
+        "{wait}"
+    );
+    b.editor.send(&json!({"jsonrpc": "2.0", "id": req["id"], "result": {"outcome": {"outcome": "selected", "optionId": "reject"}}}));
+    b.editor.response_to(&turn);
+    let mut gone: Vec<Pushed> =
+        vec![service.next("the withdrawal, 1 of 2"), service.next("the withdrawal, 2 of 2")];
+    gone.sort_by(|a, b| a.path.cmp(&b.path));
+    for (p, browser) in gone.iter().zip([&laptop, &phone]) {
+        let w = browser.decrypt(&p.body);
+        assert_eq!((w["kind"].as_str(), w["tag"].clone()), (Some("withdraw"), wait["tag"].clone()), "{w}");
+    }
+    // A local tool may answer on the bridge itself (its own loopback route): recorded there.
+    let direct = format!("/sessions/{sid}/permissions/{}", req["id"]);
+    let r = answer(b.port, &direct, TEST_TOKEN, "allow");
+    assert_eq!(
+        (r.status, r.json()["answeredBy"].clone(), r.json()["optionId"].clone()),
+        (409, json!("editor"), json!("reject"))
+    );
+
+    // Every HTTP answer is in the audit trail, with its status: the hub's (whose device) and
+    // the bridge's (the machine token's, straight to it).
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let trail = http(hub.port, "GET", "/api/audit", &[AUTH], b"").json();
+        let mut seen: Vec<(bool, i64)> = trail["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .filter(|e| {
+                e["action"] == "permission.answer"
+                    && e["target"].as_str().is_some_and(|t| t.contains(" request "))
+            })
+            .map(|e| {
+                (
+                    e["target"].as_str().unwrap_or_default().starts_with("instance"),
+                    e["status"].as_i64().unwrap_or(0),
+                )
+            })
+            .collect();
+        seen.sort();
+        let want = [(false, 409), (true, 200), (true, 400), (true, 403), (true, 404), (true, 409)];
+        if seen == want {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the audit trail: {seen:?}, expected {want:?}: {trail}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -6,7 +6,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { BIN, until, startStack, stopStack } from './harness.mjs';
-import { phonePage, looksRight } from './look.mjs';
+import { sharedPhonePage, looksRight } from './look.mjs';
 
 const WANT = 'zcode-acpp: command not found: zcode-acpp';
 
@@ -29,7 +29,7 @@ describe('an agent that cannot start', () => {
       (await stack.api('/api/instances')).find((i) => i.id === ed.id)?.agentError?.startsWith(WANT));
 
     for (const scheme of ['light', 'dark']) {
-      const page = await phonePage(browser, scheme, stack.token);
+      const page = await sharedPhonePage(browser, scheme, stack.token);
       await page.goto(`${stack.base}/`);
       const row = page.locator(`.instance[data-instance="${ed.id}"] .agent-error`);
       await row.waitFor();
@@ -55,7 +55,7 @@ describe('an agent that cannot start', () => {
       assert.match(await banner.innerText(), /The agent could not start: zcode-acpp: command not found: zcode-acpp\./);
       assert.doesNotMatch(await banner.innerText(), /offline|dropped/);
       await looksRight(page, 'agent-error-session');
-      await page.context().close();
+      await page.close();
     }
   });
 
@@ -65,7 +65,7 @@ describe('an agent that cannot start', () => {
     try {
       const id = String(serve.pid);
       await until('the serve bridge', async () => (await stack.api('/api/instances')).some((i) => i.id === id));
-      const page = await phonePage(browser, 'light', stack.token);
+      const page = await sharedPhonePage(browser, 'light', stack.token);
       // Someone tries it (a new session on it), which is when its agent is started.
       await page.goto(`${stack.base}/n/${id}?cwd=${encodeURIComponent(stack.project)}`);
       await until('the refusal', async () => (await page.locator('.new-session .error').innerText()).includes(WANT));
@@ -73,7 +73,7 @@ describe('an agent that cannot start', () => {
       const row = page.locator(`.instance[data-instance="${id}"] .agent-error`);
       await row.waitFor();
       assert.equal(await row.innerText(), WANT);
-      await page.context().close();
+      await page.close();
     } finally {
       serve.kill('SIGTERM');
     }

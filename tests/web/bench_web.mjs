@@ -5,12 +5,66 @@
 // Measures, from a fresh profile: the first load of the home screen (requests, bytes on the
 // wire: CDP's encodedDataLength, headers included; time until the live sessions show), a
 // repeat start, a session's first rendered message (opened from home, and from a cold
-// profile, as a notification's link does), a 2000-line code block in an agent's message (the
-// changes view's diff is not in this tree yet), and the home screen's requests per minute
-// while idle (BENCH_IDLE_S seconds counted, default 30, scaled to a minute).
+// profile, as a notification's link does), a 2000-line code block in an agent's message, the
+// Changes view of a repository with 20 changed files (the list; one file's 2000-line diff: time
+// to its last line, then frame times while it is scrolled end to end), and the home screen's
+// requests per minute while idle (BENCH_IDLE_S seconds counted, default 30, scaled to a minute).
+// A client without the Changes view (an older base) gets null for those rows.
 // Prints one JSON object.
 
 import { Stack, launchBrowser } from './harness.mjs';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+
+/**
+ * A git repository at `dir` with 20 changed files: `big.rs` with 1000 lines each replaced (a
+ * 2000-line diff) and 19 files with 5 changed lines each.
+ */
+function reviewRepo(dir) {
+  fs.mkdirSync(dir, { recursive: true });
+  const git = (...a) => execFileSync('git', ['-c', 'user.name=bench', '-c', 'user.email=bench@example.invalid', ...a], { cwd: dir, stdio: 'ignore' });
+  git('init', '-q');
+  const lines = (n, tag) => Array.from({ length: n }, (_, i) => `    let value_${i} = compute(${i}, "${tag}"); // ${tag} line ${i}`).join('\n') + '\n';
+  fs.writeFileSync(path.join(dir, 'big.rs'), lines(1000, 'old'));
+  for (let f = 1; f < 20; f++) fs.writeFileSync(path.join(dir, `f${f}.rs`), lines(60, 'old'));
+  git('add', '-A');
+  git('commit', '-q', '-m', 'base');
+  fs.writeFileSync(path.join(dir, 'big.rs'), lines(1000, 'new'));
+  for (let f = 1; f < 20; f++) {
+    const l = lines(60, 'old').split('\n');
+    for (let i = 10; i < 15; i++) l[i] = l[i].replace('old', 'new');
+    fs.writeFileSync(path.join(dir, `f${f}.rs`), l.join('\n'));
+  }
+}
+
+/** Scrolls the page's scroller end to end a step per frame; frame times (ms) p50/p95, frames over 50 ms. */
+function scrollFrames() {
+  const scrollers = [document.scrollingElement, ...document.querySelectorAll('*')]
+    .filter((e) => e && e.scrollHeight > e.clientHeight + 200 && (e === document.scrollingElement || /auto|scroll/.test(getComputedStyle(e).overflowY)));
+  const el = scrollers.sort((a, b) => b.scrollHeight - a.scrollHeight)[0];
+  if (!el) return null;
+  const end = el.scrollHeight - el.clientHeight;
+  const step = Math.max(20, end / 400);
+  const frames = [];
+  return new Promise((resolve) => {
+    let last = performance.now();
+    const tick = (t) => {
+      frames.push(t - last);
+      last = t;
+      if (el.scrollTop >= end - 1 || frames.length > 5000) {
+        frames.shift();
+        frames.sort((x, y) => x - y);
+        const at = (q) => Math.round(frames[Math.min(frames.length - 1, Math.floor(frames.length * q))]);
+        resolve({ frames: frames.length, p50: at(0.5), p95: at(0.95), long: frames.filter((f) => f > 50).length });
+        return;
+      }
+      el.scrollTop = Math.min(end, el.scrollTop + step);
+      requestAnimationFrame(tick);
+    };
+    requestAnimationFrame(tick);
+  });
+}
 
 const PHONE = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 };
 const FAST_3G = { offline: false, latency: 562.5, downloadThroughput: 180000, uploadThroughput: 84375 };
@@ -85,6 +139,19 @@ try {
   out.repeat = await load(a, `${stack.base}/`, `[data-instance="${ed.id}"]`);
   out.sessionWarm = await load(a, session(ed.id, sid), '#transcript .msg.agent');
   out.diff = await load(a, session(big.id, bigSid), `#transcript pre code:has-text("line_${LINES} ")`);
+  // The Changes view (issue 33): 20 files, one of them a 2000-line diff.
+  const repo = path.join(stack.project, 'review');
+  reviewRepo(repo);
+  const rsid = await ed.newSession(repo);
+  const changes = `${stack.base}/c/${encodeURIComponent(ed.id)}/${encodeURIComponent(rsid)}?cwd=${encodeURIComponent(repo)}`;
+  try {
+    out.changesList = await load(a, changes, '.changes-files a >> nth=19');
+    out.changesDiff = await load(a, `${changes}&file=big.rs`, '#diff-view .dl >> nth=1999');
+    out.changesScroll = await a.page.evaluate(scrollFrames);
+  } catch (e) {
+    console.error(`bench-web: no Changes view measured: ${e.message.split('\n')[0]}`);
+    out.changesList = out.changesDiff = out.changesScroll = null;
+  }
   // Idle on home: every request in BENCH_IDLE_S seconds, per minute.
   await load(a, `${stack.base}/`, `[data-instance="${ed.id}"]`);
   a.log.splice(0);

@@ -18,6 +18,12 @@ import { LineProxy } from './proxy.mjs';
 const PHONE = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 };
 /** The client's ping timeout, shortened (a test-only knob: localStorage). */
 const PING_MS = '1000';
+/**
+ * The demo agent's `long` turn here: 300 chunks 10 ms apart (test knobs; 600 and 20 ms by
+ * default), long enough to cut the line in its middle and have it go on without the page.
+ */
+const LONG = { chunks: 300, ms: 10 };
+const LAST_TICK = `tick ${LONG.chunks} `;
 
 /** The transcript as its messages' texts, in order (what "the same" means). */
 function structure(page) {
@@ -113,12 +119,22 @@ async function tunnel(port) {
 }
 
 describe('continuity on a bad line', { timeout: 420000 }, () => {
-  let stack; let browser; let ed; let proxy;
+  let stack; let browser; let ed; let proxy; let phone;
 
   before(async () => {
-    [stack, browser] = await Promise.all([Stack.start(), launchBrowser()]);
+    const env = () => ({ ZCODE_ACP_TEST_LONG_CHUNKS: String(LONG.chunks), ZCODE_ACP_TEST_LONG_MS: String(LONG.ms) });
+    [stack, browser] = await Promise.all([Stack.start({ env }), launchBrowser()]);
     ed = await stack.bridge();
     proxy = await LineProxy.start(stack.port);
+    // One phone for the file, a page per look: a new context (a cold cache, the service worker
+    // installed again) costs chromium several times what a page costs. The pages of a test
+    // are on the proxy's origin, its fresh loads on the hub's (storage apart), and every test
+    // has sessions of its own.
+    phone = await browser.newContext(PHONE);
+    phone.setDefaultTimeout(WAIT);
+    await phone.addInitScript((t) => {
+      if (!localStorage.getItem('zcode-acp.token')) localStorage.setItem('zcode-acp.token', t);
+    }, stack.token);
     fs.mkdirSync(SHOTS, { recursive: true });
   });
 
@@ -129,19 +145,18 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
   });
 
   /**
-   * A phone-size page with the token and the shortened ping timeout in its storage (`quietMs`:
-   * how long a quiet line goes unchecked, when a test wants only its own events to check it).
+   * A new page of the phone (`context`: the phone's) with the token and the shortened ping
+   * timeout in its storage (`quietMs`: how long a quiet line goes unchecked, when a test wants
+   * only its own events to check it). Close it when done (the phone stays).
    */
   async function phonePage(quietMs = '') {
-    const context = await browser.newContext(PHONE);
-    context.setDefaultTimeout(WAIT);
-    await context.addInitScript(([t, ping, quiet]) => {
-      if (!localStorage.getItem('zcode-acp.token')) localStorage.setItem('zcode-acp.token', t);
+    const page = await phone.newPage();
+    await page.addInitScript(([ping, quiet]) => {
       localStorage.setItem('zcode-acp.test.pingTimeoutMs', ping);
       if (quiet) localStorage.setItem('zcode-acp.test.quietMs', quiet);
-    }, [stack.token, PING_MS, quietMs]);
-    const page = await context.newPage();
-    return { context, page, errors: watchConsole(page) };
+      else localStorage.removeItem('zcode-acp.test.quietMs');
+    }, [PING_MS, quietMs]);
+    return { context: phone, page, errors: watchConsole(page) };
   }
 
   async function openSession(page, base, sid) {
@@ -154,29 +169,29 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
   it('after a cut the page resumes by number and shows what a fresh load shows, the message streaming at the drop included; Stop stays meanwhile', async () => {
     const sid = await ed.newSession(stack.project);
     await ed.prompt(sid, 'before the cut');
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     const frames = recordFrames(page);
     await openSession(page, proxy.base, sid);
     await page.fill('#prompt', 'long stream please');
     await page.click('#send');
-    await page.locator('#transcript .msg.agent', { hasText: 'tick 60 ' }).waitFor();
+    await page.locator('#transcript .msg.agent', { hasText: 'tick 30 ' }).waitFor();
 
     proxy.cut();
     await page.locator('#conn:not([data-state="open"])').waitFor();
     const stopWhileCut = await page.locator('#cancel').isVisible();
     await page.screenshot({ path: path.join(SHOTS, 'continuity-cut-390.png') });
     // The stream goes on without the page; the line comes back well after.
-    await until('the stream to move on', () => streamed(ed, sid, 'tick 200 '));
+    await until('the stream to move on', () => streamed(ed, sid, 'tick 150 '));
     proxy.restore();
     await page.locator('#conn[data-state="open"]').waitFor();
-    await until('the turn to end', () => streamed(ed, sid, 'tick 600 '));
+    await until('the turn to end', () => streamed(ed, sid, LAST_TICK));
     await page.locator('#cancel').waitFor({ state: 'hidden' });
-    await page.locator('#transcript .msg.agent', { hasText: 'tick 600 ' }).waitFor();
+    await page.locator('#transcript .msg.agent', { hasText: LAST_TICK }).waitFor();
     const live = await structure(page);
 
     const fresh = await phonePage();
     await openSession(fresh.page, stack.base, sid);
-    await fresh.page.locator('#transcript .msg.agent', { hasText: 'tick 600 ' }).waitFor();
+    await fresh.page.locator('#transcript .msg.agent', { hasText: LAST_TICK }).waitFor();
     const loaded = await structure(fresh.page);
     const ticks = (s) => (s.join(' ').match(/tick \d+/g) || []).length;
     assert.equal(ticks(live), ticks(loaded), 'every chunk is shown, none twice');
@@ -189,21 +204,21 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
     assert.equal(asked[0].meta?.resumed, true, `the bridge resumed: ${JSON.stringify(asked[0].meta)}`);
     await page.screenshot({ path: path.join(SHOTS, 'continuity-back-390.png') });
     assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
-    await fresh.context.close();
-    await context.close();
+    await fresh.page.close();
+    await page.close();
   });
 
   it('a message lost on the live stream (a number skipped) makes the page resume at once; the echo of its own prompt is no loss', async () => {
     const sid = await ed.newSession(stack.project);
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     const frames = recordFrames(page);
     await openSession(page, proxy.base, sid);
     proxy.loseOnce((text) => text.includes('"tick 100 "'));
     await page.fill('#prompt', 'long stream please');
     await page.click('#send');
-    await until('the turn to end', () => streamed(ed, sid, 'tick 600 '));
+    await until('the turn to end', () => streamed(ed, sid, LAST_TICK));
     await page.locator('#cancel').waitFor({ state: 'hidden' });
-    await page.locator('#transcript .msg.agent', { hasText: 'tick 600 ' }).waitFor();
+    await page.locator('#transcript .msg.agent', { hasText: LAST_TICK }).waitFor();
     assert.equal(proxy.lose, null, 'the proxy lost a message on its way');
     const asked = resumes(frames, sid);
     assert.equal(asked.length, 1, `one resume, for the lost message: ${JSON.stringify(asked)}`);
@@ -212,17 +227,17 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
     const live = await structure(page);
     const fresh = await phonePage();
     await openSession(fresh.page, stack.base, sid);
-    await fresh.page.locator('#transcript .msg.agent', { hasText: 'tick 600 ' }).waitFor();
+    await fresh.page.locator('#transcript .msg.agent', { hasText: LAST_TICK }).waitFor();
     assert.deepEqual(live, await structure(fresh.page), 'the page shows what a fresh load shows');
     assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
-    await fresh.context.close();
-    await context.close();
+    await fresh.page.close();
+    await page.close();
   });
 
   it('a prompt sent as the line stalls shows once after the resume, though its echo comes in the resumed batch', async () => {
     const sid = await ed.newSession(stack.project);
     await ed.prompt(sid, 'before the stall');
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     const frames = recordFrames(page);
     await openSession(page, proxy.base, sid);
     await page.locator('#transcript .msg.agent', { hasText: 'You said: "before the stall"' }).waitFor();
@@ -245,16 +260,17 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
     assert.deepEqual(live, await structure(fresh.page), 'the page shows what a fresh load shows');
     assert.equal(await page.locator('#transcript .msg.user .status').count(), 0, 'no prompt is left "not confirmed"');
     assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
-    await fresh.context.close();
-    await context.close();
+    await fresh.page.close();
+    await page.close();
   });
 
   it('a resume the bridge cannot fill (a gap) replaces the transcript with what a fresh load shows, keeping a follower at the bottom and a reader where they were', async () => {
-    // A bridge that holds only the last 40 messages: a cut of more than that is a gap.
-    const small = await stack.bridge(undefined, { ZCODE_ACP_TEST_BACKLOG: '40' });
+    // A bridge that holds only the last 40 messages: a cut of more than that is a gap. Its
+    // long turns are of 600 chunks: a reader scrolls up into the second while it goes on.
+    const small = await stack.bridge(undefined, { ZCODE_ACP_TEST_BACKLOG: '40', ZCODE_ACP_TEST_LONG_CHUNKS: '600' });
     const sid = await small.newSession(stack.project);
     for (const text of ['first turn', 'second turn', 'third turn']) await small.prompt(sid, text);
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     const frames = recordFrames(page);
     proxy.restore();
     await page.goto(`${proxy.base}/s/${encodeURIComponent(small.id)}/${encodeURIComponent(sid)}?cwd=${encodeURIComponent(stack.project)}`);
@@ -318,13 +334,13 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
     await fresh.page.locator('#transcript .msg.agent', { hasText: 'tick 600 ' }).nth(1).waitFor();
     assert.deepEqual(live, await structure(fresh.page), 'the page shows what a fresh load shows');
     assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
-    await fresh.context.close();
-    await context.close();
+    await fresh.page.close();
+    await page.close();
   });
 
   it('a permission pending across a cut shows one card, and answering it after the resume ends the turn', async () => {
     const sid = await ed.newSession(stack.project);
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     const frames = recordFrames(page);
     await openSession(page, proxy.base, sid);
     await page.fill('#prompt', 'permission please');
@@ -358,15 +374,16 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
     await fresh.page.locator('#transcript .msg.agent', { hasText: 'You said: "permission please"' }).waitFor();
     assert.deepEqual(live, await structure(fresh.page), 'the page shows what a fresh load shows');
     assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
-    await fresh.context.close();
-    await context.close();
+    await fresh.page.close();
+    await page.close();
   });
 
   it('a Stop pressed while the line is cut is sent when it is back', async () => {
     const sid = await ed.newSession(stack.project);
-    const { context, page } = await phonePage();
+    const { page } = await phonePage();
     await openSession(page, proxy.base, sid);
-    await page.fill('#prompt', 'long stream please');
+    // The turn ends only when the Stop reaches the agent, however long the line is down.
+    await page.fill('#prompt', 'long stream, then hold');
     await page.click('#send');
     await page.locator('#transcript .msg.agent', { hasText: 'tick 20 ' }).waitFor();
     proxy.cut();
@@ -376,14 +393,13 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
     proxy.restore();
     await page.locator('#transcript .msg.agent .stop-mark', { hasText: 'stopped' }).waitFor();
     await page.locator('#cancel').waitFor({ state: 'hidden' });
-    assert.ok(!streamed(ed, sid, 'tick 600 '), 'the turn was stopped, not run to its end');
-    await context.close();
+    await page.close();
   });
 
   it('a stalled line (open, nothing moving) is noticed, said, and the client reconnects', async () => {
     const sid = await ed.newSession(stack.project);
     await ed.prompt(sid, 'before the stall');
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     await openSession(page, proxy.base, sid);
     await page.locator('#conn[data-state="open"]').waitFor();
     assert.ok(proxy.stall() > 0, 'the page had its connections open');
@@ -396,7 +412,7 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
     await page.click('#send');
     await page.locator('#transcript .msg.agent', { hasText: 'You said: "after the stall"' }).waitFor();
     assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
-    await context.close();
+    await page.close();
   });
 
   it('the line is checked at once when the browser says the network is back, and when the page shows again', async () => {
@@ -418,12 +434,12 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
     await page.fill('#prompt', 'after the checks');
     await page.click('#send');
     await page.locator('#transcript .msg.agent', { hasText: 'You said: "after the checks"' }).waitFor();
-    await context.close();
+    await page.close();
   });
 
   it('prompts sent while the line is down are queued, survive a reload, and go in order when it is back; the draft stays', async () => {
     const sid = await ed.newSession(stack.project);
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     await openSession(page, proxy.base, sid);
     // Installed: the page reloads from the worker's cache while the line is down.
     await until('the service worker to control the page', () => page.evaluate(() => Boolean(navigator.serviceWorker.controller)));
@@ -450,13 +466,13 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
     await page.locator('.queue').waitFor({ state: 'hidden' });
     assert.equal(await page.inputValue('#prompt'), 'half a thought');
     assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
-    await context.close();
+    await page.close();
   });
 
   it('a conversation opened before is shown from its saved copy while the line is down, marked read-only', async () => {
     const sid = await ed.newSession(stack.project);
     await ed.prompt(sid, 'from the editor');
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     await openSession(page, proxy.base, sid);
     await until('the service worker to control the page', () => page.evaluate(() => Boolean(navigator.serviceWorker.controller)));
     await page.fill('#prompt', 'from the phone');
@@ -465,14 +481,14 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
     await page.locator('#cancel').waitFor({ state: 'hidden' });
     const live = await structure(page);
     // What streamed is saved a moment after it arrived (up to the phone's turn's end record).
-    await until('the saved copy', () => page.evaluate(() => new Promise((resolve) => {
+    await until('the saved copy', () => page.evaluate((key) => new Promise((resolve) => {
       const r = indexedDB.open('zcode-acp');
       // Not there yet: this look must not create it.
       r.onupgradeneeded = () => r.transaction.abort();
       r.onsuccess = () => {
         try {
           const q = r.result.transaction('conversations').objectStore('conversations').getAll();
-          q.onsuccess = () => { r.result.close(); resolve(q.result.some((c) => c.updates.filter((u) => u.sessionUpdate === '_zcode/turn_end').length === 2)); };
+          q.onsuccess = () => { r.result.close(); resolve(q.result.some((c) => c.key.endsWith(key) && c.updates.filter((u) => u.sessionUpdate === '_zcode/turn_end').length === 2)); };
           q.onerror = () => { r.result.close(); resolve(false); };
         } catch {
           r.result.close();
@@ -480,7 +496,7 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
         }
       };
       r.onerror = () => resolve(false);
-    })));
+    }), `/${sid}`));
 
     proxy.cut();
     await page.reload();
@@ -511,12 +527,12 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
       r.onerror = () => resolve(false);
     }), `/${sid}`));
     assert.deepEqual(errors.filter((e) => !/WebSocket|Failed to load resource/.test(e)), []);
-    await context.close();
+    await page.close();
   });
 
   it('the installed app opens on its cached shell when the link answers 502 or never answers', async () => {
     const t = await tunnel(stack.port);
-    const { context, page } = await phonePage();
+    const { page } = await phonePage();
     try {
       await page.goto(`${t.base}/`);
       await until('the service worker to control the page', () => page.evaluate(() => Boolean(navigator.serviceWorker.controller)));
@@ -540,7 +556,7 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
       assert.deepEqual(shell, [], 'the shell comes from the cache, not the silent link');
     } finally {
       t.mode = 'up';
-      await context.close();
+      await page.close();
       await t.close();
     }
   });

@@ -7,7 +7,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { Stack, BIN, launchBrowser, until, settledHome, stopStack } from './harness.mjs';
-import { phonePage, looksRight } from './look.mjs';
+import { sharedPhonePage, looksRight } from './look.mjs';
 
 describe('home: inbox, board, idle serve bridges', () => {
   let stack; let browser;
@@ -27,7 +27,7 @@ describe('home: inbox, board, idle serve bridges', () => {
     const turn = ed.prompt(sid, 'permission from the inbox');
     await ed.request((r) => r.method === 'session/request_permission');
     for (const scheme of ['light', 'dark']) {
-      const page = await phonePage(browser, scheme, stack.token);
+      const page = await sharedPhonePage(browser, scheme, stack.token);
       await page.goto(`${stack.base}/`);
       const row = page.locator(`#waiting li[data-inbox-session="${sid}"]`);
       await row.waitFor();
@@ -47,7 +47,7 @@ describe('home: inbox, board, idle serve bridges', () => {
         await page.locator(`#board .board-recent li[data-run-session="${sid}"]`).first().waitFor();
         await looksRight(page, 'glance-board-recent', { fullPage: true });
       }
-      await page.context().close();
+      await page.close();
     }
   });
 
@@ -57,7 +57,7 @@ describe('home: inbox, board, idle serve bridges', () => {
     await until('the serve bridge', async () => (await stack.api('/api/instances')).some((i) => i.id === id));
     // The phone runs one turn on it, in a session of its own, and goes back home: the
     // session stays listed and nobody is attached.
-    const page = await phonePage(browser, 'light', stack.token);
+    const page = await sharedPhonePage(browser, 'light', stack.token);
     await page.goto(`${stack.base}/n/${id}?cwd=${encodeURIComponent(stack.project)}`);
     await page.locator('#send:not([disabled])').waitFor();
     await page.fill('#prompt', 'hello, then idle');
@@ -71,7 +71,7 @@ describe('home: inbox, board, idle serve bridges', () => {
     await until('the serve bridge to idle out', () => serve.exitCode !== null || serve.signalCode !== null, 60000);
     await page.locator(`[data-instance="${id}"]`).waitFor({ state: 'detached' });
     assert.ok(page.url().endsWith('/'));
-    await page.context().close();
+    await page.close();
   });
 });
 
@@ -87,7 +87,7 @@ describe('About: versions and "Update hub"', () => {
   after(() => stopStack(stack, browser));
 
   it('shows the versions and updates the hub when the disk binary is newer', async () => {
-    const page = await phonePage(browser, 'light', stack.token);
+    const page = await sharedPhonePage(browser, 'light', stack.token);
     await settledHome(page, stack.base);
     await page.locator('#about summary').click();
     await page.locator('#about-version', { hasText: '0.0.1' }).waitFor();
@@ -107,6 +107,6 @@ describe('About: versions and "Update hub"', () => {
     assert.notEqual(after.startedAt, before.startedAt);
     assert.equal(after.hostId, before.hostId);
     await looksRight(page, 'glance-about-updated', { fullPage: true, console: [/ERR_CONNECTION_REFUSED|Failed to load resource/] });
-    await page.context().close();
+    await page.close();
   });
 });

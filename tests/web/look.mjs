@@ -48,12 +48,40 @@ export function watch(page) {
  * stored as a paired browser would have it.
  */
 export async function phonePage(browser, scheme, token) {
+  const page = await (await phoneContext(browser, scheme, token)).newPage();
+  watch(page);
+  return page;
+}
+
+async function phoneContext(browser, scheme, token) {
   const context = await browser.newContext({
     viewport: PHONE, deviceScaleFactor: 2, isMobile: true, hasTouch: true, colorScheme: scheme,
   });
   context.setDefaultTimeout(WAIT);
   if (token) await context.addInitScript((t) => localStorage.setItem('zcode-acp.token', t), token);
-  const page = await context.newPage();
+  return context;
+}
+
+/** Per browser: its shared phones (context promises) by scheme and token. */
+const phones = new WeakMap();
+
+/**
+ * Like `phonePage`, but a new page of one phone per browser, scheme and token, made at the
+ * first call: a new context costs chromium a cold cache and the service worker's install
+ * (~1.5 CPU-s), a page a fraction of that. For a test that needs no storage of its own and
+ * leaves none that matters to the next; close the page, not its context (a closed one is
+ * made again).
+ */
+export async function sharedPhonePage(browser, scheme, token) {
+  let byKey = phones.get(browser);
+  if (!byKey) phones.set(browser, (byKey = new Map()));
+  const key = `${scheme} ${token || ''}`;
+  if (!byKey.has(key)) {
+    const made = phoneContext(browser, scheme, token);
+    byKey.set(key, made);
+    (await made).once('close', () => { if (byKey.get(key) === made) byKey.delete(key); });
+  }
+  const page = await (await byKey.get(key)).newPage();
   watch(page);
   return page;
 }

@@ -246,6 +246,117 @@ describe('installable web app', { timeout: 120000 }, () => {
     await context.close();
   });
 
+  it('a permission shows what it asks, and its notification\'s Allow answers without opening the app', async () => {
+    const ed = await stack.bridge();
+    const sid = await ed.newSession(stack.project);
+    // This device's subscription, as the hub keeps it (Chromium's own push service cannot be
+    // reached here): the session's menu offers to mute it.
+    const endpoint = `https://push.example/send/${sid}`;
+    const p256dh = crypto.createECDH('prime256v1').generateKeys().toString('base64url');
+    await stack.api('/api/push/subscriptions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ endpoint, keys: { p256dh, auth: crypto.randomBytes(16).toString('base64url') } }) });
+    const context = await browser.newContext({ viewport: PHONE });
+    await context.grantPermissions(['notifications']);
+    await context.addInitScript((e) => {
+      PushManager.prototype.getSubscription = async () => ({ endpoint: e, options: {} });
+    }, endpoint);
+    const page = await context.newPage();
+    const errors = watchConsole(page);
+    const turn = ed.prompt(sid, 'permission please');
+    const copy = await ed.request((r) => r.method === 'session/request_permission');
+    await openControlled(page, `${stack.base}/s/${ed.id}/${sid}?cwd=${encodeURIComponent(stack.project)}#token=${stack.token}`);
+    const card = page.locator('.request.permission');
+    await card.waitFor();
+    // What is asked: the kind, the path, the diff, the raw input behind a fold.
+    assert.equal(await card.locator('.perm-kind').textContent(), 'Edit');
+    assert.match(await card.locator('.perm-paths').textContent(), /demo\.txt:2/);
+    assert.match(await card.locator('.diff .add').first().textContent(), /\+ brave new world/);
+    assert.equal(await card.locator('.perm-details').evaluate((d) => d.open), false);
+    await card.locator('.perm-details summary').click();
+    assert.match(await card.locator('.perm-details pre').textContent(), /"new_string": "brave new world"/);
+    // "Always allow" does not look like "Allow once".
+    const look = (kind) => card.locator(`button[data-kind="${kind}"]`).evaluate((b) => {
+      const s = getComputedStyle(b);
+      return `${s.backgroundColor} ${s.borderStyle} ${b.innerText.replace(/\s+/g, ' ')}`;
+    });
+    const [once, always] = [await look('allow_once'), await look('allow_always')];
+    assert.notEqual(once.split(' from')[0], always.split(' from')[0], `${once} | ${always}`);
+    assert.match(always, /dashed Always allow from now on/);
+    await card.scrollIntoViewIfNeeded();
+    await page.screenshot({ path: path.join(SHOTS, 'permission-card-390.png') });
+    // The notification, as the hub sends it: Allow and Deny, answered by the worker itself.
+    const sw = await workerOf(context);
+    await until('the page handed the worker its token', () => sw.evaluate(async () => Boolean(await (await caches.open('zcode-acp-state')).match('/answer-token'))));
+    const route = `/api/instances/${ed.id}/sessions/${sid}/permissions/${copy.id}`;
+    const tag = `session:${sid}`;
+    const payload = { title: 'permission please asks: Edit', body: 'Edit: demo.txt · project', url: `/s/${ed.id}/${sid}`, tag, kind: 'waiting', pending: 1, answer: { path: route, allow: 'allow', deny: 'reject' } };
+    const cdp = await context.newCDPSession(page);
+    const regs = [];
+    cdp.on('ServiceWorker.workerRegistrationUpdated', (e) => regs.push(...e.registrations));
+    await cdp.send('ServiceWorker.enable');
+    const reg = await until('the worker registration', () => regs.find((r) => r.scopeURL === `${stack.base}/` && !r.isDeleted));
+    const shown = (t) => sw.evaluate(async (x) => (await self.registration.getNotifications()).filter((n) => n.tag === x)
+      .map((n) => ({ title: n.title, body: n.body, actions: n.actions.map((a) => a.action) })), t);
+    // Under load chromium now and then drops a DevTools delivery: up to three.
+    const deliver = async (data, pred) => {
+      for (let attempt = 1; ; attempt++) {
+        await cdp.send('ServiceWorker.deliverPushMessage', { origin: stack.base, registrationId: reg.registrationId, data: JSON.stringify(data) });
+        try {
+          return await until('the push handled', async () => pred(await shown(tag)), attempt < 3 ? 5000 : WAIT);
+        } catch (e) {
+          if (attempt === 3) throw e;
+        }
+      }
+    };
+    // The worker's app badge follows the hub's count of what waits.
+    await sw.evaluate(() => {
+      self.badges = [];
+      Object.defineProperty(self.navigator, 'setAppBadge', { configurable: true, value: async (x) => { self.badges.push(x); } });
+      Object.defineProperty(self.navigator, 'clearAppBadge', { configurable: true, value: async () => { self.badges.push(0); } });
+    });
+    const [n] = await deliver(payload, (list) => list.length === 1 && list);
+    assert.deepEqual(n, { title: payload.title, body: payload.body, actions: ['allow', 'deny'] });
+    assert.equal(await sw.evaluate(() => self.badges.at(-1)), 1);
+    await sw.evaluate(async (x) => {
+      const [note] = (await self.registration.getNotifications()).filter((m) => m.tag === x);
+      self.dispatchEvent(new NotificationEvent('notificationclick', { notification: note, action: 'allow' }));
+    }, tag);
+    await turn;
+    await until('the editor\'s copy withdrawn', () => ed.notes.some((m) => m.method === '$/cancel_request' && m.params.requestId === copy.id));
+    await page.locator('#transcript', { hasText: 'Permission granted (allow)' }).waitFor();
+    await until('the card gone', async () => (await card.count()) === 0);
+    assert.equal(page.url().includes(`/s/${ed.id}/`), true, 'the page was not navigated');
+    // A second answer loses, and says so; a withdrawal closes the notification of its tag.
+    await deliver(payload, (list) => list.length === 1);
+    await sw.evaluate(async (x) => {
+      const [note] = (await self.registration.getNotifications()).filter((m) => m.tag === x);
+      self.dispatchEvent(new NotificationEvent('notificationclick', { notification: note, action: 'deny' }));
+    }, tag);
+    const [late] = await until('the late answer told', async () => { const l = await shown(tag); return l.length === 1 && l[0].title === 'Already answered' && l; });
+    assert.match(late.body, /already answered \(by device|already answered \(by machine/);
+    await deliver({ kind: 'withdraw', tag, pending: 0 }, (list) => list.length === 0);
+    assert.equal(await sw.evaluate(() => self.badges.at(-1)), 0, 'the badge cleared');
+    // A command to run shows the command.
+    const run = ed.prompt(sid, 'execute');
+    await card.waitFor();
+    assert.equal(await card.locator('.perm-kind').textContent(), 'Run a command');
+    assert.equal(await card.locator('.perm-command').textContent(), 'cargo test --workspace -- --nocapture');
+    await page.screenshot({ path: path.join(SHOTS, 'permission-execute-390.png') });
+    await card.locator('button[data-kind="reject_once"]').click();
+    await run;
+    // Follow / mute from the session's menu, kept by the hub for this device.
+    await page.locator('#more summary').click();
+    await page.locator('#mute-btn:not([hidden])').click();
+    await until('the session muted', async () => (await stack.api('/api/push/mute', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ endpoint }) })).muted.includes(sid));
+    await page.locator('#more summary').click();
+    assert.equal(await page.locator('#mute-btn').textContent(), 'Follow notifications');
+    await page.locator('#more summary').click();
+
+    await cdp.detach();
+    assert.deepEqual(errors.filter((e) => !/WebSocket/.test(e)), []);
+    await context.close();
+  });
+
   it('a click on a notification asks for a new window on the session when no page of the app is open', async () => {
     const context = await browser.newContext({ viewport: PHONE });
     await context.grantPermissions(['notifications']);
@@ -333,7 +444,7 @@ describe('installable web app', { timeout: 120000 }, () => {
     await until('no window left', async () => (await sw.evaluate(async () => (await self.clients.matchAll({ type: 'window' })).length)) === 0);
     await change('https://push.example/new', 'https://push.example/newer');
     await until('the renewal kept', () => sw.evaluate(async () => Boolean(await (await caches.open('zcode-acp-state')).match('/push-renewed'))));
-    assert.equal(seen.length, 2, 'nothing reached the hub without a page (the worker has no token)');
+    assert.equal(seen.length, 2, 'nothing reached the hub without a page (the worker leaves renewals to a page)');
     const again = await context.newPage();
     await again.goto(`${stack.base}/`);
     await until('the kept renewal sent', () => seen.length >= 4);
@@ -442,6 +553,15 @@ describe('installable web app', { timeout: 120000 }, () => {
       await button.click();
       const status = page.locator('#notify-status');
       await until('the status', async () => /does not send notifications/.test(await status.textContent()));
+      // A browser whose push service cannot be reached: "Notify me" gives up and says why.
+      await page.unroute('**/api/push/vapid-public-key');
+      await page.evaluate(() => {
+        window.zcodePushSubscribeMs = 300;
+        PushManager.prototype.subscribe = () => new Promise(() => {});
+      });
+      await button.click();
+      await until('the timeout said', async () => /push service did not answer within/.test(await status.textContent()));
+      if (scheme === 'light') await page.screenshot({ path: path.join(SHOTS, 'pwa-notify-timeout-390.png') });
       assert.deepEqual(errors.filter((e) => !/404/.test(e)), []);
       await context.close();
     });

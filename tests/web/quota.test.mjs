@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { Stack, launchBrowser, until } from './harness.mjs';
-import { phonePage, looksRight } from './look.mjs';
+import { sharedPhonePage, looksRight } from './look.mjs';
 
 const FIVE_HOUR_RESET = Date.now() + 2 * 3600e3;
 const GLM = JSON.stringify({ code: 200, msg: 'ok', success: true, data: { level: 'pro', limits: [
@@ -69,7 +69,7 @@ describe('the plan quota card on the home screen', () => {
 
   for (const scheme of ['light', 'dark']) {
     it(`shows a bar per window, the spend and a failure's message (${scheme})`, async () => {
-      const page = await phonePage(browser, scheme, stack.token);
+      const page = await sharedPhonePage(browser, scheme, stack.token);
       await page.goto(`${stack.base}/`);
       const card = page.locator('#quota');
       await card.locator('.quota-provider[data-provider="ollama"]').waitFor();
@@ -98,20 +98,20 @@ describe('the plan quota card on the home screen', () => {
       assert.equal(await ollama.locator('.quota-spend').innerText(), 'Spent $1.57 of $60 in 30 days · 246 requests');
       await card.scrollIntoViewIfNeeded();
       await looksRight(page, 'home-quota');
-      await page.context().close();
+      await page.close();
     });
   }
 
   it('is hidden when no provider is configured (config.json edited while the hub runs)', async () => {
     fs.writeFileSync(path.join(stack.home, 'config.json'), JSON.stringify({}));
     await until('the hub to read the new config', async () => (await stack.api('/api/quota')).glm.kind === 'not_configured');
-    const page = await phonePage(browser, 'light', stack.token);
+    const page = await sharedPhonePage(browser, 'light', stack.token);
     await page.goto(`${stack.base}/`);
     await page.locator('#quota[data-state="loaded"]').waitFor({ state: 'attached' });
     await page.locator('#instances').waitFor();
     assert.equal(await page.locator('#quota').isHidden(), true);
     assert.equal(await page.locator('#quota .quota-provider').count(), 0);
     await looksRight(page, 'home-quota-none', { screenshot: false });
-    await page.context().close();
+    await page.close();
   });
 });

@@ -49,7 +49,7 @@ async function looksRight(page, what) {
 }
 
 describe('session screen', () => {
-  let stack; let browser; let demo; let sdk;
+  let stack; let browser; let demo; let sdk; let shared;
 
   before(async () => {
     [stack, browser] = await startStack();
@@ -58,14 +58,25 @@ describe('session screen', () => {
 
   after(() => stopStack(stack, browser));
 
-  async function phonePage() {
-    const context = await browser.newContext(PHONE);
-    context.setDefaultTimeout(15000);
-    if (process.env.DEV_ASSETS) {
-      await context.route(/\/(js\/[a-z]+\.js|app\.css)$/, (route) => {
-        const rel = new URL(route.request().url()).pathname;
-        route.fulfill({ path: path.join(process.env.DEV_ASSETS, rel) });
-      });
+  /**
+   * A paired phone page: a new page of the file's one phone (a new context costs chromium
+   * several times what a page costs: a cold cache, the service worker installed again), or of
+   * a phone of its own (`own`: a second device, storage and routes apart). Close the page when
+   * done (and an own page's context).
+   */
+  async function phonePage(own = false) {
+    let context = own ? null : shared;
+    if (!context) {
+      // DEV_ASSETS: no service worker, which would serve the built files past the route.
+      context = await browser.newContext(process.env.DEV_ASSETS ? { ...PHONE, serviceWorkers: 'block' } : PHONE);
+      context.setDefaultTimeout(15000);
+      if (process.env.DEV_ASSETS) {
+        await context.route(/\/(js\/[a-z]+\.js|app\.css)$/, (route) => {
+          const rel = new URL(route.request().url()).pathname;
+          route.fulfill({ path: path.join(process.env.DEV_ASSETS, rel) });
+        });
+      }
+      if (!own) shared = context;
     }
     const page = await context.newPage();
     const errors = watchConsole(page);
@@ -89,7 +100,7 @@ describe('session screen', () => {
   const idle = (page) => page.locator('#cancel').waitFor({ state: 'hidden' });
 
   it('a live turn of the SDK example agent shows its tool cards between its texts, turn after turn, as its replay does', async () => {
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     const sid = await sdk.newSession(stack.project);
     await openSession(page, sdk, sid);
     for (const [i, word] of ['first', 'second'].entries()) {
@@ -122,11 +133,11 @@ describe('session screen', () => {
     await page.locator('#transcript > .msg.tool').nth(3).waitFor();
     assert.deepEqual(await structure(page), live, 'the replay shows what the live turns showed');
     assert.deepEqual(errors, []);
-    await context.close();
+    await page.close();
   });
 
   it('a live turn of the demo agent renders as its replay, with a turn driven by another device', async () => {
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     const sid = await demo.newSession(stack.project);
     await openSession(page, demo, sid);
     await send(page, 'hello there');
@@ -149,11 +160,11 @@ describe('session screen', () => {
     await until('the replay to be shown', async () => (await structure(page)).length === live.length);
     assert.deepEqual(await structure(page), live);
     assert.deepEqual(errors, []);
-    await context.close();
+    await page.close();
   });
 
   it('the transcript is not a live region; a status region says what matters once', async () => {
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     const sid = await demo.newSession(stack.project);
     await openSession(page, demo, sid);
     assert.notEqual(await page.getAttribute('#transcript', 'aria-live'), 'polite', 'every streamed frame would be re-announced');
@@ -163,11 +174,11 @@ describe('session screen', () => {
     await until('the turn end to be announced', async () => /finished/.test(await status.textContent()));
     assert.match(await status.textContent(), /You said: "hello"/);
     assert.deepEqual(errors, []);
-    await context.close();
+    await page.close();
   });
 
   it('an open tool card stays open (the same node) while its call streams', async () => {
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     const sid = await sdk.newSession(stack.project);
     await openSession(page, sdk, sid);
     await send(page, 'open the card');
@@ -184,11 +195,11 @@ describe('session screen', () => {
     await page.locator('.request.permission [data-option="reject"]').click();
     await idle(page);
     assert.deepEqual(errors, []);
-    await context.close();
+    await page.close();
   });
 
   it('a streamed message grows in the same node', async () => {
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     const sid = await demo.newSession(stack.project);
     await openSession(page, demo, sid);
     await send(page, 'long hold');
@@ -200,11 +211,11 @@ describe('session screen', () => {
     await page.click('#cancel');
     await idle(page);
     assert.deepEqual(errors, []);
-    await context.close();
+    await page.close();
   });
 
   it('Stop says in place that the cancel was sent: no toast over the transcript', async () => {
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     const sid = await demo.newSession(stack.project);
     await openSession(page, demo, sid);
     await send(page, 'long hold');
@@ -214,11 +225,11 @@ describe('session screen', () => {
     await page.locator('.msg.user .status', { hasText: 'stopped: cancelled' }).waitFor();
     await idle(page);
     assert.deepEqual(errors, []);
-    await context.close();
+    await page.close();
   });
 
   it('a cancelled turn shows its plan stopped and keeps its "stopped: cancelled" after a reload', async () => {
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     const sid = await demo.newSession(stack.project);
     await openSession(page, demo, sid);
     await send(page, 'long hold');
@@ -237,11 +248,11 @@ describe('session screen', () => {
     await until('the replayed plan to show it stopped', async () => /stopped/.test(await page.locator('#transcript > .msg.plan').last().textContent()));
     assert.doesNotMatch(await page.locator('#transcript > .msg.plan').last().textContent(), /◐/);
     assert.deepEqual(errors, []);
-    await context.close();
+    await page.close();
   });
 
   it('the composer shows its whole placeholder, idle and busy', async () => {
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     const sid = await demo.newSession(stack.project);
     await openSession(page, demo, sid);
     // Chromium counts an empty box's placeholder in its scrollHeight.
@@ -259,11 +270,11 @@ describe('session screen', () => {
     await page.click('#cancel');
     await idle(page);
     assert.deepEqual(errors, []);
-    await context.close();
+    await page.close();
   });
 
   it('on a phone Enter types a newline and Send sends; on a desktop Enter sends', async () => {
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     const sid = await demo.newSession(stack.project);
     await openSession(page, demo, sid);
     await page.click('#prompt');
@@ -277,7 +288,7 @@ describe('session screen', () => {
     assert.equal(await page.inputValue('#prompt'), '');
     await idle(page);
     assert.deepEqual(errors, []);
-    await context.close();
+    await page.close();
 
     const desk = await browser.newContext({ viewport: { width: 1100, height: 800 } });
     const dp = await desk.newPage();
@@ -299,8 +310,8 @@ describe('session screen', () => {
   }
 
   it('one phone cancels: the other loses its Stop button from the turn-end record and a reload there says "stopped: cancelled"', async () => {
-    const a = await phonePage();
-    const b = await phonePage();
+    const a = await phonePage(true);
+    const b = await phonePage(true);
     const sid = await demo.newSession(stack.project);
     await openSession(a.page, demo, sid);
     await openSession(b.page, demo, sid);
@@ -339,7 +350,7 @@ describe('session screen', () => {
   });
 
   it('a new prompt closes the plan of the turn before it, live as in a replay', async () => {
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     await page.goto(`${stack.base}/#token=${stack.token}`);
     const shown = await page.evaluate(async () => {
       const { Transcript } = await import('/js/transcript.js');
@@ -357,11 +368,11 @@ describe('session screen', () => {
     assert.doesNotMatch(shown, /◐/, `the first turn's plan is still in progress: ${shown}`);
     assert.match(shown, /stopped/);
     assert.deepEqual(errors, []);
-    await context.close();
+    await page.close();
   });
 
   it('when another device cancels its turn, the Stop button goes and the plan shows it stopped', async () => {
-    const { context, page, errors } = await phonePage();
+    const { page, errors } = await phonePage();
     const sid = await demo.newSession(stack.project);
     await openSession(page, demo, sid);
     const turn = demo.prompt(sid, 'long hold');
@@ -373,6 +384,6 @@ describe('session screen', () => {
     const plan = page.locator('#transcript > .msg.plan').last();
     await until('the plan to show it stopped', async () => /stopped/.test(await plan.textContent()));
     assert.deepEqual(errors, []);
-    await context.close();
+    await page.close();
   });
 });

@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { until, ROOT, startStack, stopStack } from './harness.mjs';
-import { phonePage, looksRight } from './look.mjs';
+import { sharedPhonePage, looksRight } from './look.mjs';
 
 const SCRIPTED = path.join(ROOT, 'tests/peers/scripted_agent.py');
 
@@ -38,7 +38,7 @@ describe('web client settings', () => {
     const sid = await ed.newSession(stack.project);
     const turn = ed.prompt(sid, 'wait for the restart');
     await until('the turn to run', () => agentLog().some((e) => e.method === 'session/prompt'));
-    const page = await phonePage(browser, 'light', stack.token);
+    const page = await sharedPhonePage(browser, 'light', stack.token);
     await page.goto(`${stack.base}/settings/${ed.id}`);
     await page.locator('#mcp-card', { hasText: 'No MCP servers yet.' }).waitFor();
     await page.click('#mcp-add');
@@ -70,11 +70,11 @@ describe('web client settings', () => {
     assert.equal(done.stopReason, 'end_turn');
     const load = agentLog().filter((e) => e.method === 'session/load').pop();
     assert.deepEqual(load.params.mcpServers.map((s) => s.name), ['files']);
-    await page.context().close();
+    await page.close();
   });
 
   it('edits, disables and deletes an MCP server', async () => {
-    const page = await phonePage(browser, 'dark', stack.token);
+    const page = await sharedPhonePage(browser, 'dark', stack.token);
     await page.goto(`${stack.base}/settings/${ed.id}`);
     const row = page.locator('#mcp-card li[data-mcp="files"]');
     await row.locator('button', { hasText: 'Edit' }).click();
@@ -87,11 +87,11 @@ describe('web client settings', () => {
     await page.locator('#mcp-card li[data-mcp="files"] button', { hasText: 'Delete' }).click();
     await page.click('dialog button[value="ok"]');
     await until('the server to be gone', () => !config().mcpServers.files);
-    await page.context().close();
+    await page.close();
   });
 
   it('sets the default model, toggles and edits subagents and skills, restores a backup', async () => {
-    const page = await phonePage(browser, 'light', stack.token);
+    const page = await sharedPhonePage(browser, 'light', stack.token);
     await page.goto(`${stack.base}/settings/${ed.id}`);
     const provider = page.locator('#models-card li[data-provider="scripted"]');
     await provider.waitFor();
@@ -124,11 +124,11 @@ describe('web client settings', () => {
     await page.click('dialog button[value="ok"]');
     await page.locator('.toast', { hasText: 'Restored.' }).waitFor();
     assert.notEqual(JSON.stringify(config()), before, 'the restore changed config.json back');
-    await page.context().close();
+    await page.close();
   });
 
   it('is reachable from the header and works without an agent (the hub mount)', async () => {
-    const page = await phonePage(browser, 'dark', stack.token);
+    const page = await sharedPhonePage(browser, 'dark', stack.token);
     await page.goto(`${stack.base}/`);
     await page.click('#settings-link');
     await page.waitForURL(/\/settings$/);
@@ -141,12 +141,12 @@ describe('web client settings', () => {
     assert.equal(await page.locator('#settings-instance').inputValue(), '');
     assert.equal(await page.locator('#restart-agent').count(), 0);
     await looksRight(page, 'settings-hub', { fullPage: true });
-    await page.context().close();
+    await page.close();
   });
 
   /** The hub's own settings screen on a light phone, loaded. */
   async function hubSettings() {
-    const page = await phonePage(browser, 'light', stack.token);
+    const page = await sharedPhonePage(browser, 'light', stack.token);
     await page.goto(`${stack.base}/settings`);
     await page.locator('#models-card').waitFor();
     return page;
@@ -158,7 +158,7 @@ describe('web client settings', () => {
       .filter((n) => n.checkVisibility() && [...n.childNodes].some((c) => c.nodeType === 3 && c.data.trim() === 'Settings')).length);
     assert.equal(said, 1, 'the word "Settings" as a title, shown times');
     await looksRight(page, 'settings-layout', { fullPage: true });
-    await page.context().close();
+    await page.close();
   });
 
   it('explains "This machine (no agent)" and an agent\'s scope', async () => {
@@ -166,7 +166,7 @@ describe('web client settings', () => {
     assert.match(await page.locator('#settings-scope').innerText(), /This machine \(no agent\): .*every agent/);
     await page.selectOption('#settings-instance', String(ed.id));
     await page.locator('#settings-scope', { hasText: 'This agent' }).waitFor();
-    await page.context().close();
+    await page.close();
   });
 
   it('spaces the cards apart', async () => {
@@ -176,7 +176,7 @@ describe('web client settings', () => {
       return cards.slice(1).map((r, i) => Math.round(r.top - cards[i].bottom));
     });
     assert.ok(gaps.length >= 4 && gaps.every((g) => g >= 8), `gaps between cards: ${gaps}`);
-    await page.context().close();
+    await page.close();
   });
 
   it('shows only the chosen transport\'s fields in the MCP form', async () => {
@@ -188,11 +188,11 @@ describe('web client settings', () => {
     await page.selectOption('#mcp-type', 'http');
     assert.deepEqual(await visible(), { '#mcp-command': false, '#mcp-args': false, '#mcp-env': false, '#mcp-url': true, '#mcp-headers': true });
     await looksRight(page, 'settings-mcp-http');
-    await page.context().close();
+    await page.close();
   });
 
   it('lists subagents only for an agent that has some', async () => {
-    const page = await phonePage(browser, 'dark', stack.token);
+    const page = await sharedPhonePage(browser, 'dark', stack.token);
     await page.goto(`${stack.base}/settings/${ed.id}`);
     await page.locator('#agents-card li[data-subagent="reviewer"]').waitFor();
     // Without a file, no card: the built-ins alone say nothing about this agent.
@@ -207,7 +207,7 @@ describe('web client settings', () => {
     } finally {
       fs.renameSync(`${agents}.away`, agents);
     }
-    await page.context().close();
+    await page.close();
   });
 
   it('links to the hooks screen and the token usage view, with their summaries', async () => {
@@ -215,7 +215,7 @@ describe('web client settings', () => {
     const cfg = config();
     cfg.hooks = { events: { Stop: [{ hooks: [{ type: 'command', command: 'echo linked' }] }] } };
     fs.writeFileSync(file, JSON.stringify(cfg, null, 2));
-    const page = await phonePage(browser, 'light', stack.token);
+    const page = await sharedPhonePage(browser, 'light', stack.token);
     await page.goto(`${stack.base}/settings/${ed.id}`);
     const more = page.locator('#more-card');
     await more.locator('li', { hasText: '1 hook configured.' }).waitFor();
@@ -234,13 +234,13 @@ describe('web client settings', () => {
     await page.waitForURL(/\/usage$/);
     await page.locator('#usage-empty, #usage-total').first().waitFor();
     await looksRight(page, 'settings-to-usage', { fullPage: true });
-    await page.context().close();
+    await page.close();
     // Dark: the card itself, on the hub's own mount.
-    const dark = await phonePage(browser, 'dark', stack.token);
+    const dark = await sharedPhonePage(browser, 'dark', stack.token);
     await dark.goto(`${stack.base}/settings`);
     await dark.locator('#more-card li', { hasText: '1 hook configured.' }).waitFor();
     await dark.locator('#more-card').scrollIntoViewIfNeeded();
     await looksRight(dark, 'settings-links');
-    await dark.context().close();
+    await dark.close();
   });
 });

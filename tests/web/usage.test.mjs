@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { Editor, BIN, ROOT, settledHome, startStack, stopStack } from './harness.mjs';
-import { phonePage, looksRight } from './look.mjs';
+import { sharedPhonePage, looksRight } from './look.mjs';
 
 const DAY_MS = 86400000;
 const AGENT = ['/usr/bin/python3', path.join(ROOT, 'tests/peers/usage_agent.py')];
@@ -42,17 +42,17 @@ describe('web client token usage', () => {
   }
 
   it('says nothing was recorded yet, from the home screen\'s link', async () => {
-    const page = await phonePage(browser, 'light', stack.token);
+    const page = await sharedPhonePage(browser, 'light', stack.token);
     await settledHome(page, stack.base);
     await page.locator('#usage-link').click();
     await page.waitForURL(/\/usage$/);
     await page.locator('#usage-empty', { hasText: 'No token usage recorded yet' }).waitFor();
     await looksRight(page, 'usage-empty');
-    await page.context().close();
+    await page.close();
   });
 
   it('says when the hub cannot be reached, and offers to retry', async () => {
-    const page = await phonePage(browser, 'light', stack.token);
+    const page = await sharedPhonePage(browser, 'light', stack.token);
     await page.route(/\/api\/settings\/usage/, (route) => route.abort('connectionrefused'));
     await page.goto(`${stack.base}/usage`);
     await page.locator('#view [role="alert"]').waitFor();
@@ -61,7 +61,7 @@ describe('web client token usage', () => {
     await page.locator('#view button', { hasText: 'Retry' }).click();
     await page.locator('#usage-empty, #usage-total').first().waitFor();
     assert.equal(await page.locator('#conn').textContent(), 'online');
-    await page.context().close();
+    await page.close();
   });
 
   it('shows totals, models and days, and switches ranges', async () => {
@@ -81,7 +81,7 @@ describe('web client token usage', () => {
     await turn(today, sid, { switch: LONG, usage: { totalTokens: 40, inputTokens: 30, outputTokens: 10 } });
     await today.close();
 
-    const page = await phonePage(browser, 'light', stack.token);
+    const page = await sharedPhonePage(browser, 'light', stack.token);
     await settledHome(page, stack.base);
     await page.locator('#usage-note', { hasText: '525 tokens in 7 days' }).waitFor();
     await page.locator('#usage-link').click();
@@ -110,10 +110,10 @@ describe('web client token usage', () => {
     await page.reload();
     await page.locator('#usage-total', { hasText: '1,525' }).waitFor();
     assert.equal(await page.locator('[data-range="all"]').getAttribute('aria-pressed'), 'true');
-    await page.context().close();
+    await page.close();
 
     for (const scheme of ['light', 'dark']) {
-      const p = await phonePage(browser, scheme, stack.token);
+      const p = await sharedPhonePage(browser, scheme, stack.token);
       await p.goto(`${stack.base}/usage`);
       await p.locator('#usage-daily li').first().waitFor();
       await looksRight(p, 'usage', { fullPage: true });
@@ -121,7 +121,7 @@ describe('web client token usage', () => {
       await p.locator('#usage-note', { hasText: 'tokens in 7 days' }).waitFor();
       await p.locator('#usage-card').scrollIntoViewIfNeeded();
       await looksRight(p, 'usage-home-link');
-      await p.context().close();
+      await p.close();
     }
   });
 });

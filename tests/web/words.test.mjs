@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Stack, launchBrowser, until, stopStack } from './harness.mjs';
-import { phonePage, looksRight } from './look.mjs';
+import { sharedPhonePage, looksRight } from './look.mjs';
 
 const TITLE = 'Refactor the settings screen so that every card keeps its distance and the restart dialog speaks plainly to whoever holds the phone';
 
@@ -36,16 +36,16 @@ describe('counts and words on a phone', () => {
   const filesUrl = (q) => `${stack.base}/f/${ed.id}/${encodeURIComponent(sid)}?cwd=${encodeURIComponent(stack.project)}${q}`;
 
   it('counts one session as "1 session"', async () => {
-    const page = await phonePage(browser, 'light', stack.token);
+    const page = await sharedPhonePage(browser, 'light', stack.token);
     await page.goto(`${stack.base}/`);
     const row = page.locator(`#projects .project[data-path="${stack.project}"] .project-head`);
     await row.waitFor();
     assert.match(await row.innerText(), /(^|\n)1 session · /);
-    await page.context().close();
+    await page.close();
   });
 
   it("shows each recent turn's own first prompt on the board", async () => {
-    const page = await phonePage(browser, 'dark', stack.token);
+    const page = await sharedPhonePage(browser, 'dark', stack.token);
     await page.goto(`${stack.base}/`);
     const recent = page.locator('#board .board-recent');
     await recent.waitFor();
@@ -57,14 +57,14 @@ describe('counts and words on a phone', () => {
     assert.match(texts[1], /“please summarise the release notes”/, texts[1]);
     await recent.evaluate((n) => n.scrollIntoView({ block: 'start' }));
     await looksRight(page, 'words-board-recent');
-    await page.context().close();
+    await page.close();
   });
 
   it('cuts a long title with an ellipsis at a word', async () => {
     await stack.api(`/api/instances/${ed.id}/sessions/${encodeURIComponent(sid)}/rename`, {
       method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ title: TITLE }),
     });
-    const page = await phonePage(browser, 'light', stack.token);
+    const page = await sharedPhonePage(browser, 'light', stack.token);
     await page.goto(`${stack.base}/`);
     const title = page.locator(`[data-instance="${ed.id}"] [data-session="${sid}"] .title`);
     await until('the new title on home', async () => (await title.count()) === 1 && (await title.innerText()).startsWith('Refactor'));
@@ -73,11 +73,11 @@ describe('counts and words on a phone', () => {
     const kept = shown.slice(0, -1);
     assert.ok(TITLE.startsWith(kept) && TITLE[kept.length] === ' ', `not cut at a word: ${shown}`);
     await looksRight(page, 'words-long-title');
-    await page.context().close();
+    await page.close();
   });
 
   it('keeps a code line whole in the file viewer, and "back" from a file returns to its folder', async () => {
-    const page = await phonePage(browser, 'light', stack.token);
+    const page = await sharedPhonePage(browser, 'light', stack.token);
     await page.goto(filesUrl('&dir=sub'));
     await page.locator('.file-list a', { hasText: 'wide.js' }).click();
     const line = page.locator('.text-view .line', { hasText: 'const x' });
@@ -95,11 +95,11 @@ describe('counts and words on a phone', () => {
     await back.click();
     await page.locator('.file-list li[data-name="wide.js"]').waitFor();
     assert.equal(new URL(page.url()).searchParams.get('dir'), 'sub');
-    await page.context().close();
+    await page.close();
   });
 
   it('ends a stopped reply with a visible "stopped" marker, live and after a reload', async () => {
-    const page = await phonePage(browser, 'light', stack.token);
+    const page = await sharedPhonePage(browser, 'light', stack.token);
     await page.goto(sessionUrl());
     await page.locator('#prompt').waitFor();
     await page.locator('#transcript .msg.agent').first().waitFor();
@@ -116,11 +116,11 @@ describe('counts and words on a phone', () => {
     await page.locator('#transcript > .msg.agent', { hasText: 'tick 2 ' }).waitFor();
     const replayed = page.locator('#transcript > .msg.agent').last();
     await until('the marker after a reload', async () => /■ stopped$/.test((await replayed.innerText()).trim()));
-    await page.context().close();
+    await page.close();
   });
 
   it('shows the status pill\'s detail when it is tapped', async () => {
-    const page = await phonePage(browser, 'dark', stack.token);
+    const page = await sharedPhonePage(browser, 'dark', stack.token);
     await page.goto(`${stack.base}/`);
     await page.locator('#conn', { hasText: 'online' }).waitFor();
     await page.tap('#conn');
@@ -130,6 +130,6 @@ describe('counts and words on a phone', () => {
     await looksRight(page, 'words-pill-detail');
     await page.tap('#conn');
     await until('the detail to close', async () => !(await detail.isVisible()));
-    await page.context().close();
+    await page.close();
   });
 });

@@ -27,6 +27,8 @@ usage update. Words in the prompt (alone, or with a leading `/`) script the rest
 
   permission    ask `session/request_permission` (allow / reject); the reply says what was
                 chosen; a `cancelled` outcome ends the turn with stopReason `cancelled`
+  execute       the same for an `execute` tool call whose `rawInput.command` is a cargo command
+                (nothing is run)
   permission:PATH  the same for a `read` tool call naming PATH (in `rawInput` as given, in
                 `locations` resolved against the session cwd); nothing is read
   read:PATH     read PATH through the client (`fs/read_text_file`), relative to the session cwd

@@ -13,6 +13,16 @@ const LONG_CHUNKS: usize = 600;
 /// The shortest pause between chunks of a `long` turn, so it stays long at delay 0.
 const LONG_MIN_DELAY: Duration = Duration::from_millis(20);
 
+/// A `long` turn's chunk count and the shortest pause between its chunks: 600 and 20 ms, or
+/// what the test knobs `ZCODE_ACP_TEST_LONG_CHUNKS` and `ZCODE_ACP_TEST_LONG_MS` say (a test
+/// that needs a turn running, not a turn of 12 s, makes it shorter).
+fn long_shape(env: &dyn zcode_shared::env::Env) -> (usize, Duration) {
+    let knob = |name| zcode_shared::env::test_knob(env, name).and_then(|v| v.parse::<u64>().ok());
+    let chunks = knob("ZCODE_ACP_TEST_LONG_CHUNKS").map_or(LONG_CHUNKS, |n| n as usize);
+    let delay = knob("ZCODE_ACP_TEST_LONG_MS").map_or(LONG_MIN_DELAY, Duration::from_millis);
+    (chunks, delay)
+}
+
 /// Why a turn stopped early.
 enum Stop {
     Cancelled,
@@ -23,6 +33,8 @@ enum Stop {
 #[derive(Debug, Default, PartialEq)]
 struct Script {
     permission: bool,
+    /// `execute`: ask permission to run a command.
+    execute: bool,
     long: bool,
     hold: bool,
     fail: bool,
@@ -53,6 +65,7 @@ fn script_of(text: &str) -> Script {
         }
         match word.trim_end_matches(['.', ',', ';', '!', '?']).to_ascii_lowercase().as_str() {
             "permission" => s.permission = true,
+            "execute" => s.execute = true,
             "long" => s.long = true,
             "hold" => s.hold = true,
             "fail" => s.fail = true,
@@ -174,6 +187,9 @@ impl Turn<'_> {
         if script.permission {
             self.permission().await?;
         }
+        if script.execute {
+            self.execute_permission().await?;
+        }
         for (i, path) in script.read_permissions.iter().enumerate() {
             self.read_permission(i, path).await?;
         }
@@ -270,8 +286,22 @@ impl Turn<'_> {
 
     async fn permission(&self) -> Result<(), Stop> {
         let call = format!("call_{}_permission", self.n);
+        let path = self.resolve("demo.txt");
+        let (old, new) = ("hello\nworld", "hello\nbrave new world");
         let tool = json!({"toolCallId": call, "title": "Touch demo.txt (needs your permission)",
-            "kind": "edit", "status": "pending"});
+            "kind": "edit", "status": "pending", "locations": [{"path": path, "line": 2}],
+            "rawInput": {"file_path": path, "old_string": "world", "new_string": "brave new world"},
+            "content": [{"type": "diff", "path": path, "oldText": old, "newText": new}]});
+        self.ask_permission(&call, tool).await
+    }
+
+    /// An `execute` tool call asking to run a command (nothing is run).
+    async fn execute_permission(&self) -> Result<(), Stop> {
+        let call = format!("call_{}_execute", self.n);
+        let command = "cargo test --workspace -- --nocapture";
+        let tool = json!({"toolCallId": call, "title": format!("Run `{command}`"),
+            "kind": "execute", "status": "pending", "locations": [{"path": self.cwd}],
+            "rawInput": {"command": command, "cwd": self.cwd, "timeout_ms": 120000}});
         self.ask_permission(&call, tool).await
     }
 
@@ -431,8 +461,9 @@ impl Turn<'_> {
     }
 
     async fn long(&self) -> Result<(), Stop> {
-        let delay = self.agent.delay().max(LONG_MIN_DELAY);
-        for i in 1..=LONG_CHUNKS {
+        let (chunks, min_delay) = long_shape(&zcode_shared::env::ProcessEnv);
+        let delay = self.agent.delay().max(min_delay);
+        for i in 1..=chunks {
             self.pause(delay).await?;
             self.agent
                 .update(
@@ -513,6 +544,15 @@ mod tests {
         assert!(images_of(&bad, true).is_err());
         let not_base64 = [json!({"type": "image", "mimeType": "image/png", "data": "<svg>"})];
         assert!(images_of(&not_base64, true).is_err());
+    }
+
+    #[test]
+    fn a_long_turn_is_600_chunks_20_ms_apart_unless_the_test_knobs_say_otherwise() {
+        let mut env = std::collections::HashMap::new();
+        assert_eq!(long_shape(&env), (600, Duration::from_millis(20)));
+        env.insert("ZCODE_ACP_TEST_LONG_CHUNKS".to_owned(), "300".to_owned());
+        env.insert("ZCODE_ACP_TEST_LONG_MS".to_owned(), "10".to_owned());
+        assert_eq!(long_shape(&env), (300, Duration::from_millis(10)));
     }
 
     #[test]

@@ -425,6 +425,16 @@ impl Router {
             let answer: String =
                 zcode_shared::text::strip_controls(answer.unwrap_or("answered")).chars().take(64).collect();
             self.audit(client, "permission.answer", format!("session {session}: {answer}"));
+            let by = match self.clients.get(&client) {
+                Some(c) => match (&c.device, c.kind) {
+                    (Some(d), _) => format!("device {d}"),
+                    (None, super::ClientKind::Editor) => "editor".to_owned(),
+                    (None, _) => "machine".to_owned(),
+                },
+                None => "a client".to_owned(),
+            };
+            let session = session.to_owned();
+            self.requests.answers.note(super::answers::Answered { key, session, by, option: answer });
         }
         if req.msg.method() == "terminal/create" && self.clients.is_editor(client) {
             if let Some(tid) =

@@ -274,6 +274,8 @@ impl Router {
                     if let Some(req) = live.then(|| self.withdraw(key, None)).flatten() {
                         let answer = json!({"outcome": {"outcome": "selected", "optionId": option}});
                         self.agent.answer(&req.upstream_id, Ok(&jsonrpc::raw(&answer)));
+                        let (session, by, option) = (session.clone(), "hook".to_owned(), option.to_string());
+                        self.requests.answers.note(super::answers::Answered { key, session, by, option });
                     }
                     extra.insert("decision".into(), json!(decision));
                     extra.insert("optionId".into(), json!(option));

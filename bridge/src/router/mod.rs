@@ -9,6 +9,7 @@
 
 mod account;
 mod agent;
+mod answers;
 mod backlog;
 pub mod client;
 mod clients;
@@ -30,6 +31,7 @@ mod usage_hook;
 mod watch;
 
 pub use agent::{AgentHealth, AgentSpec};
+pub use answers::AnswerReply;
 pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
 pub use glance::{Glance, PendingRow, TurnRow};
 pub use hooks::HookReport;
@@ -147,6 +149,21 @@ pub enum Event {
         op: Lifecycle,
         /// Where the answer goes.
         reply: LifecycleReply,
+    },
+    /// A permission answered over HTTP (`POST /sessions/{sid}/permissions/{requestId}`).
+    HttpAnswer {
+        /// The session.
+        session: String,
+        /// The request's key (the id clients got it under).
+        request: u64,
+        /// The option chosen.
+        option: String,
+        /// Who answers: the device the hub named, or `machine`.
+        by: String,
+        /// Record it in the audit trail (the hub did not: the request came straight here).
+        audit: bool,
+        /// Where the answer goes.
+        reply: AnswerReply,
     },
     /// The root directory of a session live here (`/fs/*`), `None` if it is not.
     SessionRoot {
@@ -369,6 +386,9 @@ impl Router {
                     let _ = reply.send(glance::glance(&self.requests, &self.sessions, &self.clients));
                 }
                 Event::Lifecycle { session, op, reply } => self.on_lifecycle(&session, op, reply),
+                Event::HttpAnswer { session, request, option, by, audit, reply } => {
+                    self.on_http_answer(&session, request, &option, (by, audit), reply)
+                }
                 Event::Settings(ev) => self.on_settings(ev),
                 Event::AgentConfig(read) => self.on_agent_config(*read),
                 Event::SessionRoot { session, reply } => {

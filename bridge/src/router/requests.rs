@@ -45,6 +45,8 @@ pub struct Requests {
     local: Arc<LocalService>,
     /// Agent requests being served locally, by agent id (a cancelled one is removed).
     inflight: HashSet<Id>,
+    /// The last answers to requests, for a late HTTP answer's 409.
+    pub answers: super::answers::AnswerLog,
 }
 
 impl std::ops::Deref for Requests {
@@ -63,6 +65,7 @@ impl Requests {
             terminals: HashMap::new(),
             local: LocalService::new(),
             inflight: HashSet::new(),
+            answers: super::answers::AnswerLog::default(),
         }
     }
 

@@ -1,9 +1,10 @@
 //! The audit trail: what a device did, when, to what, kept in the store (the newest 10 000
 //! rows) and read at `GET /api/audit`. The hub records what it sees at the HTTP level:
 //! pairing, revocations and renames, session create/resume/close/rename/delete, project
-//! deletes, settings writes, backend restarts, upgrades and token rotations, each with the
-//! answer's status (a refusal is recorded too). Prompts and permission answers travel inside
-//! the byte-level relay, which the hub does not parse: they are not recorded here.
+//! deletes, settings writes, backend restarts, upgrades and token rotations, permissions
+//! answered over HTTP (a notification's Allow or Deny), each with the answer's status (a
+//! refusal is recorded too). Prompts and permission answers sent on a session's WebSocket
+//! travel inside the byte-level relay, which the hub does not parse: the bridge records those.
 
 use crate::Hub;
 use crate::auth::Principal;
@@ -38,7 +39,14 @@ pub fn action_of(method: &Method, path: &str) -> Option<(&'static str, String)> 
     if rest.starts_with("settings/") {
         return Some(("settings.write", format!("instance {instance}: /{rest}")));
     }
-    let (session, verb) = rest.strip_prefix("sessions/")?.rsplit_once('/')?;
+    let in_session = rest.strip_prefix("sessions/")?;
+    if let Some((session, request)) =
+        in_session.split_once('/').and_then(|(s, r)| Some((s, r.strip_prefix("permissions/")?)))
+    {
+        let target = format!("instance {instance} session {session} request {request}");
+        return Some(("permission.answer", target));
+    }
+    let (session, verb) = in_session.rsplit_once('/')?;
     let action = match verb {
         "close" => "session.close",
         "rename" => "session.rename",
@@ -103,5 +111,9 @@ mod tests {
         assert_eq!(action_of(&post, "/api/instances/42/backend/restart").unwrap().0, "backend.restart");
         assert_eq!(action_of(&Method::DELETE, "/api/devices/abc").unwrap().0, "device.revoke");
         assert_eq!(action_of(&post, "/api/push/subscriptions"), None);
+        assert_eq!(
+            action_of(&post, "/api/instances/42/sessions/s1/permissions/7"),
+            Some(("permission.answer", "instance 42 session s1 request 7".to_owned()))
+        );
     }
 }

@@ -459,12 +459,13 @@ pub fn check_name(name: &str) -> Result<String, &'static str> {
 }
 
 /// Whether a `watch` device may make this request: reading (`GET`, `HEAD`) and its own push
-/// subscription, nothing that changes anything.
+/// subscription and mutes, nothing that changes anything.
 pub fn watch_may(method: &hyper::Method, path: &str) -> bool {
     use hyper::Method;
     matches!(*method, Method::GET | Method::HEAD)
         || (path == "/api/push/subscriptions" && matches!(*method, Method::POST | Method::DELETE))
         || (path == "/api/pair/key" && *method == Method::POST)
+        || (path == "/api/push/mute" && *method == Method::POST)
 }
 
 #[cfg(test)]

@@ -6,26 +6,34 @@
 //! - [`ece`]: the payload encryption.
 //! - [`subs`]: one subscription per device (`<data>/push/subscriptions.json`).
 //! - [`send`]: one POST to a push service (https with rustls).
+//! - [`payload`]: what a push says.
 //!
-//! The hub learns statuses from heartbeats: [`Push::on_heartbeat`] diffs an instance's old and
-//! new session statuses and queues an event when one becomes `waiting`, or goes from `running`
-//! (or `waiting`) to `idle`. Nothing here ever holds up a request or a turn: the queue is
+//! The hub learns statuses from heartbeats: [`transitions`] diffs an instance's old and new
+//! session statuses: a session that becomes `waiting` is a wait (the hub reads the request
+//! from the bridge's `/attention` before it is queued, for the notification's details and its
+//! Allow and Deny), one that stops waiting withdraws it (a push under the same tag that closes
+//! the notification), and `running` (or `waiting`) to `idle` is a turn's end. A wait answered
+//! before its push went out is never sent (nor is its withdrawal), and the pushes about one
+//! session go out in order. A device may mute a session ([`Push::mute`]): it then hears
+//! nothing of it. Nothing here ever holds up a request or a turn: the queue is
 //! bounded (a full one drops the event with a warning), one task expands events into pushes,
 //! at most [`PARALLEL_SENDS`] run at once and each gives up after [`SEND_TIMEOUT`]. Keys and
 //! subscriptions are read from disk on first use, by that task or a `/api/push` route, and every
 //! file read or write runs on the blocking pool ([`Shared::blocking`]), never on an async worker.
 
 pub mod ece;
+pub mod payload;
 pub mod send;
 pub mod subs;
 pub mod vapid;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc};
@@ -42,16 +50,20 @@ const QUEUE: usize = 256;
 pub const TTL_SECS: u32 = 600;
 
 /// What happened to a session.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Kind {
     /// It waits for the user (a permission or an elicitation): every device, `Urgency: high`.
+    #[default]
     Waiting,
-    /// A turn ended: devices that asked (`notifyTurnEnd`), `Urgency: normal`.
+    /// A turn ended: devices that asked (`notifyTurnEnd`), `Urgency: normal`; the others get
+    /// the wait's withdrawal when the session was waiting.
     TurnEnded,
+    /// The wait was answered (the turn goes on): its notification is closed, `Urgency: high`.
+    Withdrawn,
 }
 
 /// One notification to send.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct Event {
     /// What happened.
     pub kind: Kind,
@@ -63,6 +75,17 @@ pub struct Event {
     pub title: Option<String>,
     /// The instance's working directory.
     pub workspace: String,
+    /// The bridge's loopback port (where a wait's request is read).
+    pub port: u16,
+    /// A wait's request, as the bridge's `/attention` lists it (`None`: not known).
+    pub request: Option<Value>,
+    /// How many sessions wait for an answer, machine-wide (the app badge).
+    pub pending: usize,
+    /// A wait: whether its push went out. A withdrawal or turn end: the wait's (none: the
+    /// session was not waiting).
+    sent: Option<Arc<AtomicBool>>,
+    /// A wait's number ([`Push::on_heartbeat`]): it goes out only while it is the session's latest.
+    wait: u64,
 }
 
 /// The events a heartbeat implies: `before` are the instance's statuses by session id as last
@@ -81,6 +104,7 @@ pub fn transitions(
                 (Some("waiting"), Some("waiting")) => return None,
                 (_, Some("waiting")) => Kind::Waiting,
                 (Some("running" | "waiting"), Some("idle")) => Kind::TurnEnded,
+                (Some("waiting"), _) => Kind::Withdrawn,
                 _ => return None,
             };
             Some(Event {
@@ -89,69 +113,45 @@ pub fn transitions(
                 session: s.session_id.clone(),
                 title: s.title.clone(),
                 workspace: workspace.to_owned(),
+                ..Event::default()
             })
         })
         .collect()
 }
 
-/// `encodeURIComponent`: what the web client puts in its links.
-fn uri_component(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z'
-            | b'a'..=b'z'
-            | b'0'..=b'9'
-            | b'-'
-            | b'_'
-            | b'.'
-            | b'!'
-            | b'~'
-            | b'*'
-            | b'\''
-            | b'('
-            | b')' => out.push(b as char),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
-/// At most `max` characters of `s`, with an ellipsis when cut.
-fn clip(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &s[..at]),
-        None => s.to_owned(),
-    }
-}
-
 impl Event {
-    /// The JSON the service worker receives: `{title, body, url, tag, kind}`. `url` is the web
-    /// client's session route; `tag` is per session, so a turn's end replaces its wait.
-    pub fn payload(&self) -> Value {
-        let session = clip(self.title.as_deref().filter(|t| !t.trim().is_empty()).unwrap_or("A session"), 80);
-        let project = self.workspace.trim_end_matches('/').rsplit('/').next().filter(|p| !p.is_empty());
-        let body = match (self.kind, project) {
-            (Kind::Waiting, Some(p)) => format!("{session} needs your answer · {}", clip(p, 60)),
-            (Kind::Waiting, None) => format!("{session} needs your answer"),
-            (Kind::TurnEnded, Some(p)) => format!("{session} finished its turn · {}", clip(p, 60)),
-            (Kind::TurnEnded, None) => format!("{session} finished its turn"),
-        };
-        let mut url = format!("/s/{}/{}", uri_component(&self.instance), uri_component(&self.session));
-        if !self.workspace.is_empty() {
-            url.push_str(&format!("?cwd={}", uri_component(&self.workspace)));
-        }
-        let (title, kind) = match self.kind {
-            Kind::Waiting => ("Waiting for you", "waiting"),
-            Kind::TurnEnded => ("Turn finished", "turnEnd"),
-        };
-        json!({"title": title, "body": body, "url": url, "tag": format!("session:{}", self.session), "kind": kind})
-    }
-
     /// RFC 8030 `Topic`: a newer message about the same session replaces an undelivered one.
     fn topic(&self) -> String {
         let digest = Sha256::digest(self.session.as_bytes());
         B64.encode(digest)[..32].to_owned()
+    }
+
+    /// Whether `sub` hears of this event.
+    fn reaches(&self, sub: &subs::Subscription) -> bool {
+        if sub.muted.contains(&self.session) {
+            return false;
+        }
+        match self.kind {
+            Kind::Waiting => true,
+            Kind::TurnEnded => sub.notify_turn_end || self.withdraws(),
+            Kind::Withdrawn => self.withdraws(),
+        }
+    }
+
+    /// Whether this ends a wait whose push went out.
+    fn withdraws(&self) -> bool {
+        self.kind != Kind::Waiting && self.sent.as_ref().is_some_and(|s| s.load(Ordering::SeqCst))
+    }
+
+    /// What `sub` is sent: a turn's end, or the wait's withdrawal to a device that did not ask
+    /// for turn ends.
+    fn for_sub(&self, sub: &subs::Subscription) -> (Kind, Value) {
+        let kind = match self.kind {
+            Kind::TurnEnded if !sub.notify_turn_end => Kind::Withdrawn,
+            k => k,
+        };
+        let e = Event { kind, ..self.clone() };
+        (kind, e.payload())
     }
 }
 
@@ -171,6 +171,9 @@ struct Shared {
     dir: PathBuf,
     subject: String,
     state: Mutex<State>,
+    /// Each waiting session's latest wait: its number and whether its push went out.
+    waits: Mutex<HashMap<String, (u64, Arc<AtomicBool>)>>,
+    next_wait: AtomicU64,
 }
 
 /// Why the keys could not be had (the 500's log line).
@@ -216,7 +219,8 @@ impl Push {
     /// the contact push services see.
     pub fn new(dir: PathBuf, subject: String) -> Push {
         let state = Mutex::new(State { keys: None, subs: None });
-        Push { shared: Arc::new(Shared { dir, subject, state }), queue: OnceLock::new() }
+        let (waits, next_wait) = (Mutex::new(HashMap::new()), AtomicU64::new(1));
+        Push { shared: Arc::new(Shared { dir, subject, state, waits, next_wait }), queue: OnceLock::new() }
     }
 
     /// The VAPID public key (base64url, uncompressed point), made (and written) on first use.
@@ -239,11 +243,43 @@ impl Push {
         self.shared.blocking(move |sh| sh.with_subs(|s| s.remove(&endpoint))).await?
     }
 
-    /// Queues the notifications a heartbeat implies (see [`transitions`]); never waits.
-    pub fn on_heartbeat(&self, events: Vec<Event>) {
-        for e in events {
-            self.enqueue(e);
+    /// Mutes (or unmutes) session `session` for the device of `endpoint`: its muted sessions,
+    /// or `None` when no such subscription is stored.
+    pub async fn mute(
+        &self,
+        endpoint: &str,
+        session: &str,
+        muted: bool,
+    ) -> std::io::Result<Option<Vec<String>>> {
+        let (endpoint, session) = (endpoint.to_owned(), session.to_owned());
+        self.shared.blocking(move |sh| sh.with_subs(|s| s.mute(&endpoint, &session, muted))).await?
+    }
+
+    /// The sessions the device of `endpoint` muted (`None`: no such subscription).
+    pub async fn muted(&self, endpoint: &str) -> std::io::Result<Option<Vec<String>>> {
+        let endpoint = endpoint.to_owned();
+        let find = move |sh: &Shared| {
+            sh.with_subs(|s| s.all().iter().find(|x| x.endpoint == endpoint).map(|x| x.muted.clone()))
+        };
+        self.shared.blocking(find).await
+    }
+
+    /// Notes what a heartbeat's events mean for the waits (a wait is numbered and becomes its
+    /// session's latest; the end of a wait takes the wait's `sent` flag) and hands them back, to
+    /// be queued with [`Push::enqueue`] (a wait once its request is read). Never waits.
+    pub fn note(&self, mut events: Vec<Event>) -> Vec<Event> {
+        let mut waits = self.shared.waits.lock().unwrap_or_else(|p| p.into_inner());
+        for e in &mut events {
+            if e.kind == Kind::Waiting {
+                let n = self.shared.next_wait.fetch_add(1, Ordering::SeqCst);
+                let sent = Arc::new(AtomicBool::new(false));
+                waits.insert(e.session.clone(), (n, sent.clone()));
+                (e.wait, e.sent) = (n, Some(sent));
+            } else {
+                e.sent = waits.remove(&e.session).map(|(_, sent)| sent);
+            }
         }
+        events
     }
 
     /// Queues one event for the sender task (started on first use); a full queue drops it.
@@ -259,44 +295,68 @@ impl Push {
     }
 }
 
-/// The sender task: each event becomes one push per interested device.
+/// The sender task: each event becomes one push per interested device, sent by a task of its
+/// own that first waits for the one before it about the same session (so a withdrawal never
+/// overtakes its wait).
 async fn sender(shared: Arc<Shared>, mut rx: mpsc::Receiver<Event>) {
     let slots = Arc::new(Semaphore::new(PARALLEL_SENDS));
+    let mut chains: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
     while let Some(event) = rx.recv().await {
-        let kind = event.kind;
-        let targets = shared.blocking(move |sh| {
-            sh.with_subs(|s| {
-                s.all().iter().filter(|s| kind == Kind::Waiting || s.notify_turn_end).cloned().collect()
-            })
-        });
-        let targets: Vec<subs::Subscription> = targets.await.unwrap_or_default();
-        if targets.is_empty() {
-            continue;
-        }
-        let keys = match shared.blocking(Shared::keys).await {
-            Ok(Ok(k)) => k,
-            Ok(Err(e)) => {
-                tracing::error!("cannot send a push notification: {e}");
-                continue;
+        chains.retain(|_, h| !h.is_finished());
+        let before = chains.remove(&event.session);
+        let session = event.session.clone();
+        let task = tokio::spawn(send_event(shared.clone(), slots.clone(), event, before));
+        chains.insert(session, task);
+    }
+}
+
+/// Sends `event` to every device it reaches, once `before` (the session's previous event) is
+/// done; a wait no longer its session's latest (answered meanwhile) is dropped.
+async fn send_event(
+    shared: Arc<Shared>,
+    slots: Arc<Semaphore>,
+    event: Event,
+    before: Option<tokio::task::JoinHandle<()>>,
+) {
+    if let Some(b) = before {
+        let _ = b.await;
+    }
+    if event.kind == Kind::Waiting {
+        // A test holds a wait here to answer it before it goes out.
+        let _ = shared.blocking(|_| crate::hold::point("push-send")).await;
+        let waits = shared.waits.lock().unwrap_or_else(|p| p.into_inner());
+        match (waits.get(&event.session), &event.sent) {
+            (Some((n, _)), Some(sent)) if *n == event.wait => sent.store(true, Ordering::SeqCst),
+            _ => {
+                tracing::debug!(session = %event.session, "a wait answered before its push went out: not sent");
+                return;
             }
-            Err(e) => {
-                tracing::error!("cannot send a push notification: {e}");
-                continue;
-            }
-        };
-        let payload = event.payload().to_string();
-        let topic = event.topic();
-        for sub in targets {
-            let Ok(permit) = slots.clone().acquire_owned().await else { return };
-            let (shared, keys, payload, topic) =
-                (shared.clone(), keys.clone(), payload.clone(), topic.clone());
-            let kind = event.kind;
-            tokio::spawn(async move {
-                deliver(&shared, &keys, &sub, kind, payload.as_bytes(), &topic).await;
-                drop(permit);
-            });
         }
     }
+    let ev = event.clone();
+    let targets = shared
+        .blocking(move |sh| sh.with_subs(|s| s.all().iter().filter(|s| ev.reaches(s)).cloned().collect()));
+    let targets: Vec<subs::Subscription> = targets.await.unwrap_or_default();
+    if targets.is_empty() {
+        return;
+    }
+    let keys = match shared.blocking(Shared::keys).await {
+        Ok(Ok(k)) => k,
+        Ok(Err(e)) => return tracing::error!("cannot send a push notification: {e}"),
+        Err(e) => return tracing::error!("cannot send a push notification: {e}"),
+    };
+    let topic = event.topic();
+    let mut sends = Vec::with_capacity(targets.len());
+    for sub in targets {
+        let Ok(permit) = slots.clone().acquire_owned().await else { return };
+        let (kind, payload) = event.for_sub(&sub);
+        let (shared, keys, topic) = (shared.clone(), keys.clone(), topic.clone());
+        sends.push(tokio::spawn(async move {
+            deliver(&shared, &keys, &sub, kind, payload.to_string().as_bytes(), &topic).await;
+            drop(permit);
+        }));
+    }
+    futures_util::future::join_all(sends).await;
 }
 
 /// Sends one push and acts on the answer: a 404 or 410 forgets the subscription.
@@ -323,7 +383,7 @@ async fn deliver(
         authorization: &authorization,
         ttl: TTL_SECS,
         urgency: match kind {
-            Kind::Waiting => "high",
+            Kind::Waiting | Kind::Withdrawn => "high",
             Kind::TurnEnded => "normal",
         },
         topic: Some(topic),
@@ -370,6 +430,7 @@ mod tests {
             ("d".to_owned(), Some("waiting")),
             ("e".to_owned(), Some("idle")),
             ("f".to_owned(), None),
+            ("g".to_owned(), Some("waiting")),
         ]
         .into();
         let after = [
@@ -379,6 +440,7 @@ mod tests {
             row("d", Some("idle")),
             row("e", Some("idle")),
             row("f", Some("idle")),
+            row("g", Some("running")),
             row("new", Some("waiting")),
             row("new-idle", Some("idle")),
         ];
@@ -390,28 +452,9 @@ mod tests {
                 (Kind::Waiting, "a".into()),
                 (Kind::TurnEnded, "c".into()),
                 (Kind::TurnEnded, "d".into()),
+                (Kind::Withdrawn, "g".into()),
                 (Kind::Waiting, "new".into()),
             ]
         );
-    }
-
-    #[test]
-    fn the_payload_opens_the_session() {
-        let e = Event {
-            kind: Kind::Waiting,
-            instance: "42".into(),
-            session: "s:1".into(),
-            title: None,
-            workspace: "/home/me/my proj/".into(),
-        };
-        let p = e.payload();
-        assert_eq!(p["url"], "/s/42/s%3A1?cwd=%2Fhome%2Fme%2Fmy%20proj%2F");
-        assert_eq!(p["title"], "Waiting for you");
-        assert_eq!(p["body"], "A session needs your answer · my proj");
-        assert_eq!(p["tag"], "session:s:1");
-        assert_eq!(e.topic().len(), 32);
-        assert!(e.topic().bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
-        let long = Event { title: Some("x".repeat(500)), kind: Kind::TurnEnded, ..e };
-        assert!(long.payload()["body"].as_str().unwrap().chars().count() < 150);
     }
 }

@@ -30,7 +30,12 @@ pub struct Subscription {
     pub notify_turn_end: bool,
     /// When it was last stored (epoch ms).
     pub updated_at: u64,
+    /// The sessions this device muted: it hears nothing of them.
+    pub muted: Vec<String>,
 }
+
+/// The most sessions one device keeps muted (the oldest mute goes first).
+pub const MAX_MUTED: usize = 256;
 
 /// Decodes base64url with or without padding (browsers send it without; some libraries pad).
 fn b64(s: &str) -> Option<Vec<u8>> {
@@ -87,7 +92,25 @@ impl Subscription {
             Some(Value::Bool(b)) => *b,
             Some(_) => return Err("notifyTurnEnd must be true or false"),
         };
-        Ok(Subscription { endpoint: endpoint.to_owned(), p256dh, auth, notify_turn_end, updated_at: now_ms })
+        let muted = match o.get("muted") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(list)) => list
+                .iter()
+                .filter_map(Value::as_str)
+                .filter(|s| zcode_shared::registration::valid_id(s))
+                .take(MAX_MUTED)
+                .map(str::to_owned)
+                .collect(),
+            Some(_) => return Err("muted must be a list of session ids"),
+        };
+        Ok(Subscription {
+            endpoint: endpoint.to_owned(),
+            p256dh,
+            auth,
+            notify_turn_end,
+            updated_at: now_ms,
+            muted,
+        })
     }
 
     fn to_json(&self) -> Value {
@@ -99,6 +122,7 @@ impl Subscription {
             },
             "notifyTurnEnd": self.notify_turn_end,
             "updatedAt": self.updated_at,
+            "muted": self.muted,
         })
     }
 }
@@ -145,10 +169,14 @@ impl Store {
         &self.subs
     }
 
-    /// Stores `sub` (replacing the one with its endpoint); `true` when it is a new device.
-    pub fn put(&mut self, sub: Subscription) -> std::io::Result<bool> {
+    /// Stores `sub` (replacing the one with its endpoint, whose mutes it keeps); `true` when it
+    /// is a new device.
+    pub fn put(&mut self, mut sub: Subscription) -> std::io::Result<bool> {
         let new = match self.subs.iter_mut().find(|s| s.endpoint == sub.endpoint) {
             Some(old) => {
+                if sub.muted.is_empty() {
+                    sub.muted = std::mem::take(&mut old.muted);
+                }
                 *old = sub;
                 false
             }
@@ -167,6 +195,27 @@ impl Store {
         };
         self.save()?;
         Ok(new)
+    }
+
+    /// Mutes or unmutes `session` for the device of `endpoint`: its muted sessions after, or
+    /// `None` when no such subscription is stored.
+    pub fn mute(
+        &mut self,
+        endpoint: &str,
+        session: &str,
+        muted: bool,
+    ) -> std::io::Result<Option<Vec<String>>> {
+        let Some(sub) = self.subs.iter_mut().find(|s| s.endpoint == endpoint) else { return Ok(None) };
+        sub.muted.retain(|s| s != session);
+        if muted {
+            if sub.muted.len() >= MAX_MUTED {
+                sub.muted.remove(0);
+            }
+            sub.muted.push(session.to_owned());
+        }
+        let list = sub.muted.clone();
+        self.save()?;
+        Ok(Some(list))
     }
 
     /// Forgets the subscription of `endpoint`; whether there was one.
@@ -294,6 +343,11 @@ mod tests {
         assert_eq!(again.all().len(), 1);
         assert!(again.all()[0].notify_turn_end);
         assert_eq!(again.all()[0].p256dh, a.p256dh);
+        assert_eq!(store.mute("https://h/a", "s1", true).unwrap(), Some(vec!["s1".to_owned()]));
+        assert_eq!(store.mute("https://h/none", "s1", true).unwrap(), None);
+        store.put(a.clone()).unwrap();
+        assert_eq!(Store::load(&file).all()[0].muted, ["s1"], "kept across a re-subscription and a restart");
+        assert_eq!(store.mute("https://h/a", "s1", false).unwrap(), Some(vec![]));
         assert!(store.remove("https://h/a").unwrap());
         assert!(!store.remove("https://h/a").unwrap());
         assert!(Store::load(&file).all().is_empty());

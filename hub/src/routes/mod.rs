@@ -13,12 +13,12 @@
 //! | `GET|HEAD /api/health` | here |
 //! | `POST /api/register`, `POST /api/unregister` | [`register`] |
 //! | `GET /api/instances[?probe=1]` | [`instances`] |
-//! | `* /api/instances/{id}/{rest}` | [`instance_relay`] (to the bridge's `/{rest}`) |
+//! | `* /api/instances/{id}/{rest}` | [`instance_relay`] (to the bridge's `/{rest}`; a permission answered over HTTP is `POST …/sessions/{sid}/permissions/{requestId}`) |
 //! | `POST /api/instances` | [`create`] (a new bridge for a project) |
 //! | `GET /api/agents` | [`agents`] (the agents a create may name) |
 //! | `GET /api/projects`, `GET /api/projects/sessions`, `POST /api/projects/delete`, `GET /api/fs/list` | [`projects`] |
 //! | `GET /api/quota`, `GET /api/settings/quota` | [`quota`] |
-//! | `GET /api/push/vapid-public-key`, `POST|DELETE /api/push/subscriptions` | [`push`] |
+//! | `GET /api/push/vapid-public-key`, `POST|DELETE /api/push/subscriptions`, `POST /api/push/mute` | [`push`] |
 //! | `GET /api/settings/usage` | [`usage`] |
 //! | `* /api/settings/{rest}`, `POST /api/backend/restart` (501) | [`settings`] |
 //! | `GET /api/version`, `POST /api/upgrade` | [`version`], [`crate::upgrade`] |
@@ -166,6 +166,7 @@ async fn route(
         (&Method::GET, "/api/devices") => return devices::list(hub, who).await,
         (&Method::GET, "/api/audit") => return devices::audit(&req, hub).await,
         (&Method::DELETE, "/api/push/subscriptions") => return push::unsubscribe(req, hub).await,
+        (&Method::POST, "/api/push/mute") => return push::mute(req, hub).await,
         (&Method::GET, "/api/version") => return version::get(&req, hub).await,
         (&Method::GET, "/api/attention") => return crate::attention::get(hub).await,
         (&Method::GET, "/api/workflow-overview") => return crate::overview::get(hub).await,

@@ -7,6 +7,9 @@
 //!   the endpoint was known (its keys and flag are replaced); `{ok, notifyTurnEnd}`. The
 //!   endpoint must be `https://`, or `http://` to a loopback address (a local push service).
 //! - `DELETE /api/push/subscriptions` with `{endpoint}` → 200 `{ok, removed}`.
+//! - `POST /api/push/mute` with `{endpoint, sessionId?, muted?}` → 200 `{ok, muted: [ids]}`: a
+//!   session muted (`muted: true`) or followed again (`false`) on that device, or, without
+//!   `sessionId`, the list only; 404 when the endpoint has no subscription here.
 //!
 //! A bad shape is a 400 whose text says what is wrong.
 
@@ -69,6 +72,42 @@ pub async fn unsubscribe(req: Request<Incoming>, hub: &Hub) -> Resp {
         Err(e) => {
             tracing::error!("cannot remove a push subscription: {e}");
             text(StatusCode::INTERNAL_SERVER_ERROR, "cannot remove the subscription: see the hub's log")
+        }
+    }
+}
+
+/// `POST /api/push/mute`.
+pub async fn mute(req: Request<Incoming>, hub: &Hub) -> Resp {
+    let body = match read_json(req).await {
+        Ok(b) => b,
+        Err(e) => return e.response(),
+    };
+    let Some(endpoint) = body.get("endpoint").and_then(Value::as_str).filter(|e| !e.is_empty()) else {
+        return text(StatusCode::BAD_REQUEST, "endpoint (the subscription's URL) required");
+    };
+    let change = match (body.get("sessionId"), body.get("muted")) {
+        (None | Some(Value::Null), _) => None,
+        (Some(Value::String(s)), Some(Value::Bool(m))) if zcode_shared::registration::valid_id(s) => {
+            Some((s, *m))
+        }
+        (Some(Value::String(_)), Some(Value::Bool(_))) => {
+            return text(StatusCode::BAD_REQUEST, "sessionId must be a session id");
+        }
+        _ => return text(StatusCode::BAD_REQUEST, "sessionId (a string) and muted (true or false) required"),
+    };
+    let push = &hub.account.push;
+    let answer = match change {
+        Some((sid, muted)) => push.mute(endpoint, sid, muted).await,
+        None => push.muted(endpoint).await,
+    };
+    match answer {
+        Ok(Some(list)) => json(StatusCode::OK, &json!({"ok": true, "muted": list})),
+        Ok(None) => {
+            text(StatusCode::NOT_FOUND, "no subscription for this endpoint: turn notifications on first")
+        }
+        Err(e) => {
+            tracing::error!("cannot store a push mute: {e}");
+            text(StatusCode::INTERNAL_SERVER_ERROR, "cannot store the mute: see the hub's log")
         }
     }
 }

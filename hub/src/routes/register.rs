@@ -56,10 +56,18 @@ pub async fn register(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
     // old status; the pushes are only queued.
     let (new, events) = {
         let mut registry = hub.bridges.registry();
-        let events = crate::push::transitions(&id, &reg.workspace, &registry.statuses(&id), &reg.sessions);
-        (registry.register(reg, Instant::now()), events)
+        let mut events =
+            crate::push::transitions(&id, &reg.workspace, &registry.statuses(&id), &reg.sessions);
+        let new = registry.register(reg, Instant::now());
+        let pending = registry.waiting_sessions(Instant::now());
+        for e in &mut events {
+            (e.port, e.pending) = (port, pending);
+        }
+        (new, hub.account.push.note(events))
     };
-    hub.account.push.on_heartbeat(events);
+    for event in events {
+        queue_push(hub, event);
+    }
     if new {
         tracing::info!(instance = %id, port, origin, sessions, version = version.as_deref().unwrap_or("?"), "instance registered");
     } else {
@@ -73,6 +81,34 @@ pub async fn register(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
         false => json(StatusCode::OK, &serde_json::json!({"ok": true})),
     }
 }
+
+/// Queues a push; a wait once its request is read from the bridge (for the notification's
+/// details and its Allow and Deny). A bridge that lists nothing waiting on the session had it
+/// answered meanwhile: the wait is dropped. One that does not answer gets the plain wait.
+fn queue_push(hub: &Arc<Hub>, mut event: crate::push::Event) {
+    if event.kind != crate::push::Kind::Waiting {
+        return hub.account.push.enqueue(event);
+    }
+    let hub = hub.clone();
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + PUSH_DETAIL_BUDGET;
+        match crate::attention::fetch(&hub, event.port, "/attention", deadline).await {
+            Ok(v) => {
+                let rows = v["pending"].as_array().map(Vec::as_slice).unwrap_or_default();
+                let row = rows.iter().find(|r| r["sessionId"].as_str() == Some(event.session.as_str()));
+                let Some(row) = row else {
+                    return tracing::debug!(session = %event.session, "answered before its push: none sent");
+                };
+                event.request = Some(row.clone());
+            }
+            Err(e) => tracing::debug!(session = %event.session, "a wait pushed without its details: {e}"),
+        }
+        hub.account.push.enqueue(event);
+    });
+}
+
+/// How long a wait's push waits for the bridge to say what is asked.
+const PUSH_DETAIL_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `POST /api/unregister {token, id}`: forgets an instance; `{ok: true}` (also when unknown).
 pub async fn unregister(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, slot: &Slot) -> Resp {

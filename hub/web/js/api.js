@@ -32,6 +32,18 @@ function storedToken() {
   try { return localStorage.getItem(TOKEN_KEY) || ''; } catch { return ''; }
 }
 
+/**
+ * What the service worker may answer a notification with: this browser's stored token, or that
+ * it has a device key (the worker signs a challenge with the same non-extractable key itself and
+ * keeps no token), or nothing.
+ */
+export function workerCredential() {
+  const d = device();
+  if (d && d.key && !d.removed) return { key: true, deviceId: d.id };
+  const t = storedToken() || memoryToken;
+  return t ? { token: t } : {};
+}
+
 /** Whether this browser has something to ask the hub with (a token, or its device's key). */
 export function hasCredential() {
   const d = device();

@@ -5,15 +5,26 @@
 //
 // Hub routes (token-gated): GET /api/push/vapid-public-key → {publicKey} (base64url, an
 // uncompressed P-256 point); POST /api/push/subscriptions with PushSubscription.toJSON() plus
-// {notifyTurnEnd}; DELETE /api/push/subscriptions with {endpoint}. Nothing is stored here: the
-// browser keeps the subscription, the hub keeps its copy.
+// {notifyTurnEnd}; DELETE /api/push/subscriptions with {endpoint}; POST /api/push/mute with
+// {endpoint, sessionId?, muted?} (a session's menu: mute or follow it on this device). Nothing
+// is stored here: the browser keeps the subscription, the hub keeps its copy.
+//
+// A notification's Allow and Deny answer without opening the app: the worker posts the answer
+// itself, with this page's token, which the page hands it (and whether this device may answer:
+// a watch device's notifications carry no actions).
 
-import { h, clear } from './dom.js';
-import { api, getJson } from './api.js';
+import { h, clear, toast } from './dom.js';
+import { api, getJson, workerCredential, canWrite } from './api.js';
 import { pool } from './conn.js';
 import { inboxState } from './inbox.js';
 
 const READY_MS = 10000;
+/**
+ * How long the browser's push service may take to give a subscription. A browser that cannot
+ * reach it (offline, blocked, a build without one) would otherwise leave "Notify me" spinning
+ * for good. Tests set `window.zcodePushSubscribeMs`.
+ */
+const SUBSCRIBE_MS = 10000;
 
 /** Whether this browser can receive Web Push here (a secure context with a service worker). */
 export function pushSupported() {
@@ -28,8 +39,55 @@ export function startApp() {
       if (e.data && e.data.type === 'zcode-push-renewed') sendRenewed(e.data);
     });
     pendingRenewal();
+    handTokenToWorker();
   }
   watchWaiting();
+}
+
+/**
+ * Tells the worker how this device answers from a notification: with its device key (the worker
+ * signs a challenge itself; no token is handed over) or, where keys cannot be had, its token.
+ */
+export async function handTokenToWorker() {
+  try {
+    const reg = await registration();
+    const to = reg.active || navigator.serviceWorker.controller;
+    if (to) to.postMessage({ type: 'zcode-answer-token', ...workerCredential(), canAnswer: canWrite() });
+  } catch { /* no worker yet: the next page load hands it */ }
+}
+
+/** The session menu's "Mute notifications" / "Follow notifications" (hidden until this device is subscribed). */
+export function muteItem(instance, sid, done) {
+  const button = h('button', { type: 'button', id: 'mute-btn', hidden: true });
+  let endpoint = '';
+  let muted = false;
+  const show = () => {
+    button.textContent = muted ? 'Follow notifications' : 'Mute notifications';
+    button.dataset.muted = muted ? '1' : '0';
+    button.hidden = false;
+  };
+  button.onclick = async () => {
+    done();
+    try {
+      const r = await api('/api/push/mute', { method: 'POST', json: { endpoint, sessionId: sid, muted: !muted }, what: 'Notifications' });
+      muted = Array.isArray(r.muted) && r.muted.includes(sid);
+      show();
+      toast(muted ? 'This device no longer gets notifications of this session.' : 'This device gets notifications of this session again.');
+    } catch (e) {
+      toast(e.message, 'error');
+    }
+  };
+  (async () => {
+    if (!sid || !pushSupported()) return;
+    const reg = await navigator.serviceWorker.getRegistration('/');
+    const sub = reg ? await reg.pushManager.getSubscription() : null;
+    if (!sub) return;
+    endpoint = sub.endpoint;
+    const r = await api('/api/push/mute', { method: 'POST', json: { endpoint }, what: 'Notifications' });
+    muted = Array.isArray(r.muted) && r.muted.includes(sid);
+    show();
+  })().catch(() => { /* not subscribed here, or an older hub: no item */ });
+  return button;
 }
 
 /** Whether this device asked for turn ends too (not secret: kept to renew its subscription). */
@@ -149,14 +207,25 @@ async function subscribe(notifyTurnEnd) {
     sub = null;
   }
   if (!sub) {
+    const ms = Number(window.zcodePushSubscribeMs) || SUBSCRIBE_MS;
+    let timer;
+    const late = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`This browser's push service did not answer within ${ms < 1000 ? `${ms} ms` : `${Math.round(ms / 1000)} s`}: it cannot be reached from here (offline, blocked by a network or a setting, or a browser without one). Try again later, or from another browser.`)), ms);
+    });
     try {
-      sub = await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key });
-    } catch (e) {
-      throw new Error(`The browser's push service refused the subscription (${e.message || e}). Is this browser online?`);
+      sub = await Promise.race([
+        reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key }).catch((e) => {
+          throw new Error(`The browser's push service refused the subscription (${e.message || e}). Is this browser online?`);
+        }),
+        late,
+      ]);
+    } finally {
+      clearTimeout(timer);
     }
   }
   await api('/api/push/subscriptions', { method: 'POST', json: { ...sub.toJSON(), notifyTurnEnd }, what: 'Saving the subscription' });
   try { localStorage.setItem(TURN_END_KEY, notifyTurnEnd ? '1' : '0'); } catch { /* a renewal then asks without turn ends */ }
+  await handTokenToWorker();
 }
 
 /** Unsubscribes this device, here and at the hub. */

@@ -20,6 +20,8 @@ import { Transcript, stopStatus, jumpToLatest } from './transcript.js';
 import { composer } from './composer.js';
 import { render as markdown } from './md.js';
 import { savedCopy, saveCopy, forgetCopy } from './saved.js';
+import { permissionParts, optionButtons } from './inbox.js';
+import { muteItem } from './push.js';
 
 const TAIL = 50;
 const TEXT_CHUNKS = new Set(['user_message_chunk', 'agent_message_chunk', 'agent_thought_chunk']);
@@ -638,14 +640,12 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
 
   function permissionCard(m) {
     const p = m.params || {};
-    const tool = p.toolCall || {};
     const options = Array.isArray(p.options) ? p.options : [];
+    const parts = permissionParts(p, h('span', { class: 'badge warn', text: 'permission' }));
     return h('div', { class: 'request permission', role: 'group', 'aria-label': 'Permission request', dataset: { id: String(m.id) } },
-      h('div', { class: 'request-title' }, h('span', { class: 'badge warn', text: 'permission' }), ' ', h('span', { text: String(tool.title || 'The agent asks for permission') })),
-      h('div', { class: 'options' }, options.map((o) => h('button', {
-        type: 'button', class: String(o.kind || '').startsWith('reject') ? 'danger' : 'primary', dataset: { option: String(o.optionId) },
-        onclick: () => answer(m, { outcome: { outcome: 'selected', optionId: o.optionId } }),
-      }, String(o.name || o.optionId)))));
+      h('div', { class: 'perm-body' }, parts.body),
+      h('div', { class: 'options' }, optionButtons(options, (o) => answer(m, { outcome: { outcome: 'selected', optionId: o.optionId } }))),
+      parts.details);
   }
 
   function elicitationCard(m) {
@@ -709,7 +709,8 @@ export function sessionView(root, app, { instance, sid, cwd, prompt }) {
     menu.append(h('summary', { 'aria-label': 'More actions' }, 'More'), h('div', { class: 'menu-items' },
       // The session's uncommitted changes (changes.js).
       item('changes-btn', 'Changes', () => app.navigate(`/c/${encodeURIComponent(instance)}/${encodeURIComponent(st.sid || '')}${query({ cwd: st.cwd })}`)),
-      item('rename-btn', 'Rename', rename), item('close-btn', 'Close', closeSession), item('delete-btn', 'Delete', deleteSession, 'danger')));
+      item('rename-btn', 'Rename', rename), muteItem(instance, st.sid, () => { menu.open = false; }),
+      item('close-btn', 'Close', closeSession), item('delete-btn', 'Delete', deleteSession, 'danger')));
     toolbar.append(h('span', { class: 'spacer' }),
       h('button', { type: 'button', id: 'files-btn', disabled: !st.sid, onclick: () => app.navigate(filesUrl('')) }, 'Files'), menu);
   }

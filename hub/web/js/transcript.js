@@ -30,7 +30,7 @@
 // collapsible. Tool output with terminal colours shows them (highlight.js `ansi`), and a tool's
 // title shows its `code` spans.
 
-import { h, clear } from './dom.js';
+import { h, clear, diffNode } from './dom.js';
 import { render as markdown, codeSpans } from './md.js';
 import { ansi, hasAnsi } from './highlight.js';
 import { STATE_KINDS, TURN_END } from './conn.js';
@@ -503,23 +503,6 @@ function outputNode(text) {
   return h('pre', { class: 'tool-text terminal' }, ansi(text));
 }
 
-/** A line diff: common head and tail kept as context, the middle as removed and added lines. */
-export function diffNode(c) {
-  const oldLines = c.oldText == null ? [] : String(c.oldText).split('\n');
-  const newLines = String(c.newText ?? '').split('\n');
-  let a = 0;
-  while (a < oldLines.length && a < newLines.length && oldLines[a] === newLines[a]) a++;
-  let b = 0;
-  while (b < oldLines.length - a && b < newLines.length - a
-    && oldLines[oldLines.length - 1 - b] === newLines[newLines.length - 1 - b]) b++;
-  const rows = [];
-  const ctx = (l) => rows.push(h('div', { class: 'ctx', text: `  ${l}` }));
-  oldLines.slice(Math.max(0, a - 2), a).forEach(ctx);
-  oldLines.slice(a, oldLines.length - b).forEach((l) => rows.push(h('div', { class: 'del', text: `- ${l}` })));
-  newLines.slice(a, newLines.length - b).forEach((l) => rows.push(h('div', { class: 'add', text: `+ ${l}` })));
-  oldLines.slice(oldLines.length - b, oldLines.length - b + 2).forEach(ctx);
-  return h('div', { class: 'diff' }, h('div', { class: 'diff-path', text: String(c.path || '') }), h('pre', {}, rows));
-}
 
 const PLAN_MARKS = { completed: '☑', in_progress: '◐', pending: '☐' };
 

@@ -9,9 +9,11 @@
 //!   relayed message (all its threads' run time from `/proc/<pid>/task/*/schedstat`, in ns; the
 //!   user/system split from `/proc/<pid>/stat`, in clock ticks);
 //! - opening connections many at once (issue 32, point 9): a burst of 1000 opens, 200 in
-//!   flight (how long, how many failed), then 5000 opened 200 at a time and held: how long
-//!   that took, the relay's resident memory per idle connection (each did `initialize` once),
-//!   and the 64 B round trip while they are held;
+//!   flight, `BENCH_BURSTS` times (default 3) with the targets in turn (how long, how many
+//!   failed, the time against the direct target's burst of the same turn, and the CPU time per
+//!   open of the relay, of the bridge and of this program's clients), then 5000 opened 200 at
+//!   a time and held: how long that took, the relay's resident memory per idle connection
+//!   (each did `initialize` once), and the 64 B round trip while they are held;
 //! - one open at a time (connect, handshake, `initialize`; median of 200) on a quiet machine
 //!   and with 10 000 more sockets open on it (5000 loopback connections this program holds).
 //!
@@ -23,6 +25,10 @@
 //! with the targets in turn, one round trip each (a slow spell then falls on every target's
 //! samples alike, not on one target's block); each round's figures go to stderr, with the CPU
 //! time the host took from this (virtual) machine during each target's 64 B block.
+//!
+//! `BENCH_BASE=<another zcode-acp>` adds that build's bridge (in a home of its own, with its
+//! own demo agent) and hub beside ours as two more targets: a change to the hub's or the
+//! bridge's open path measured before and after in one run.
 
 use std::io::ErrorKind;
 use std::net::TcpStream;
@@ -48,13 +54,46 @@ fn busy_for() -> Duration {
 
 type Ws = WebSocket<TcpStream>;
 
+const DIRECT: &str = "direct to the bridge";
+const BASE_DIRECT: &str = "direct (BENCH_BASE)";
+
 struct Target {
     name: &'static str,
     port: u16,
     path: String,
     /// The relay's process (none for the direct connection).
     pid: Option<u32>,
+    /// The bridge behind it.
+    bridge_pid: u32,
+    /// The target its bursts are compared with (the direct one of the same build).
+    direct: &'static str,
 }
+
+/// A hub and a bridge of one build, in a home of their own.
+struct Setup {
+    _home: Home,
+    hub: Hub,
+    bridge: Bridge,
+    id: String,
+}
+
+impl Setup {
+    fn start(exe: &std::path::Path) -> Setup {
+        let home = Home::new();
+        let hub = Hub::start_exe(&home, exe, &[]);
+        let mut cmd = home.command_of(exe, &["bridge", "--"]);
+        cmd.args(demo_agent(0)).env("ZCODE_ACP_REMOTE_PORT", "0").env("ZCODE_ACP_REMOTE_TOKEN", TEST_TOKEN);
+        cmd.current_dir(home.path());
+        let bridge = Bridge::spawn(&home, cmd, std::process::Stdio::inherit());
+        let id = bridge.id();
+        wait_instances(hub.port, "the bridge", |l| listed(l, &id));
+        Setup { _home: home, hub, bridge, id }
+    }
+}
+
+/// One burst: (seconds, failed opens, CPU µs per open of the relay, of the bridge, of this
+/// program).
+type Burst = (f64, usize, Option<f64>, f64, f64);
 
 #[derive(Default)]
 struct Row {
@@ -71,8 +110,8 @@ struct Row {
     rounds: Vec<(f64, Option<(f64, f64)>)>,
     idle_kib: Option<f64>,
     held: Option<(f64, f64)>,
-    /// The burst: (seconds, failed opens).
-    burst: Option<(f64, usize)>,
+    /// The bursts, one per turn.
+    bursts: Vec<Burst>,
     /// Opening the idle connections: (seconds, failed opens).
     opened: Option<(f64, usize)>,
     /// One open at a time, median ms: (quiet, with [`OTHER_SOCKETS`] more open).
@@ -80,29 +119,37 @@ struct Row {
 }
 
 fn main() {
-    let home = Home::new();
-    let hub = Hub::start(&home, &[]);
-    let bridge = Bridge::start_env(&home, &demo_agent(0), &[]);
-    let id = bridge.id();
-    wait_instances(hub.port, "the bridge", |l| listed(l, &id));
+    let ours = Setup::start(zcode_tests::bin());
+    let base = std::env::var_os("BENCH_BASE").filter(|b| !b.is_empty()).map(|b| Setup::start(b.as_ref()));
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
-    let nginx =
-        (only.is_empty() || "nginx".contains(only.as_str())).then(|| Nginx::start(&home, bridge.port));
-    let targets = [
-        Target { name: "direct to the bridge", port: bridge.port, path: "/acp".into(), pid: None },
-        Target {
-            name: "zcode-acp hub",
-            port: hub.port,
-            path: format!("/acp?instance={id}"),
-            pid: Some(hub.pid()),
-        },
-        Target {
+    let nginx = (only.is_empty() || "nginx".contains(only.as_str()))
+        .then(|| Nginx::start(&ours._home, ours.bridge.port));
+    let target = |name, s: &Setup, hub: bool, direct| Target {
+        name,
+        port: if hub { s.hub.port } else { s.bridge.port },
+        path: if hub { format!("/acp?instance={}", s.id) } else { "/acp".into() },
+        pid: hub.then(|| s.hub.pid()),
+        bridge_pid: s.bridge.editor.pid(),
+        direct,
+    };
+    let mut targets =
+        vec![target(DIRECT, &ours, false, DIRECT), target("zcode-acp hub", &ours, true, DIRECT)];
+    if let Some(n) = &nginx {
+        let bridge_pid = ours.bridge.editor.pid();
+        let path = "/acp".into();
+        targets.push(Target {
             name: "nginx 1.22 (Debian)",
-            port: nginx.as_ref().map_or(0, |n| n.port),
-            path: "/acp".into(),
-            pid: nginx.as_ref().map(Nginx::pid),
-        },
-    ];
+            port: n.port,
+            path,
+            pid: Some(n.pid()),
+            bridge_pid,
+            direct: DIRECT,
+        });
+    }
+    if let Some(b) = &base {
+        targets.push(target(BASE_DIRECT, b, false, BASE_DIRECT));
+        targets.push(target("hub (BENCH_BASE)", b, true, BASE_DIRECT));
+    }
     // BENCH_ONLY=hub (or direct, nginx) measures those targets only, for quick experiments.
     let targets: Vec<Target> =
         targets.into_iter().filter(|t| only.is_empty() || t.name.contains(only.as_str())).collect();
@@ -154,12 +201,18 @@ fn main() {
             rows[i].rounds.push(busy(&targets[i]));
         }
     }
-    for (t, row) in targets.iter().zip(&mut rows) {
-        eprintln!("bench-relay: a burst of {BURST} opens, {IN_FLIGHT} in flight: {} …", t.name);
-        let (opened, failed, took) = open_many(t, BURST, IN_FLIGHT);
-        eprintln!("bench-relay: {} opened, {failed} failed, in {took:?}", opened.len());
-        row.burst = Some((took.as_secs_f64(), failed));
-        close_all(opened);
+    let bursts = std::env::var("BENCH_BURSTS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    for turn in 1..=bursts {
+        for i in (0..n).map(|i| (i + turn - 1) % n) {
+            let t = &targets[i];
+            eprintln!(
+                "bench-relay: burst {turn}/{bursts}: {BURST} opens, {IN_FLIGHT} in flight: {} …",
+                t.name
+            );
+            let burst = burst(t);
+            eprintln!("bench-relay: {:.2} s, {} failed", burst.0, burst.1);
+            rows[i].bursts.push(burst);
+        }
     }
     for ((t, row), ws) in targets.iter().zip(&mut rows).zip(&mut conns) {
         if let Some(pid) = t.pid.filter(|_| idle_too) {
@@ -167,6 +220,10 @@ fn main() {
             let (kib, held, opened) = idle(t, pid, ws);
             (row.idle_kib, row.held, row.opened) = (Some(kib), Some(held), Some(opened));
         }
+    }
+    // BENCH_ONE=0 skips the opens one at a time.
+    if std::env::var("BENCH_ONE").is_ok_and(|v| v == "0") {
+        return print_table(&targets, &rows);
     }
     let quiet: Vec<f64> = targets.iter().map(one_open).collect();
     eprintln!("bench-relay: opening {} loopback connections ({OTHER_SOCKETS} sockets) …", OTHER_SOCKETS / 2);
@@ -232,6 +289,18 @@ fn open_many(t: &Target, n: usize, in_flight: usize) -> (Vec<Ws>, usize, Duratio
         workers.into_iter().flat_map(|w| w.join().expect("an opening thread")).collect::<Vec<Ws>>()
     });
     (opened, failed.into_inner(), started.elapsed())
+}
+
+/// A burst of [`BURST`] opens to `t`, [`IN_FLIGHT`] in flight, closed again afterwards.
+fn burst(t: &Target) -> Burst {
+    let relay = t.pid.map(cpu_time);
+    let (bridge, own) = (cpu_time(t.bridge_pid), own_cpu_us());
+    let (opened, failed, took) = open_many(t, BURST, IN_FLIGHT);
+    let per_open = |before: &Cpu, pid| (cpu_time(pid).run_ns - before.run_ns) as f64 / 1e3 / BURST as f64;
+    let relay = t.pid.zip(relay).map(|(pid, before)| per_open(&before, pid));
+    let cpu = (per_open(&bridge, t.bridge_pid), (own_cpu_us() - own) / BURST as f64);
+    close_all(opened);
+    (took.as_secs_f64(), failed, relay, cpu.0, cpu.1)
 }
 
 /// Closes `conns` and waits (2 s at most each) for the other end's close.
@@ -452,6 +521,14 @@ fn cpu_time(pid: u32) -> Cpu {
     Cpu { run_ns, user: ticks(11), system: ticks(12) }
 }
 
+/// This program's CPU time so far, µs (its threads that ended included, unlike `schedstat`).
+fn own_cpu_us() -> f64 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let usage = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
+    let us = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 * 1e6 + t.tv_usec() as f64;
+    us(usage.user_time()) + us(usage.system_time())
+}
+
 fn rss_kib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
     status
@@ -621,9 +698,35 @@ fn print_table(targets: &[Target], rows: &[Row]) {
         &format!("opening the {IDLE} idle connections, {IN_FLIGHT} at once"),
         rows.iter().map(|r| opt(took(r.opened))).collect(),
     );
+    let bursts = |r: &Row| -> Option<String> {
+        let secs: Vec<String> = r.bursts.iter().map(|b| format!("{:.2}", b.0)).collect();
+        let failed: usize = r.bursts.iter().map(|b| b.1).sum();
+        (!secs.is_empty()).then(|| format!("{} ({}), {failed} failed", secs.join(", "), r.bursts.len()))
+    };
     line(
-        &format!("a burst of {BURST} opens, {IN_FLIGHT} in flight"),
-        rows.iter().map(|r| opt(took(r.burst))).collect(),
+        &format!("a burst of {BURST} opens, {IN_FLIGHT} in flight (s, each turn)"),
+        rows.iter().map(|r| opt(bursts(r))).collect(),
+    );
+    let ratio = |(t, r): (&Target, &Row)| -> Option<String> {
+        let direct = &rows[targets.iter().position(|d| d.name == t.direct)?].bursts;
+        let each: Vec<f64> = r.bursts.iter().zip(direct).map(|(b, d)| b.0 / d.0.max(1e-9)).collect();
+        let all: Vec<String> = each.iter().map(|x| format!("{x:.2}")).collect();
+        (!each.is_empty()).then(|| format!("{:.2}× ({})", median(each.clone()), all.join(", ")))
+    };
+    line(
+        "the burst against its build's direct burst of the same turn: median (each)",
+        targets.iter().zip(rows).map(|x| opt(ratio(x))).collect(),
+    );
+    let cpu = |r: &Row| -> Option<String> {
+        let relay: Vec<f64> = r.bursts.iter().filter_map(|b| b.2).collect();
+        let relay = if relay.is_empty() { "—".to_owned() } else { format!("{:.0}", median(relay)) };
+        let bridge = median(r.bursts.iter().map(|b| b.3).collect());
+        let own = median(r.bursts.iter().map(|b| b.4).collect());
+        (!r.bursts.is_empty()).then(|| format!("{relay} / {bridge:.0} / {own:.0}"))
+    };
+    line(
+        "the burst's CPU per open, medians: relay / bridge / these clients (µs)",
+        rows.iter().map(|r| opt(cpu(r))).collect(),
     );
     line(
         &format!("one open at a time, median (ms): quiet / with {OTHER_SOCKETS} other sockets (ratio)"),
