@@ -8,6 +8,7 @@
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import os from 'node:os';
 import { Stack, launchBrowser, stopStack } from './harness.mjs';
 import { phonePage, looksRight } from './look.mjs';
 
@@ -55,7 +56,9 @@ describe('several machines: one page, two hubs', () => {
     // A's own rows are there all the same.
     await page.locator(`#instances li[data-session="${sidA}"]`).waitFor();
     const stored = await page.evaluate(() => JSON.parse(localStorage.getItem('zcode-acp.machines')));
-    const hostB = (await b.api('/api/version')).hostId;
+    const versionB = await b.api('/api/version');
+    const hostB = versionB.hostId;
+    assert.equal(versionB.hostName, os.hostname(), 'a hub names its host (what a machine is called when the person gives no name)');
     assert.equal(stored.length, 1);
     assert.equal(stored[0].id, hostB, 'the machine is known by its hostId');
     assert.equal(stored[0].origin, b.base);
