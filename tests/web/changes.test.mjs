@@ -49,8 +49,13 @@ describe('changes: review the agent\'s changes on a phone', () => {
     const plainSid = await ed.newSession(plain);
     const page = await phonePage(browser, 'light', stack.token);
     await page.goto(`${stack.base}/s/${ed.id}/${encodeURIComponent(sid)}?cwd=${encodeURIComponent(p)}`);
-    await page.locator('#more summary').click();
-    await page.locator('#changes-btn:not([disabled])').click();
+    // The toolbar is drawn again once the session answers (its menu closed): open it then.
+    await page.locator('#changes-btn:not([disabled])').waitFor({ state: 'attached' });
+    await until('the More menu to show Changes', async () => {
+      if (!(await page.locator('#changes-btn').isVisible())) await page.locator('#more summary').click();
+      return page.locator('#changes-btn:not([disabled])').isVisible();
+    });
+    await page.locator('#changes-btn').click();
     await page.waitForURL(/\/c\//);
 
     // The list: branch, every change with its counts.
