@@ -307,7 +307,14 @@ enum Unsent {
 /// A router session as the registration advertises it.
 fn row(s: SessionStatus) -> SessionRow {
     let status = if s.waiting { "waiting" } else { s.status };
-    SessionRow { session_id: s.session_id, title: s.title, status: Some(status), updated_at: s.updated_at }
+    let pending = u32::try_from(s.pending).unwrap_or(u32::MAX);
+    SessionRow {
+        session_id: s.session_id,
+        title: s.title,
+        status: Some(status),
+        updated_at: s.updated_at,
+        pending,
+    }
 }
 
 /// When to try next, and whether to start a hub first. Pure, so it is unit-tested.

@@ -61,9 +61,20 @@ impl Registry {
         new
     }
 
-    /// How many live sessions wait for an answer, machine-wide (a push's app badge).
-    pub fn waiting_sessions(&self, now: Instant) -> usize {
-        self.live(now).flat_map(|i| &i.reg.sessions).filter(|s| s.status == Some("waiting")).count()
+    /// How many requests wait for an answer, machine-wide (a push's app badge): each waiting
+    /// session's count.
+    pub fn pending_requests(&self, now: Instant) -> usize {
+        self.live(now)
+            .flat_map(|i| &i.reg.sessions)
+            .filter(|s| s.status == Some("waiting"))
+            .map(|s| s.pending.max(1) as usize)
+            .sum()
+    }
+
+    /// How many requests each session of instance `id` last said wait.
+    pub fn pending_counts(&self, id: &str) -> HashMap<String, u32> {
+        let Some(i) = self.instances.get(id) else { return HashMap::new() };
+        i.reg.sessions.iter().map(|s| (s.session_id.clone(), s.pending)).collect()
     }
 
     /// The session statuses instance `id` last advertised, by session id (empty when it is

@@ -56,6 +56,9 @@ pub struct SessionRow {
     pub status: Option<&'static str>,
     /// Last activity, epoch ms.
     pub updated_at: u64,
+    /// How many requests of the session (permissions, elicitations) wait for an answer: 0
+    /// unless `waiting` (a bridge that does not say counts 1 for a waiting session).
+    pub pending: u32,
 }
 
 /// Ids and session ids are used in paths: this is the contract's accepted pattern.
@@ -188,6 +191,13 @@ impl SessionRow {
             title: v.get("title").and_then(Value::as_str).map(str::to_owned),
             status,
             updated_at: v.get("updatedAt").and_then(Value::as_u64).unwrap_or(0),
+            pending: match status {
+                Some("waiting") => v
+                    .get("pending")
+                    .and_then(Value::as_u64)
+                    .map_or(1, |n| u32::try_from(n).unwrap_or(u32::MAX).max(1)),
+                _ => 0,
+            },
         })
     }
 
@@ -202,6 +212,9 @@ impl SessionRow {
             m.insert("status".into(), s.into());
         }
         m.insert("updatedAt".into(), self.updated_at.into());
+        if self.pending > 0 {
+            m.insert("pending".into(), self.pending.into());
+        }
         Value::Object(m)
     }
 }
@@ -260,8 +273,23 @@ mod tests {
                     title: Some("Fix it".into()),
                     status: Some("running"),
                     updated_at: 9,
+                    pending: 0,
                 },
-                SessionRow { session_id: "s-2".into(), title: None, status: Some("idle"), updated_at: 3 },
+                // Two requests waiting together: the count travels (the app badge's).
+                SessionRow {
+                    session_id: "s-3".into(),
+                    title: None,
+                    status: Some("waiting"),
+                    updated_at: 10,
+                    pending: 2,
+                },
+                SessionRow {
+                    session_id: "s-2".into(),
+                    title: None,
+                    status: Some("idle"),
+                    updated_at: 3,
+                    pending: 0,
+                },
             ],
             nonce: Some("n0nce".into()),
             version: Some(crate::VERSION.into()),

@@ -469,6 +469,35 @@ fn a_real_bridge_waiting_on_a_permission_is_pushed_at_once() {
     assert_eq!(pushed.header("urgency"), Some("high"));
 }
 
+/// Two requests of one session waiting together (an agent with parallel tool calls): the
+/// session is pushed again when the second arrives, and the app badge counts both.
+#[test]
+fn two_requests_waiting_together_are_counted_on_the_badge() {
+    let home = Home::new();
+    let env = [("ZCODE_ACP_HEARTBEAT_MS", "600000")];
+    let hub = Hub::start(&home, &env);
+    let service = PushService::start();
+    let phone = Browser::new("phone");
+    let r = send(
+        hub.port,
+        "POST",
+        "/api/push/subscriptions",
+        &phone.subscription(&service.endpoint("/ok/phone")),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let mut b = zcode_tests::Bridge::start_env(&home, &zcode_tests::demo_agent(0), &env);
+    zcode_tests::initialize(&mut b.editor, json!({}));
+    let sid = zcode_tests::new_session(&mut b.editor, home.path());
+    b.editor.request("session/prompt", zcode_tests::prompt(&sid, "together"));
+    let mut counts = Vec::new();
+    while counts.last() != Some(&json!(2)) {
+        assert!(counts.len() < 4, "no push counted both requests: {counts:?}");
+        let payload = phone.decrypt(&service.next("a wait counting both requests").body);
+        assert_eq!(payload["kind"], "waiting", "{payload}");
+        counts.push(payload["pending"].clone());
+    }
+}
+
 /// A device paired through the hub with `scope`: its token.
 fn paired_token(port: u16, scope: &str) -> String {
     let r = send(port, "POST", "/api/pairing", &json!({"scope": scope}));

@@ -14,6 +14,8 @@
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
 import { BIN, until, startStack, stopStack, pairedPage, settledHome } from './harness.mjs';
 import { looksRight } from './look.mjs';
 
@@ -221,6 +223,7 @@ describe('reading, photos and voice, layout', () => {
   });
 
   it('every tap target of every screen is at least 44 × 44 px', async () => {
+    fs.writeFileSync(path.join(stack.project, 'tap-notes.txt'), 'notes for the tap check\n');
     const offenders = [];
     const check = async (name) => {
       for (const o of await page.evaluate(smallTargets)) offenders.push(`${name}: ${o}`);
@@ -237,6 +240,23 @@ describe('reading, photos and voice, layout', () => {
     await check('session, asking permission');
     await page.locator('.request.permission button').first().click();
     await asked;
+    // The elicitation form a turn can ask, and a dialog (Rename).
+    await send('please elicit');
+    await page.locator('form.request.elicitation').waitFor();
+    await check('session, an elicitation form');
+    await page.locator('form.request.elicitation input[name="name"]').fill('Ada');
+    await page.locator('form.request.elicitation button[type="submit"]').click();
+    await page.locator('form.request.elicitation').waitFor({ state: 'detached' });
+    await idle();
+    await page.click('#more summary');
+    await page.click('#rename-btn');
+    await page.locator('dialog[open] #rename-input').waitFor();
+    await check('session, the Rename dialog');
+    await page.keyboard.press('Escape');
+    await page.locator('dialog[open]').waitFor({ state: 'detached' });
+    await page.goto(`${stack.base}/c/${encodeURIComponent(demo.id)}/${encodeURIComponent(sid)}?cwd=${encodeURIComponent(stack.project)}`);
+    await page.locator('#not-git').waitFor();
+    await check('changes (not a repository)');
     await page.goto(`${stack.base}/n/${encodeURIComponent(demo.id)}?cwd=${encodeURIComponent(stack.project)}`);
     await page.locator('#view textarea, #view form').first().waitFor();
     await check('new session');
@@ -244,6 +264,10 @@ describe('reading, photos and voice, layout', () => {
     await page.locator('.files').waitFor();
     await page.locator('.files', { hasText: 'Listing' }).waitFor({ state: 'detached' });
     await check('files');
+    await page.locator('.files a', { hasText: 'tap-notes.txt' }).click();
+    await page.locator('.text-view').waitFor();
+    await page.locator('.text-view', { hasText: 'notes for the tap check' }).waitFor();
+    await check('files, an opened text file');
     for (const route of ['/settings', '/settings/hooks', '/usage', '/devices', '/pair']) {
       await page.goto(`${stack.base}${route}`);
       await page.waitForLoadState('networkidle');

@@ -29,6 +29,7 @@ usage update. Words in the prompt (alone, or with a leading `/`) script the rest
                 chosen; a `cancelled` outcome ends the turn with stopReason `cancelled`
   execute       the same for an `execute` tool call whose `rawInput.command` is a cargo command
                 (nothing is run)
+  together      ask the `permission` and the `execute` requests at once (two waiting together)
   permission:PATH  the same for a `read` tool call naming PATH (in `rawInput` as given, in
                 `locations` resolved against the session cwd); nothing is read
   read:PATH     read PATH through the client (`fs/read_text_file`), relative to the session cwd

@@ -35,6 +35,8 @@ struct Script {
     permission: bool,
     /// `execute`: ask permission to run a command.
     execute: bool,
+    /// `together`: `permission` and `execute` asked at once (two requests waiting together).
+    together: bool,
     long: bool,
     hold: bool,
     fail: bool,
@@ -66,6 +68,7 @@ fn script_of(text: &str) -> Script {
         match word.trim_end_matches(['.', ',', ';', '!', '?']).to_ascii_lowercase().as_str() {
             "permission" => s.permission = true,
             "execute" => s.execute = true,
+            "together" => s.together = true,
             "long" => s.long = true,
             "hold" => s.hold = true,
             "fail" => s.fail = true,
@@ -184,11 +187,18 @@ impl Turn<'_> {
         self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": call, "status": "completed",
             "content": [text_content(&format!("{words} words"))]}))
             .await?;
-        if script.permission {
-            self.permission().await?;
-        }
-        if script.execute {
-            self.execute_permission().await?;
+        if script.together {
+            // Both asked before either is answered, as an agent with parallel tool calls does.
+            let (a, b) = tokio::join!(self.permission(), self.execute_permission());
+            a?;
+            b?;
+        } else {
+            if script.permission {
+                self.permission().await?;
+            }
+            if script.execute {
+                self.execute_permission().await?;
+            }
         }
         for (i, path) in script.read_permissions.iter().enumerate() {
             self.read_permission(i, path).await?;

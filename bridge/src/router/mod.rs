@@ -209,6 +209,9 @@ pub struct SessionStatus {
     /// it (`waiting`, which the hub turns into a push); `/status` keeps the contract's two values.
     #[serde(skip)]
     pub waiting: bool,
+    /// How many of those wait (the hub's count for the app badge).
+    #[serde(skip)]
+    pub pending: usize,
 }
 
 /// Work done off the router (a journal read, a hook, a quota fetch, a file read) whose

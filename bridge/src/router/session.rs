@@ -114,14 +114,14 @@ impl Sessions {
     }
 
     /// What registration advertises, as one number: a session listed or unlisted, a turn
-    /// starting or ending, a new title. Order-free (the map's order may change), and cheap
+    /// starting or ending, a new title, how many of its requests wait. Order-free (the map's order may change), and cheap
     /// enough for every event (no allocation); `updatedAt` is left out, or every streamed frame
     /// would count as a change.
     pub fn status_signature(&self) -> u64 {
         use std::hash::BuildHasher;
         let state = std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
         self.map.values().filter(|s| s.listed()).fold(1, |acc: u64, s| {
-            acc.wrapping_add(state.hash_one((&s.id, s.busy(), s.requests.is_empty(), &s.title)))
+            acc.wrapping_add(state.hash_one((&s.id, s.busy(), s.requests.len(), &s.title)))
         })
     }
 
@@ -137,6 +137,7 @@ impl Sessions {
                 status: if s.busy() { "running" } else { "idle" },
                 updated_at: s.updated_at,
                 waiting: !s.requests.is_empty(),
+                pending: s.requests.len(),
             })
             .collect();
         rows.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.session_id.cmp(&b.session_id)));

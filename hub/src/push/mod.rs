@@ -119,6 +119,34 @@ pub fn transitions(
         .collect()
 }
 
+/// The sessions of a heartbeat that were waiting already and now wait on more requests than
+/// before (an agent asking two things at once): pushed again, under the same tag, so the
+/// notification and the app badge count them all.
+pub fn asked_again(
+    instance: &str,
+    workspace: &str,
+    before: &HashMap<String, Option<&'static str>>,
+    before_pending: &HashMap<String, u32>,
+    after: &[SessionRow],
+) -> Vec<Event> {
+    after
+        .iter()
+        .filter(|s| {
+            s.status == Some("waiting")
+                && before.get(&s.session_id).copied().flatten() == Some("waiting")
+                && s.pending > before_pending.get(&s.session_id).copied().unwrap_or(0).max(1)
+        })
+        .map(|s| Event {
+            kind: Kind::Waiting,
+            instance: instance.to_owned(),
+            session: s.session_id.clone(),
+            title: s.title.clone(),
+            workspace: workspace.to_owned(),
+            ..Event::default()
+        })
+        .collect()
+}
+
 impl Event {
     /// RFC 8030 `Topic`: a newer message about the same session replaces an undelivered one.
     fn topic(&self) -> String {
@@ -418,7 +446,26 @@ mod tests {
     use super::*;
 
     fn row(id: &str, status: Option<&'static str>) -> SessionRow {
-        SessionRow { session_id: id.into(), title: Some("Fix login".into()), status, updated_at: 1 }
+        let pending = u32::from(status == Some("waiting"));
+        SessionRow { session_id: id.into(), title: Some("Fix login".into()), status, updated_at: 1, pending }
+    }
+
+    #[test]
+    fn a_waiting_session_asking_more_is_pushed_again_and_fewer_or_as_many_is_not() {
+        let before: HashMap<String, Option<&'static str>> = [
+            ("a".to_owned(), Some("waiting")),
+            ("b".to_owned(), Some("waiting")),
+            ("c".to_owned(), Some("running")),
+        ]
+        .into();
+        let counts: HashMap<String, u32> =
+            [("a".to_owned(), 1), ("b".to_owned(), 2), ("c".to_owned(), 0)].into();
+        let with = |id: &str, n: u32| SessionRow { pending: n, ..row(id, Some("waiting")) };
+        let after = [with("a", 2), with("b", 2), with("c", 3)];
+        let again: Vec<_> =
+            asked_again("7", "/w", &before, &counts, &after).into_iter().map(|e| e.session).collect();
+        // c was not waiting before: `transitions` pushes it as a new wait.
+        assert_eq!(again, ["a"]);
     }
 
     #[test]

@@ -56,10 +56,12 @@ pub async fn register(req: Request<Incoming>, hub: &Arc<Hub>, peer: SocketAddr, 
     // old status; the pushes are only queued.
     let (new, events) = {
         let mut registry = hub.bridges.registry();
-        let mut events =
-            crate::push::transitions(&id, &reg.workspace, &registry.statuses(&id), &reg.sessions);
+        let before = registry.statuses(&id);
+        let mut events = crate::push::transitions(&id, &reg.workspace, &before, &reg.sessions);
+        let counts = registry.pending_counts(&id);
+        events.extend(crate::push::asked_again(&id, &reg.workspace, &before, &counts, &reg.sessions));
         let new = registry.register(reg, Instant::now());
-        let pending = registry.waiting_sessions(Instant::now());
+        let pending = registry.pending_requests(Instant::now());
         for e in &mut events {
             (e.port, e.pending) = (port, pending);
         }
