@@ -322,7 +322,18 @@ impl Peer {
             }
             Ok(Frame::Closed(code)) => {
                 self.closed = Some(code);
-                panic!("peer closed (code {code:?}) while waiting for {what}")
+                // A process that ended says how (a signal names whoever killed it).
+                let how = self.child.as_mut().and_then(|c| {
+                    (0..50).find_map(|_| {
+                        let s = c.try_wait().ok().flatten();
+                        if s.is_none() {
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                        }
+                        s
+                    })
+                });
+                let how = how.map_or_else(String::new, |s| format!("; the process ended: {s}"));
+                panic!("peer closed (code {code:?}{how}) while waiting for {what}")
             }
             Err(RecvTimeoutError::Timeout) => panic!("timed out waiting for {what}"),
             Err(RecvTimeoutError::Disconnected) => panic!("peer gone while waiting for {what}"),

@@ -11,20 +11,19 @@ use zcode_tests::hub::{
 use zcode_tests::{Bridge, Home, Peer, WAIT, alive, demo_agent, initialize, kill9};
 
 /// The home's detached hub, stopped when the test ends (it would also stop by itself once the
-/// home is deleted).
-struct Detached(u32);
+/// home is deleted). Only if that pid is still a process of this home: a test that killed the
+/// hub leaves its pid free for the next process (pid_max is 32768 here), another test's bridge.
+struct Detached(u32, std::path::PathBuf);
 
 impl Drop for Detached {
     fn drop(&mut self) {
-        if alive(self.0) {
-            signal(self.0, "TERM");
-        }
+        zcode_tests::kill_in_home(self.0, &self.1, false);
     }
 }
 
 fn detached_hub(home: &Home) -> Detached {
     wait_for_hub(home, None);
-    Detached(hub_pid(home).expect("the hub wrote its pid"))
+    Detached(hub_pid(home).expect("the hub wrote its pid"), home.path().to_owned())
 }
 
 #[test]

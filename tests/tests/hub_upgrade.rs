@@ -121,7 +121,7 @@ fn exe_of(pid: u32) -> PathBuf {
 /// Stops the hub holding `home`'s lock (a successor is not our child).
 fn stop_hub(home: &Home) {
     if let Some(pid) = hub_pid(home) {
-        zcode_tests::hub::signal(pid, "TERM");
+        zcode_tests::kill_in_home(pid, home.path(), false);
         zcode_tests::hub::wait_gone(pid, WAIT);
     }
 }

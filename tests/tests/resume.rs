@@ -333,7 +333,7 @@ fn a_hub_self_upgrade_mid_stream_loses_nothing_the_phone_resumes_through_the_suc
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
     // The successor is not the test's child: it is stopped here.
     if let Some(pid) = hub_pid(&home) {
-        zcode_tests::hub::signal(pid, "TERM");
+        zcode_tests::kill_in_home(pid, home.path(), false);
         zcode_tests::hub::wait_gone(pid, zcode_tests::WAIT);
     }
 }

@@ -11,12 +11,10 @@ use std::time::{Duration, Instant};
 use zcode_shared::peer::{PeerError, own_uid};
 use zcode_tests::flood::Flood;
 use zcode_tests::hub::{
-    AUTH, Hub, http, hub_pid, listed, run_cli, signal, wait_gone, wait_instances, wait_port_closed,
+    AUTH, Hub, http, hub_pid, listed, run_cli, wait_gone, wait_instances, wait_port_closed,
 };
 use zcode_tests::squat::{NOBODY, Squatter};
-use zcode_tests::{
-    Bridge, Home, TEST_TOKEN, WAIT, alive, demo_agent, initialize, kill9, new_session, prompt,
-};
+use zcode_tests::{Bridge, Home, TEST_TOKEN, WAIT, demo_agent, initialize, kill9, new_session, prompt};
 
 /// Waits until `path` contains `needle`; returns its text.
 fn wait_file_contains(path: &std::path::Path, needle: &str) -> String {
@@ -86,18 +84,17 @@ fn another_user_on_the_hubs_port_gets_no_token_and_the_editor_is_still_served() 
         assert!(Instant::now() < deadline, "no hub took the port after the squatter left");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let _hub = Stop(hub_pid(&home).expect("the hub's pid"));
+    let _hub = Stop(hub_pid(&home).expect("the hub's pid"), home.path().to_owned());
     wait_instances(port, "the bridge to register once the port is free", |l| listed(l, &b.id()));
 }
 
 /// Stops the home's detached hub when the test ends.
-struct Stop(u32);
+/// (Only if that pid is still a process of this home: see `zcode_tests::kill_in_home`.)
+struct Stop(u32, std::path::PathBuf);
 
 impl Drop for Stop {
     fn drop(&mut self) {
-        if alive(self.0) {
-            signal(self.0, "TERM");
-        }
+        zcode_tests::kill_in_home(self.0, &self.1, false);
     }
 }
 
