@@ -441,14 +441,20 @@ fn a_push_service_that_never_answers_delays_no_heartbeat() {
     );
 }
 
-/// A real bridge whose session waits on a permission is pushed without waiting for a heartbeat
-/// period: the router's status nudge sends `waiting` at once, and the hub turns it into a push.
-#[test]
-fn a_real_bridge_waiting_on_a_permission_is_pushed_at_once() {
-    let home = Home::new();
+/// A hub with a phone subscribed at a push stand-in, and a real bridge whose new session was
+/// just sent `text` (its answer not awaited).
+struct Prompted {
+    _hub: Hub,
+    service: PushService,
+    phone: Browser,
+    _bridge: zcode_tests::Bridge,
+    sid: String,
+}
+
+fn prompted(home: &Home, text: &str) -> Prompted {
     // A heartbeat period no test outlives: only the nudge can tell the hub in time.
     let env = [("ZCODE_ACP_HEARTBEAT_MS", "600000")];
-    let hub = Hub::start(&home, &env);
+    let hub = Hub::start(home, &env);
     let service = PushService::start();
     let phone = Browser::new("phone");
     let r = send(
@@ -458,10 +464,20 @@ fn a_real_bridge_waiting_on_a_permission_is_pushed_at_once() {
         &phone.subscription(&service.endpoint("/ok/phone")),
     );
     assert_eq!(r.status, 201, "{}", r.text());
-    let mut b = zcode_tests::Bridge::start_env(&home, &zcode_tests::demo_agent(0), &env);
+    let mut b = zcode_tests::Bridge::start_env(home, &zcode_tests::demo_agent(0), &env);
     zcode_tests::initialize(&mut b.editor, json!({}));
     let sid = zcode_tests::new_session(&mut b.editor, home.path());
-    b.editor.request("session/prompt", zcode_tests::prompt(&sid, "permission please"));
+    b.editor.request("session/prompt", zcode_tests::prompt(&sid, text));
+    Prompted { _hub: hub, service, phone, _bridge: b, sid }
+}
+
+/// A real bridge whose session waits on a permission is pushed without waiting for a heartbeat
+/// period: the router's status nudge sends `waiting` at once, and the hub turns it into a push.
+#[test]
+fn a_real_bridge_waiting_on_a_permission_is_pushed_at_once() {
+    let home = Home::new();
+    // Bound whole: the hub and the bridge live to the test's end.
+    let Prompted { service, phone, sid, _hub, _bridge } = prompted(&home, "permission please");
     let pushed = service.next("the wait on a permission");
     let payload = phone.decrypt(&pushed.body);
     assert_eq!(payload["kind"], "waiting", "{payload}");
@@ -474,21 +490,7 @@ fn a_real_bridge_waiting_on_a_permission_is_pushed_at_once() {
 #[test]
 fn two_requests_waiting_together_are_counted_on_the_badge() {
     let home = Home::new();
-    let env = [("ZCODE_ACP_HEARTBEAT_MS", "600000")];
-    let hub = Hub::start(&home, &env);
-    let service = PushService::start();
-    let phone = Browser::new("phone");
-    let r = send(
-        hub.port,
-        "POST",
-        "/api/push/subscriptions",
-        &phone.subscription(&service.endpoint("/ok/phone")),
-    );
-    assert_eq!(r.status, 201, "{}", r.text());
-    let mut b = zcode_tests::Bridge::start_env(&home, &zcode_tests::demo_agent(0), &env);
-    zcode_tests::initialize(&mut b.editor, json!({}));
-    let sid = zcode_tests::new_session(&mut b.editor, home.path());
-    b.editor.request("session/prompt", zcode_tests::prompt(&sid, "together"));
+    let Prompted { service, phone, _hub, _bridge, .. } = prompted(&home, "together");
     let mut counts = Vec::new();
     while counts.last() != Some(&json!(2)) {
         assert!(counts.len() < 4, "no push counted both requests: {counts:?}");

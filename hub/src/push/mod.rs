@@ -107,14 +107,7 @@ pub fn transitions(
                 (Some("waiting"), _) => Kind::Withdrawn,
                 _ => return None,
             };
-            Some(Event {
-                kind,
-                instance: instance.to_owned(),
-                session: s.session_id.clone(),
-                title: s.title.clone(),
-                workspace: workspace.to_owned(),
-                ..Event::default()
-            })
+            Some(Event::about(kind, instance, workspace, s))
         })
         .collect()
 }
@@ -136,18 +129,23 @@ pub fn asked_again(
                 && before.get(&s.session_id).copied().flatten() == Some("waiting")
                 && s.pending > before_pending.get(&s.session_id).copied().unwrap_or(0).max(1)
         })
-        .map(|s| Event {
-            kind: Kind::Waiting,
+        .map(|s| Event::about(Kind::Waiting, instance, workspace, s))
+        .collect()
+}
+
+impl Event {
+    /// A `kind` event about session row `s` of `instance`.
+    fn about(kind: Kind, instance: &str, workspace: &str, s: &SessionRow) -> Event {
+        Event {
+            kind,
             instance: instance.to_owned(),
             session: s.session_id.clone(),
             title: s.title.clone(),
             workspace: workspace.to_owned(),
             ..Event::default()
-        })
-        .collect()
-}
+        }
+    }
 
-impl Event {
     /// RFC 8030 `Topic`: a newer message about the same session replaces an undelivered one.
     fn topic(&self) -> String {
         let digest = Sha256::digest(self.session.as_bytes());
