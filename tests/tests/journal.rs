@@ -296,6 +296,75 @@ fn four_bridges_write_the_journal_at_once() {
     }
 }
 
+/// SQLite's locks are POSIX record locks, which a process loses on ALL its descriptors of a
+/// file when it closes ANY one of them. A second connection opened in a process (the bridge's
+/// usage thread opens one beside its journal thread's) must therefore never open and close the
+/// store's files itself: when it did (to make them private), the first connection's write lock
+/// was gone mid-transaction, another process's commit went into the WAL beside it, and one of
+/// the two commits was overwritten (a turn missing from a replay, no error anywhere) or the
+/// file was left malformed.
+#[test]
+fn a_second_connection_in_a_process_leaves_the_first_ones_write_lock_in_place() {
+    use std::sync::mpsc;
+    use zcode_shared::store::Store;
+    let home = Home::new();
+    let mut b = Bridge::start_env(&home, &demo_agent(0), &[("ZCODE_ACP_TEST_JOURNAL_BUSY_MS", "50")]);
+    initialize(&mut b.editor, json!({}));
+    let sid = new_session(&mut b.editor, home.path());
+    let (r, _) = b.editor.call("session/prompt", prompt(&sid, "before the lock"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let data = home.path().join("data");
+
+    // This process holds a write transaction open, as a journal thread does while it commits.
+    let (held_tx, held) = mpsc::channel();
+    let (release, go) = mpsc::channel::<()>();
+    let writer = {
+        let (data, sid) = (data.clone(), sid.clone());
+        std::thread::spawn(move || {
+            let mut store = Store::open_in(&data).expect("the store");
+            store.write(|w| {
+                held_tx.send(()).expect("the test waits");
+                let _ = go.recv();
+                w.set_title(&sid, "renamed while held", true, zcode_shared::time::now_ms())
+            })
+        })
+    };
+    held.recv().expect("the transaction is open");
+    // Meanwhile another connection is opened in this process.
+    let second = Store::open_in(&data).expect("a second connection");
+
+    // The bridge's turn must wait for the lock (its commit kept and retried, `journalError`
+    // meanwhile), not be written beside the held transaction.
+    let (r, _) = b.editor.call("session/prompt", prompt(&sid, "while the lock is held"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    zcode_tests::hub::wait_until("the bridge's journal to try to commit the turn", || {
+        let (_, status) = b.http_get("/status", Some(zcode_tests::TEST_TOKEN));
+        let committed = second.counters(&sid).ok().flatten().is_some_and(|c| c.next_seq - c.first_seq == 10);
+        committed || status.contains("journalError")
+    });
+    release.send(()).expect("the writer waits");
+    writer.join().expect("the writer").expect("the held transaction commits");
+
+    // Both writes are kept: every message of both turns, and the title.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let mut remote = b.remote();
+        initialize(&mut remote, json!({}));
+        let (r, msgs) = load(&mut remote, &sid, home.path(), None);
+        if r["result"]["replayMeta"]["totalMessages"] != 10 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            continue;
+        }
+        assert_eq!(r["result"]["replayMeta"]["totalMessages"], 10, "a commit was overwritten: {r}");
+        assert_eq!(messages(&msgs).len(), 10);
+        break;
+    }
+    assert_eq!(
+        second.counters(&sid).expect("read").expect("the session").title.as_deref(),
+        Some("renamed while held")
+    );
+}
+
 #[test]
 fn kill_dash_nine_mid_turn_loses_nothing_older_than_the_last_batch() {
     let home = Home::new();
