@@ -3,7 +3,7 @@
 //! `ZCODE_ACP_HOME`, when set, holds every path (config, data, token, logs, port files), so
 //! tests and several installs never collide. Otherwise the XDG directories (via `directories`).
 //! Everything under it is made private where it is made ([`Paths::ensure_private_dir`],
-//! [`append_private`], [`touch_private`]), not by a process umask: a bridge's agent must create
+//! [`append_private`], [`make_private_by_path`]), not by a process umask: a bridge's agent must create
 //! the user's project files with the user's own.
 
 use crate::env::Env;
@@ -104,11 +104,23 @@ pub fn append_private(path: &Path) -> io::Result<std::fs::File> {
     Ok(f)
 }
 
-/// Creates `path` empty with mode 0600 if it does not exist, and makes it 0600 if it does
-/// (what SQLite then gives its `-wal` and `-shm` files: the database's own mode).
-pub fn touch_private(path: &Path) -> io::Result<()> {
-    let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(path)?;
-    make_private(&f)
+/// Takes the group's and others' permissions off `path` if it exists, by its name: no
+/// descriptor of it is opened. For SQLite's files: its locks are POSIX record locks, which a
+/// process loses on every descriptor of a file when it closes any one of them, so opening and
+/// closing the store's file beside a connection of the same process (the bridge's journal and
+/// usage threads each hold one) dropped that connection's write lock mid-transaction, and
+/// another process's commit was then overwritten in the WAL.
+pub fn make_private_by_path(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = match std::fs::metadata(path) {
+        Ok(m) => m.permissions().mode(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o700))?;
+    }
+    Ok(())
 }
 
 /// Takes the group's and others' permissions off an open file.
@@ -206,14 +218,15 @@ mod tests {
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         let (log, db) = (dir.path().join("a.log"), dir.path().join("db"));
         append_private(&log).unwrap();
-        touch_private(&db).unwrap();
-        assert_eq!((mode(&log), mode(&db)), (0o600, 0o600));
+        make_private_by_path(&db).unwrap();
+        assert!(!db.exists(), "a missing file is not made");
+        assert_eq!(mode(&log), 0o600);
+        std::fs::write(&db, b"kept").unwrap();
         for p in [&log, &db] {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
         }
-        std::fs::write(&db, b"kept").unwrap();
         append_private(&log).unwrap();
-        touch_private(&db).unwrap();
+        make_private_by_path(&db).unwrap();
         assert_eq!((mode(&log), mode(&db)), (0o600, 0o600));
         assert_eq!(std::fs::read(&db).unwrap(), b"kept", "an existing file is never truncated");
     }

@@ -175,15 +175,13 @@ impl Store {
     /// A corrupt or foreign file is an error naming the file; it is never overwritten.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let fail = |reason: String| StoreError::Open { path: path.to_owned(), reason };
-        // Private before SQLite opens it: it gives its `-wal` and `-shm` the database's mode.
-        // Those an older version left readable by others are made private too. Best effort:
+        // Files an older version left readable by others are made private, by their names only
+        // (`make_private_by_path`: a descriptor opened and closed here would drop the locks of
+        // this process's other connections). A new file is made private in `prepare`, before
+        // its `-wal` and `-shm` exist (SQLite gives them the database's mode). Best effort:
         // where this fails, SQLite's open says why.
-        let _ = crate::paths::touch_private(path);
-        for suffix in ["-wal", "-shm", "-journal"] {
-            let side = crate::paths::sibling(path, suffix);
-            if side.exists() {
-                let _ = crate::paths::touch_private(&side);
-            }
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let _ = crate::paths::make_private_by_path(&crate::paths::sibling(path, suffix));
         }
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
@@ -229,6 +227,9 @@ impl Store {
         // locked" switching to WAL, or the file taken for another program's).
         let _one = crate::paths::FileLock::take(&self.path)
             .map_err(|e| rusqlite::Error::InvalidParameterName(e.to_string()))?;
+        // SQLite made a new file with the umask's mode: private before switching to WAL makes
+        // the `-wal` and `-shm` (every process switches under this lock).
+        let _ = crate::paths::make_private_by_path(&self.path);
         let (app, version) = self.header()?;
         if app == APPLICATION_ID && version == known {
             return Ok(());
