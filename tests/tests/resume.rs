@@ -273,6 +273,12 @@ fn a_hub_self_upgrade_mid_stream_loses_nothing_the_phone_resumes_through_the_suc
     let mut watcher = b.remote();
     initialize(&mut watcher, json!({}));
     load(&mut watcher, &sid, home.path(), json!({"limit": 0}));
+    // The watcher, attached first, is sent a message the phone's numbering starts after (as
+    // it may be sent the agent's commands, which follow session/new's answer, under load): the
+    // agent's update precedes its answer, and the router numbers and fans it out at once.
+    let (r, seen) = b.editor.call("session/set_mode", json!({"sessionId": sid, "modeId": "default"}));
+    assert!(r["result"].is_object(), "{r}");
+    assert!(seen.iter().any(|m| m["params"]["update"]["sessionUpdate"] == "current_mode_update"), "{seen:?}");
     let mut phone = hub.connect(&bid).expect("the relay accepts");
     initialize(&mut phone, json!({}));
     let (r, _) = load(&mut phone, &sid, home.path(), json!({"limit": 0}));
