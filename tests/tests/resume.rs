@@ -258,6 +258,8 @@ fn a_pending_permission_is_delivered_again_on_resume_and_answering_it_ends_the_t
 /// attached straight to the bridge throughout.
 #[test]
 fn a_hub_self_upgrade_mid_stream_loses_nothing_the_phone_resumes_through_the_successor() {
+    /// The ticks of the demo agent's `long` turn.
+    const TICKS: usize = 600;
     let home = Home::new();
     // The hub runs from a copy a new build is installed over (by rename, like an install).
     let disk = tempfile::tempdir().expect("temp dir");
@@ -284,7 +286,9 @@ fn a_hub_self_upgrade_mid_stream_loses_nothing_the_phone_resumes_through_the_suc
     let (r, _) = load(&mut phone, &sid, home.path(), json!({"limit": 0}));
     let (epoch, start) = numbering(&r);
 
-    let turn = b.editor.request("session/prompt", prompt(&sid, "long stream please"));
+    // `hold`: after its last tick the turn waits for a cancel, so it cannot end before the
+    // restart however slow the machine (the test would prove nothing).
+    let turn = b.editor.request("session/prompt", prompt(&sid, "long stream then hold"));
     let mut got = Vec::new();
     while got.iter().filter(|m| is_chunk(m)).count() < 40 {
         got.push(phone.recv("the long turn on the phone"));
@@ -318,8 +322,14 @@ fn a_hub_self_upgrade_mid_stream_loses_nothing_the_phone_resumes_through_the_suc
     let (r, mut resumed) = load(&mut back, &sid, home.path(), json!({"afterSeq": after, "epoch": epoch}));
     assert_eq!(r["replayMeta"]["resumed"], true, "{r}");
     assert!(r["replayMeta"].get("reason").is_none(), "{r}");
+    let last_tick = |m: &Value| m["params"]["update"]["content"]["text"] == format!("tick {TICKS} ");
+    if !resumed.iter().any(last_tick) {
+        let (m, more) = back.until("the last tick after the resume", last_tick);
+        resumed.extend(more.into_iter().filter(|m| m.get("method").is_some()).chain([m]));
+    }
+    b.editor.notify("session/cancel", json!({"sessionId": sid}));
     resumed.extend(numbered_until_turn_end(&mut back, "the rest of the turn after the resume"));
-    assert_eq!(resumed.last().expect("the turn end")["params"]["stopReason"], "end_turn");
+    assert_eq!(resumed.last().expect("the turn end")["params"]["stopReason"], "cancelled");
 
     // The phone's whole view of the turn: numbered from its attach on, each number once.
     let mut phone_saw: Vec<Value> = got.into_iter().filter(|m| m.get("method").is_some()).collect();
@@ -338,9 +348,9 @@ fn a_hub_self_upgrade_mid_stream_loses_nothing_the_phone_resumes_through_the_suc
         all.len()
     );
     assert_eq!(phone_saw, all, "the phone's stream differs from the watcher's");
-    assert_eq!(zcode_tests::agent_text(&all).matches("tick ").count(), 600);
+    assert_eq!(zcode_tests::agent_text(&all).matches("tick ").count(), TICKS);
     let (answer, _) = b.editor.response_to(&turn);
-    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
     // The successor is not the test's child: it is stopped here.
     if let Some(pid) = hub_pid(&home) {
         zcode_tests::kill_in_home(pid, home.path(), false);
