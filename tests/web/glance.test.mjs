@@ -58,6 +58,9 @@ describe('home: inbox, board, idle serve bridges', () => {
     // The phone runs one turn on it, in a session of its own, and goes back home: the
     // session stays listed and nobody is attached.
     const page = await sharedPhonePage(browser, 'light', stack.token);
+    // Home reads the hub every 250 ms (every 4 s by default): the bridge's row goes at the
+    // first read after it left.
+    await page.addInitScript(() => localStorage.setItem('zcode-acp.test.homePollMs', '250'));
     await page.goto(`${stack.base}/n/${id}?cwd=${encodeURIComponent(stack.project)}`);
     await page.locator('#send:not([disabled])').waitFor();
     await page.fill('#prompt', 'hello, then idle');

@@ -238,6 +238,9 @@ describe('web client screens at phone size, light and dark', () => {
 
   it('a stopped hub, on home and in a session', async () => {
     await both(async (page) => {
+      // Home reads the hub every 250 ms here (every 4 s by default): it says the hub stopped
+      // at its next read.
+      await page.evaluate(() => localStorage.setItem('zcode-acp.test.homePollMs', '250'));
       await page.goto(`${stack.base}/`);
       await page.locator(`[data-instance="${ed.id}"]`).waitFor();
     });
