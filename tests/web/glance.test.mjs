@@ -28,6 +28,9 @@ describe('home: inbox, board, idle serve bridges', () => {
     await ed.request((r) => r.method === 'session/request_permission');
     for (const scheme of ['light', 'dark']) {
       const page = await sharedPhonePage(browser, scheme, stack.token);
+      // Where the answer is given, home reads the hub every 250 ms (every 4 s by default): the
+      // board shows the turn going on at its next read.
+      if (scheme === 'dark') await page.addInitScript(() => localStorage.setItem('zcode-acp.test.homePollMs', '250'));
       await page.goto(`${stack.base}/`);
       const row = page.locator(`#waiting li[data-inbox-session="${sid}"]`);
       await row.waitFor();
