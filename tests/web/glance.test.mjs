@@ -13,9 +13,10 @@ describe('home: inbox, board, idle serve bridges', () => {
   let stack; let browser;
 
   before(async () => {
-    browser = await launchBrowser();
+    const launching = launchBrowser(); // while the stack starts
     // Long enough for the page to reach a new serve bridge before it idles out.
     stack = await Stack.start({ env: () => ({ ZCODE_ACP_SERVE_IDLE_MS: '8000' }) });
+    browser = await launching;
   });
 
   after(() => stopStack(stack, browser));
@@ -85,9 +86,10 @@ describe('About: versions and "Update hub"', () => {
   let stack; let browser;
 
   before(async () => {
-    browser = await launchBrowser();
+    const launching = launchBrowser(); // while the stack starts
     // The running hub reports an older version than the binary on disk (a debug-build knob).
     stack = await Stack.start({ env: () => ({ ZCODE_ACP_TEST_VERSION: '0.0.1' }) });
+    browser = await launching;
   });
 
   after(() => stopStack(stack, browser));
