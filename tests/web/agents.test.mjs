@@ -21,13 +21,14 @@ describe('web client agent picker', () => {
   };
 
   before(async () => {
-    browser = await launchBrowser();
+    const launching = launchBrowser(); // while the stack starts
     stack = await Stack.start({
       env: (home) => {
         configure(home, 'demo');
         return { ZCODE_ACP_PROJECT_ROOTS: home, ZCODE_ACP_HUB_TERMINAL: '0', HOME: home };
       },
     });
+    browser = await launching;
     // A conversation `alt` had in the project back when it was the default (a plain `bridge`),
     // its editor gone: it lives on in the history, and `demo` is the default again.
     configure(stack.home, 'alt');

@@ -124,7 +124,11 @@ describe('web client', () => {
   });
 
   it('shows on the home screen which session waits for an answer', async () => {
+    // This load of home reads the hub every 250 ms (every 4 s by default): the request shows
+    // at its next read. (The knob is read as the page loads; later loads go back to 4 s.)
+    await page.evaluate(() => localStorage.setItem('zcode-acp.test.homePollMs', '250'));
     await page.goto(`${stack.base}/`);
+    await page.evaluate(() => localStorage.removeItem('zcode-acp.test.homePollMs'));
     await page.locator(`[data-session="${sid}"]`).waitFor();
     const turn = ed.prompt(sid, 'permission while you look at the list');
     const waiting = page.locator('#waiting a', { hasText: 'asks permission' });

@@ -18,6 +18,13 @@ import { LineProxy } from './proxy.mjs';
 const PHONE = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 };
 /** The client's ping timeout, shortened (a test-only knob: localStorage). */
 const PING_MS = '1000';
+/** The longest wait between reconnect attempts (5 s by default; a test-only knob too). */
+const BACKOFF_MS = '200';
+/**
+ * How long the client's health check waits before it counts the hub as down (5 s by default;
+ * a test-only knob too): after a stall it rides a stalled keep-alive connection to its end.
+ */
+const HEALTH_MS = '1500';
 /**
  * The demo agent's `long` turn here: 300 chunks 10 ms apart (test knobs; 600 and 20 ms by
  * default), long enough to cut the line in its middle and have it go on without the page.
@@ -146,16 +153,21 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
 
   /**
    * A new page of the phone (`context`: the phone's) with the token and the shortened ping
-   * timeout in its storage (`quietMs`: how long a quiet line goes unchecked, when a test wants
-   * only its own events to check it). Close it when done (the phone stays).
+   * and health-check timeouts in its storage (`quietMs`: how long a quiet line goes unchecked, when a test wants
+   * only its own events to check it), and the reconnect backoff capped at `backoffMs` (''
+   * keeps the client's 5 s: the stall tests watch the pill leave "online", which a reconnect
+   * every 200 ms made them miss). Close it when done (the phone stays).
    */
-  async function phonePage(quietMs = '') {
+  async function phonePage(quietMs = '', backoffMs = BACKOFF_MS) {
     const page = await phone.newPage();
-    await page.addInitScript(([ping, quiet]) => {
+    await page.addInitScript(([ping, quiet, backoff, health]) => {
       localStorage.setItem('zcode-acp.test.pingTimeoutMs', ping);
+      localStorage.setItem('zcode-acp.test.healthTimeoutMs', health);
+      if (backoff) localStorage.setItem('zcode-acp.test.backoffMs', backoff);
+      else localStorage.removeItem('zcode-acp.test.backoffMs');
       if (quiet) localStorage.setItem('zcode-acp.test.quietMs', quiet);
       else localStorage.removeItem('zcode-acp.test.quietMs');
-    }, [PING_MS, quietMs]);
+    }, [PING_MS, quietMs, backoffMs, HEALTH_MS]);
     return { context: phone, page, errors: watchConsole(page) };
   }
 
@@ -399,7 +411,7 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
   it('a stalled line (open, nothing moving) is noticed, said, and the client reconnects', async () => {
     const sid = await ed.newSession(stack.project);
     await ed.prompt(sid, 'before the stall');
-    const { page, errors } = await phonePage();
+    const { page, errors } = await phonePage('', '');
     await openSession(page, proxy.base, sid);
     await page.locator('#conn[data-state="open"]').waitFor();
     assert.ok(proxy.stall() > 0, 'the page had its connections open');
@@ -419,7 +431,7 @@ describe('continuity on a bad line', { timeout: 420000 }, () => {
     const sid = await ed.newSession(stack.project);
     await ed.prompt(sid, 'before the stall');
     // A quiet line is never checked by the timer here: only the events can notice the stall.
-    const { context, page } = await phonePage('3600000');
+    const { context, page } = await phonePage('3600000', '');
     await openSession(page, proxy.base, sid);
     await page.locator('#conn[data-state="open"]').waitFor();
     for (const fire of [

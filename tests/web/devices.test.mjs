@@ -74,8 +74,9 @@ describe('devices: pairing by code, the Devices screen, revoking, watch-only', (
   let keyed; // a phone paired by code (it holds a key), kept for the squatter's visit
 
   before(async () => {
-    browser = await launchBrowser();
+    const launching = launchBrowser(); // while the stack starts
     stack = await Stack.start({ env: (home) => ({ HOME: home, ZCODE_ACP_HUB_TERMINAL: '0', ZCODE_ACP_SERVE_IDLE_MS: '600000' }) });
+    browser = await launching;
     ed = await stack.bridge();
     sid = await ed.newSession(stack.project);
     await ed.prompt(sid, 'hello from the editor');

@@ -13,9 +13,10 @@ describe('home: inbox, board, idle serve bridges', () => {
   let stack; let browser;
 
   before(async () => {
-    browser = await launchBrowser();
+    const launching = launchBrowser(); // while the stack starts
     // Long enough for the page to reach a new serve bridge before it idles out.
     stack = await Stack.start({ env: () => ({ ZCODE_ACP_SERVE_IDLE_MS: '8000' }) });
+    browser = await launching;
   });
 
   after(() => stopStack(stack, browser));
@@ -28,6 +29,9 @@ describe('home: inbox, board, idle serve bridges', () => {
     await ed.request((r) => r.method === 'session/request_permission');
     for (const scheme of ['light', 'dark']) {
       const page = await sharedPhonePage(browser, scheme, stack.token);
+      // Where the answer is given, home reads the hub every 250 ms (every 4 s by default): the
+      // board shows the turn going on at its next read.
+      if (scheme === 'dark') await page.addInitScript(() => localStorage.setItem('zcode-acp.test.homePollMs', '250'));
       await page.goto(`${stack.base}/`);
       const row = page.locator(`#waiting li[data-inbox-session="${sid}"]`);
       await row.waitFor();
@@ -58,6 +62,9 @@ describe('home: inbox, board, idle serve bridges', () => {
     // The phone runs one turn on it, in a session of its own, and goes back home: the
     // session stays listed and nobody is attached.
     const page = await sharedPhonePage(browser, 'light', stack.token);
+    // Home reads the hub every 250 ms (every 4 s by default): the bridge's row goes at the
+    // first read after it left.
+    await page.addInitScript(() => localStorage.setItem('zcode-acp.test.homePollMs', '250'));
     await page.goto(`${stack.base}/n/${id}?cwd=${encodeURIComponent(stack.project)}`);
     await page.locator('#send:not([disabled])').waitFor();
     await page.fill('#prompt', 'hello, then idle');
@@ -79,9 +86,10 @@ describe('About: versions and "Update hub"', () => {
   let stack; let browser;
 
   before(async () => {
-    browser = await launchBrowser();
+    const launching = launchBrowser(); // while the stack starts
     // The running hub reports an older version than the binary on disk (a debug-build knob).
     stack = await Stack.start({ env: () => ({ ZCODE_ACP_TEST_VERSION: '0.0.1' }) });
+    browser = await launching;
   });
 
   after(() => stopStack(stack, browser));

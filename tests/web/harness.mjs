@@ -30,6 +30,11 @@ export const SDK_AGENT = ['node', [
   'tests/peers/node_modules/@agentclientprotocol/sdk/dist/examples/agent.js',
   'tests/peers/node_modules/acpx/node_modules/@agentclientprotocol/sdk/dist/examples/agent.js',
 ].map((p) => path.join(ROOT, p)).find((p) => fs.existsSync(p)) || 'the SDK example agent is not installed (scripts/install-test-deps)'];
+/**
+ * The same agent with 200 ms instead of a second between its updates (`sdk_agent_quick.mjs`),
+ * for a test that waits on its turns, not inside them.
+ */
+export const SDK_AGENT_QUICK = [SDK_AGENT[0], '--import', path.join(import.meta.dirname, 'sdk_agent_quick.mjs'), SDK_AGENT[1]];
 
 /** Waits until `fn()` returns a truthy value (polled every 20 ms); returns it. */
 export async function until(what, fn, ms = WAIT) {

@@ -12,10 +12,11 @@ describe('web client projects', () => {
   let stack; let browser; let page; let errors; let ed; let closed;
 
   before(async () => {
-    browser = await launchBrowser();
+    const launching = launchBrowser(); // while the stack starts
     // The project sits in a temp dir, which the known-project list hides unless it is under a
     // configured root; headless bridges only (no terminal window in a test).
     stack = await Stack.start({ env: (home) => ({ ZCODE_ACP_PROJECT_ROOTS: home, ZCODE_ACP_HUB_TERMINAL: '0', HOME: home }) });
+    browser = await launching;
     fs.mkdirSync(path.join(stack.home, 'fresh'));
     // A conversation whose editor has gone: the project's history is where it lives on.
     ed = await stack.bridge();

@@ -461,6 +461,8 @@ describe('installable web app', { timeout: 120000 }, () => {
     await stack.listed(ed.id, sid);
     const context = await browser.newContext({ viewport: PHONE });
     await context.addInitScript(() => {
+      // Home reads the hub every 250 ms (every 4 s by default): a request shows at its next read.
+      localStorage.setItem('zcode-acp.test.homePollMs', '250');
       window.badges = [];
       navigator.setAppBadge = (n) => { window.badges.push(n); return Promise.resolve(); };
       navigator.clearAppBadge = () => { window.badges.push(0); return Promise.resolve(); };

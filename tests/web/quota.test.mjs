@@ -48,7 +48,7 @@ describe('the plan quota card on the home screen', () => {
 
   before(async () => {
     vendor = await vendors();
-    browser = await launchBrowser();
+    const launching = launchBrowser(); // while the stack starts
     stack = await Stack.start({
       env: (home) => {
         fs.writeFileSync(path.join(home, 'config.json'), JSON.stringify(CONFIG));
@@ -59,6 +59,7 @@ describe('the plan quota card on the home screen', () => {
         };
       },
     });
+    browser = await launching;
   });
 
   after(async () => {

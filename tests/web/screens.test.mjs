@@ -26,12 +26,13 @@ describe('web client screens at phone size, light and dark', () => {
   const pages = {};
 
   before(async () => {
-    browser = await launchBrowser();
+    const launching = launchBrowser(); // while the stack starts
     // The project sits in a temp dir, which the known-project list shows only under a
     // configured root; headless bridges only, and they stay until the stack stops them.
     stack = await Stack.start({
       env: (home) => ({ ZCODE_ACP_PROJECT_ROOTS: home, ZCODE_ACP_HUB_TERMINAL: '0', HOME: home, ZCODE_ACP_SERVE_IDLE_MS: '600000' }),
     });
+    browser = await launching;
     const lines = Array.from({ length: 450 }, (_, i) => `log line ${i + 1}`).join('\n');
     fs.writeFileSync(path.join(stack.project, 'notes.txt'), `${lines}\n`);
     fs.writeFileSync(path.join(stack.project, 'short.txt'), 'one\ntwo\nthree\n');
@@ -238,6 +239,9 @@ describe('web client screens at phone size, light and dark', () => {
 
   it('a stopped hub, on home and in a session', async () => {
     await both(async (page) => {
+      // Home reads the hub every 250 ms here (every 4 s by default): it says the hub stopped
+      // at its next read.
+      await page.evaluate(() => localStorage.setItem('zcode-acp.test.homePollMs', '250'));
       await page.goto(`${stack.base}/`);
       await page.locator(`[data-instance="${ed.id}"]`).waitFor();
     });

@@ -22,7 +22,7 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
 
   before(async () => {
     fs.mkdirSync(SHOTS, { recursive: true });
-    browser = await launchBrowser();
+    const launching = launchBrowser(); // while the stack starts
     // No projectRoots; the stack lives under the system temp dir (hidden from Projects); the
     // registration heartbeat is far beyond any wait here, and instances outlive it.
     stack = await Stack.start({
@@ -30,6 +30,7 @@ describe('web client screens (home, projects, browse, files, pairing)', () => {
         HOME: home, ZCODE_ACP_HUB_TERMINAL: '0', ZCODE_ACP_HEARTBEAT_MS: '600000', ZCODE_ACP_INSTANCE_TTL_MS: '1200000',
       }),
     });
+    browser = await launching;
     const lines = Array.from({ length: 126 }, (_, i) => `line ${i + 1}`);
     lines[9] = `a long line ${'without-any-break-'.repeat(30)}end`;
     fs.writeFileSync(path.join(stack.project, 'short.txt'), `${lines.join('\n')}\n`);

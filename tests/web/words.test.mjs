@@ -17,10 +17,11 @@ describe('counts and words on a phone', () => {
   let stack; let browser; let ed; let sid;
 
   before(async () => {
-    browser = await launchBrowser();
+    const launching = launchBrowser(); // while the stack starts
     stack = await Stack.start({
       env: (home) => ({ ZCODE_ACP_PROJECT_ROOTS: home, ZCODE_ACP_HUB_TERMINAL: '0', HOME: home, ZCODE_ACP_SERVE_IDLE_MS: '600000' }),
     });
+    browser = await launching;
     fs.writeFileSync(path.join(stack.project, 'sub', 'wide.js'),
       `const x = ${JSON.stringify('w'.repeat(200))}; // one line, never wrapped\nlet y = 1;\n`);
     ed = await stack.bridge();

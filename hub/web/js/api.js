@@ -22,6 +22,15 @@ const TOKEN_KEY = 'zcode-acp.token';
 /** This browser's device: {id, name, scope, key?, removed?} as JSON, or absent (a pasted token). */
 const DEVICE_KEY = 'zcode-acp.device';
 const TIMEOUT_MS = 15000;
+/**
+ * How long `diagnose`'s health check waits: on a stalled line it waits all of it (test-only
+ * knob: localStorage `zcode-acp.test.healthTimeoutMs`).
+ */
+const HEALTH_TIMEOUT_MS = (() => {
+  let v = NaN;
+  try { v = Number(localStorage.getItem('zcode-acp.test.healthTimeoutMs')); } catch { /* no storage */ }
+  return Number.isFinite(v) && v > 0 ? v : 5000;
+})();
 /** What a device signs before the hub's challenge (hub/src/devices/keys.rs). */
 export const SIGNED_PREFIX = 'zcode-acp device token:';
 /** An access token is minted again this long before it expires. */
@@ -495,7 +504,7 @@ export function postJson(path, json, what) {
 export async function diagnose(instanceId, machine = null) {
   const at = { machine };
   try {
-    const health = await api('/api/health', { ...at, noAuth: true, what: 'Health check', timeout: 5000 });
+    const health = await api('/api/health', { ...at, noAuth: true, what: 'Health check', timeout: HEALTH_TIMEOUT_MS });
     if (typeof health !== 'string' || health.trim() !== 'ok') return { why: 'garbage', message: 'Something that is not the hub answers at this address (a tunnel error page?).' };
   } catch (e) {
     return { why: e.kind === 'network' ? 'down' : 'garbage', message: e.message };

@@ -35,8 +35,11 @@ const SUBPROTOCOL = 'zcode-acp';
 const TOKEN_PREFIX = 'zcode-acp.token.';
 const BACKOFF_MIN_MS = 500;
 const BACKOFF_MAX_MS = 15000;
-/** The longest wait between attempts while the page is visible. */
-const BACKOFF_VISIBLE_MS = 5000;
+/**
+ * The longest wait between attempts while the page is visible (test-only knob: localStorage
+ * `zcode-acp.test.backoffMs`, which the browser tests shorten where a line comes back).
+ */
+const BACKOFF_VISIBLE_MS = knob('zcode-acp.test.backoffMs', 5000);
 /**
  * How long a `$/ping` may wait for its answer before the line counts as dropped. Test-only:
  * the browser tests shorten it with localStorage `zcode-acp.test.pingTimeoutMs`.
