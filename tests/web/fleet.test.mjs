@@ -136,9 +136,13 @@ describe('several machines: one page, two hubs', () => {
     await row.waitFor();
     assert.match(await row.innerText(), /machine b/i);
     assert.match(await page.locator('#fleet [data-machine-state]').innerText(), /online/);
-    assert.equal(await page.locator('#fleet li[data-session]').count(), 0, 'no second list of sessions');
     const rowA = page.locator(`#instances li[data-session="${sidA}"]`);
     await rowA.locator('.badge.machine', { hasText: os.hostname() }).waitFor();
+    // B's turns join A's on the one board; the Machines card lists no rows of its own.
+    await page.locator(`#board li[data-run-session="${sidB}"][data-machine="${hostB}"]`).waitFor({ state: 'attached' });
+    assert.equal(await page.locator('#fleet li').count(), 0, 'no second list');
+    // "Projects on" offers B at once.
+    await page.locator(`#projects-machine option[value="${hostB}"]`).waitFor({ state: 'attached' });
     const stored = await page.evaluate(() => JSON.parse(localStorage.getItem('zcode-acp.machines')));
     assert.equal(versionB.hostName, os.hostname(), 'a hub names its host (what a machine is called when the person gives no name)');
     assert.equal(stored.length, 1);
@@ -194,7 +198,7 @@ describe('several machines: one page, two hubs', () => {
   it('answers a permission pending on B from A\'s home', async () => {
     const turn = edB.prompt(sidB, 'permission from the other machine');
     await edB.request((r) => r.method === 'session/request_permission');
-    const row = page.locator(`#fleet .fleet-waiting li[data-inbox-session="${sidB}"]`);
+    const row = page.locator(`#waiting li[data-inbox-session="${sidB}"][data-machine="${hostB}"]`);
     await row.waitFor();
     assert.match(await row.innerText(), /machine b[\s\S]*asks permission/i);
     await looksRight(page, 'fleet-waiting', { fullPage: true });

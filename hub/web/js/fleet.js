@@ -1,9 +1,9 @@
 // The home screen's "Machines" card: every other machine this browser is paired with
 // (machines.js), each asked in parallel, with its own timeout, for what the home shows of the
 // page's own machine, in one `GET /api/home` each: what waits for an answer (a permission
-// answered in place), its live sessions, its turn board and recent turns. Its live sessions
-// join the home's one "Live sessions" list (`liveNodes`, merged by home.js with the page's own
-// machine's); the card keeps each machine's state, what waits there and its board. Every row
+// answered in place), its live sessions, its turn board and recent turns. They join the home's
+// lists beside the page's own machine's (`liveNodes` in "Live sessions", `waitingItems` in
+// "Waiting for you", `runItems` in "Running now"); this card keeps each machine's state. Every row
 // names its machine; a machine that does not answer in time shows as offline without holding
 // up the others. Rows open that machine's session on this page (`?m=<hostId>`: its hub, its
 // credential, its relay WebSocket). "Add a machine" takes another machine's pairing link.
@@ -60,8 +60,9 @@ async function answerOn(m, row, optionId) {
 }
 
 /**
- * The card: `{node, stop(), liveNodes(), signature(), selfName()}`; `changed()` is called when
- * what `liveNodes` shows may have changed (a machine answered, or was added or forgotten).
+ * The card: `{node, stop(), liveNodes(), waitingItems(), runItems(), signature(), selfName()}`;
+ * `changed()` is called when what they show may have changed (a machine answered, or was added
+ * or forgotten, or an answer is under way).
  */
 export function fleetSection(app, changed = () => {}) {
   const node = h('section', { class: 'card fleet', id: 'fleet', 'aria-labelledby': 'fleet-h' });
@@ -101,14 +102,17 @@ export function fleetSection(app, changed = () => {}) {
         changed();
       } }, 'Forget'));
     const block = h('div', { class: 'machine-block', dataset: { machine: m.id } }, head);
-    if (r.state === 'offline') {
-      block.append(h('p', { class: 'muted', text: `Offline: ${r.error}` }));
-      return block;
-    }
-    if (r.state !== 'online') return block;
-    const pending = Array.isArray(r.attention && r.attention.pending) ? r.attention.pending : [];
-    if (pending.length) {
-      block.append(h('h3', { text: 'Waiting for you' }), h('ul', { class: 'rows fleet-waiting' }, pending.map((p) => {
+    if (r.state === 'offline') block.append(h('p', { class: 'muted', text: `Offline: ${r.error}` }));
+    return block;
+  }
+
+  /** What waits on the other machines, as rows of the home's one "Waiting for you" list (inbox.js). */
+  function waitingItems() {
+    return machines().flatMap((m) => {
+      const r = seen.get(m.id);
+      if (!r || r.state !== 'online') return [];
+      const pending = Array.isArray(r.attention && r.attention.pending) ? r.attention.pending : [];
+      return pending.map((p) => {
         const permission = p.method === 'session/request_permission';
         const params = p.params || {};
         const key = `${m.id}/${p.instanceId}/${p.requestId}`;
@@ -122,30 +126,33 @@ export function fleetSection(app, changed = () => {}) {
             type: 'button', class: o.kind.startsWith('allow') ? 'primary' : '', disabled: busy.has(key), dataset: { option: String(o.optionId) },
             onclick: async () => {
               busy.add(key);
-              render();
+              changed();
               try { await answerOn(m, p, o.optionId); } catch (e) { toast(`Not answered: ${e.message}`, 'error'); }
               busy.delete(key);
               poll();
             },
           }, String(o.name || o.optionId)))) : null);
-      })));
+      });
+    });
+  }
+
+  /** What runs and ran on the other machines, as rows of the home's one turn board (board.js): `{active, recent}`. */
+  function runItems() {
+    const all = { active: [], recent: [] };
+    for (const m of machines()) {
+      const r = seen.get(m.id);
+      if (!r || r.state !== 'online') continue;
+      const o = r.overview || {};
+      const runRow = (run, badge, when) => h('li', { dataset: { runSession: String(run.sessionId), machine: m.id } },
+        h('a', { href: sessionRoute(m, run.ownerInstanceId || '', run.sessionId, run.workspace), 'data-nav': '' }, label(m),
+          h('span', { class: 'badge', text: badge }), h('span', { class: 'title', text: short(run.title) || 'Untitled session' }),
+          h('span', { class: 'muted', text: when })));
+      for (const run of Array.isArray(o.activeRuns) ? o.activeRuns : []) all.active.push(runRow(run, String(run.status || 'running'), `started ${ago(run.startedAt)}`));
+      for (const run of Array.isArray(o.recentRuns) ? o.recentRuns : []) {
+        all.recent.push(runRow(run, String(run.stopReason || 'finished').replace(/_/g, ' '), `ended ${ago(run.endedAt)}`));
+      }
     }
-    const o = r.overview || {};
-    const active = Array.isArray(o.activeRuns) ? o.activeRuns : [];
-    const recent = Array.isArray(o.recentRuns) ? o.recentRuns : [];
-    const runRow = (run, badge, when) => h('li', { dataset: { runSession: String(run.sessionId), machine: m.id } },
-      h('a', { href: sessionRoute(m, run.ownerInstanceId || '', run.sessionId, run.workspace), 'data-nav': '' }, label(m),
-        h('span', { class: 'badge', text: badge }), h('span', { class: 'title', text: short(run.title) || 'Untitled session' }),
-        h('span', { class: 'muted', text: when })));
-    if (active.length) {
-      block.append(h('h3', { text: 'Running now' }), h('ul', { class: 'rows fleet-board' },
-        active.map((run) => runRow(run, String(run.status || 'running'), `started ${ago(run.startedAt)}`))));
-    }
-    if (recent.length) {
-      block.append(h('details', { class: 'board-recent' }, h('summary', { text: `Recent turns (${recent.length})` }),
-        h('ul', { class: 'rows' }, recent.map((run) => runRow(run, String(run.stopReason || 'finished').replace(/_/g, ' '), `ended ${ago(run.endedAt)}`)))));
-    }
-    return block;
+    return all;
   }
 
   function addForm() {
@@ -186,7 +193,7 @@ export function fleetSection(app, changed = () => {}) {
     const old = [...node.querySelectorAll('.machine-block')].find((b) => b.dataset.machine === m.id);
     if (!old) return render();
     const r = seen.get(m.id);
-    const sig = JSON.stringify([m.name, r]);
+    const sig = JSON.stringify([m.name, r && r.state, r && r.error]);
     if (shown.get(m.id) === sig) return;
     shown.set(m.id, sig);
     old.replaceWith(machineBlock(m));
@@ -206,7 +213,7 @@ export function fleetSection(app, changed = () => {}) {
     if (box) adding = box.open;
     const list = machines();
     clear(node, h('h2', { id: 'fleet-h', text: list.length ? 'Machines' : 'Several machines' }),
-      list.length && selfName ? h('p', { class: 'muted', id: 'fleet-self', text: `${selfName} is this page's machine: what waits and runs there is in the cards above.` }) : null,
+      list.length && selfName ? h('p', { class: 'muted', id: 'fleet-self', text: `${selfName}: this page's own machine.` }) : null,
       ...list.map(machineBlock), addForm());
   }
 
@@ -255,8 +262,10 @@ export function fleetSection(app, changed = () => {}) {
   return {
     node,
     liveNodes,
+    waitingItems,
+    runItems,
     /** What `liveNodes` shows, to compare. */
-    signature: () => JSON.stringify([selfName, [...seen.entries()], [...expanded]]),
+    signature: () => JSON.stringify([selfName, [...seen.entries()], [...expanded], [...busy]]),
     /** This page's own machine's name, once known (only asked when other machines are paired). */
     selfName: () => selfName,
     stop() {

@@ -43,8 +43,11 @@ function isIncubator(inst) {
 
 /** Mounts the home screen; returns its cleanup. */
 export function homeView(root, app) {
-  const inbox = inboxSection(app);
-  const board = boardSection(app);
+  // Every other paired machine's rows join this machine's, each labelled (fleet.js).
+  let fleet = null;
+  const selfLabel = () => (fleet && fleet.selfName() ? h('span', { class: 'badge machine', text: fleet.selfName() }) : null);
+  const inbox = inboxSection(app, { items: () => (fleet ? fleet.waitingItems() : []), label: selfLabel });
+  const board = boardSection(app, { runs: () => (fleet ? fleet.runItems() : { active: [], recent: [] }), label: selfLabel });
   const about = aboutSection(app);
   // Connections a session view left open would keep its bridge busy: the home needs none.
   for (const id of [...pool.conns.keys()]) pool.drop(id);
@@ -52,7 +55,16 @@ export function homeView(root, app) {
     h('h2', { id: 'instances-h', text: 'Live sessions' }), h('p', { class: 'muted', text: 'Looking for instances…' }));
   const projects = projectsSection(app);
   const browse = browseSection(app);
-  const fleet = fleetSection(app, () => { renderLive(); projects.machinesChanged(); });
+  let othersShown = '';
+  fleet = fleetSection(app, () => {
+    renderLive();
+    projects.machinesChanged();
+    const sig = fleet.signature();
+    if (sig === othersShown) return;
+    othersShown = sig;
+    inbox.redraw();
+    board.redraw();
+  });
   clear(root, h('div', { class: 'home' }, inbox.node, board.node, live, fleet.node, quotaCard(), projects.node, browse.node, notifyCard(), usageLink(), about.node));
   app.setTitle('');
 
@@ -119,8 +131,7 @@ export function homeView(root, app) {
     shown = sig;
     clear(live, h('div', { class: 'card-head' }, h('h2', { id: 'instances-h', text: 'Live sessions' }),
       h('button', { type: 'button', class: 'link', onclick: () => poll() }, 'Refresh')));
-    const selfName = fleet.selfName();
-    const mine = selfName ? h('span', { class: 'badge machine', text: selfName }) : null;
+    const mine = selfLabel();
     if (failure) {
       live.append(h('p', { class: 'error', role: 'alert', text: failure.message }),
         h('button', { type: 'button', onclick: () => poll() }, 'Retry now'),
