@@ -232,11 +232,14 @@ describe('several machines: one page, two hubs', () => {
     cdp.on('ServiceWorker.workerRegistrationUpdated', (e) => regs.push(...e.registrations));
     await cdp.send('ServiceWorker.enable');
     const reg = await until('B\'s registration', () => regs.find((r) => r.scopeURL === `${a.base}${scopeB}` && !r.isDeleted));
-    const sw = await until('B\'s worker', async () => {
-      for (const w of page.context().serviceWorkers()) if (await w.evaluate(() => self.registration.scope) === `${a.base}${scopeB}`) return w;
+    // B's worker as it runs now (an idle worker is stopped, and started again by a push).
+    const sw = () => until('B\'s worker', async () => {
+      for (const w of page.context().serviceWorkers()) {
+        if (await w.evaluate(() => self.registration.scope).catch(() => '') === `${a.base}${scopeB}`) return w;
+      }
       return null;
     });
-    const shown = () => sw.evaluate(async () => (await self.registration.getNotifications())
+    const shown = async () => (await sw()).evaluate(async () => (await self.registration.getNotifications())
       .map((n) => ({ title: n.title, tag: n.tag, url: n.data.url, actions: n.actions.map((x) => x.action) })));
     // Under load chromium now and then drops a DevTools delivery: up to three.
     const deliver = async () => {
@@ -254,7 +257,7 @@ describe('several machines: one page, two hubs', () => {
     assert.deepEqual(n.actions, ['allow', 'deny']);
     assert.equal(n.url, `${payload.url}${payload.url.includes('?') ? '&' : '?'}m=${encodeURIComponent(hostB)}`);
     // A tap opens B's session on this page, its permission waiting.
-    const click = (action) => sw.evaluate(async (x) => {
+    const click = async (action) => (await sw()).evaluate(async (x) => {
       const [note] = await self.registration.getNotifications();
       self.dispatchEvent(new NotificationEvent('notificationclick', x ? { notification: note, action: x } : { notification: note }));
     }, action);
