@@ -274,7 +274,7 @@ describe('several machines: one page, two hubs', () => {
     await cdp.detach();
   });
 
-  it('resumes B\'s ended session from the Projects card, on B', async () => {
+  it('resumes B\'s ended session from the Projects card, and starts a new one on B from the home', async () => {
     const ed = await b.bridge();
     const old = await ed.newSession(b.project);
     await ed.prompt(old, 'an old conversation on B');
@@ -292,6 +292,16 @@ describe('several machines: one page, two hubs', () => {
     await page.click('#send');
     await page.locator('.msg.agent', { hasText: 'You said: "picked up on B"' }).waitFor();
     await looksRight(page, 'fleet-resumed');
+    await page.click('#home-link');
+    await page.locator(`#instances .machine-group[data-machine="${hostB}"] a.button`).click();
+    await page.waitForURL((u) => u.pathname.startsWith('/n/') && u.searchParams.get('m') === hostB);
+    await page.locator('#send:not([disabled])').waitFor();
+    await page.fill('#prompt', 'born on B');
+    await page.click('#send');
+    await page.waitForURL((u) => u.pathname.startsWith('/s/') && u.searchParams.get('m') === hostB);
+    await page.locator('.msg.agent', { hasText: 'You said: "born on B"' }).waitFor();
+    const sid = decodeURIComponent(new URL(page.url()).pathname.split('/')[3]);
+    assert.ok((await b.api('/api/instances')).some((i) => i.sessions.some((x) => x.sessionId === sid)), 'B runs the new session');
     await page.click('#home-link');
   });
 
