@@ -34,6 +34,14 @@
 // the new one (or subscribes again with the old one's key) and hands it to the page, which
 // holds the token the hub's route needs: every open window is told at once, and the renewal is
 // also kept in a small cache so a window opened later sends it (push.js).
+//
+// Another machine's notifications (machines.js): the page registers this same script once more
+// per paired machine, with the scope `/push/<hostId>/` (no page lives there), because a
+// registration holds one push subscription, for one hub's VAPID key. Such a worker caches and
+// serves nothing; it reads its machine (`{id, name, origin, deviceId, key | token}`, written by
+// push.js into STATE at `/machine/<hostId>`), names it in the title, opens the session as this
+// page's `?m=<hostId>` route, and answers Allow or Deny at that machine's origin with that
+// machine's own key (`machine:<origin>#<deviceId>` in IndexedDB, as machines.js keeps it).
 
 /** This build of the client (written by the hub; the placeholder when served from elsewhere). */
 const VERSION = '__ZCODE_WEB_VERSION__';
@@ -50,8 +58,15 @@ const RENEWED = '/push-renewed';
 const TOKEN = '/answer-token';
 /** What install caches: the page, every text asset at this build's URL (written by the hub's build). */
 const SHELL = [/*__ZCODE_WEB_SHELL__*/];
+/** The paired machine whose notifications this registration carries (its scope `/push/<hostId>/`); '' for the page's own hub. */
+const MACHINE = (() => {
+  const m = /^\/push\/([^/]+)\/$/.exec(new URL(self.registration.scope).pathname);
+  return m ? decodeURIComponent(m[1]) : '';
+})();
 
 self.addEventListener('install', (event) => {
+  // A machine's worker serves no page: nothing to cache.
+  if (MACHINE) return void event.waitUntil(self.skipWaiting());
   event.waitUntil((async () => {
     // Every asset fetched and checked before anything is kept: one that is not the hub's fails
     // the install, and the worker (and cache) in place stay.
@@ -68,7 +83,8 @@ self.addEventListener('install', (event) => {
 
 self.addEventListener('activate', (event) => {
   event.waitUntil((async () => {
-    for (const key of await caches.keys()) if (key !== CACHE && key !== STATE) await caches.delete(key);
+    // The shell's caches are the page worker's to drop, never a machine worker's.
+    if (!MACHINE) for (const key of await caches.keys()) if (key !== CACHE && key !== STATE) await caches.delete(key);
     await self.clients.claim();
   })());
 });
@@ -80,7 +96,7 @@ function isApi(path) {
 
 self.addEventListener('fetch', (event) => {
   const req = event.request;
-  if (req.method !== 'GET') return;
+  if (req.method !== 'GET' || MACHINE) return;
   const url = new URL(req.url);
   if (url.origin !== self.location.origin || isApi(url.pathname)) return;
   // Every client route is the page itself (client-side routing).
@@ -144,19 +160,47 @@ function payloadOf(data) {
   return p && typeof p === 'object' ? p : {};
 }
 
-/** The notification a push payload asks for (with Allow and Deny when this device may answer). */
-function notificationOf(p, canAnswer) {
+/**
+ * This worker's machine as push.js wrote it (`{id, name, origin, deviceId, key | token,
+ * canAnswer}`), or null: the page's own hub, or a machine forgotten since.
+ */
+async function machineRecord() {
+  if (!MACHINE) return null;
+  try {
+    const r = await (await caches.open(STATE)).match(`/machine/${encodeURIComponent(MACHINE)}`);
+    const m = r ? await r.json() : null;
+    return m && m.id === MACHINE && typeof m.origin === 'string' && /^https?:\/\//.test(m.origin) ? m : null;
+  } catch { return null; }
+}
+
+/** A push's tag as shown: another machine's are its own (tags replace each other across the origin). */
+function tagOf(tag) {
+  const t = typeof tag === 'string' ? tag.slice(0, 200) : '';
+  return t && MACHINE ? `${MACHINE}:${t}` : t;
+}
+
+/** `path` (this page's route) on this worker's machine: its session screens get `?m=<hostId>`, as machines.js's withMachine. */
+function onMachine(path) {
+  if (!MACHINE || !/^\/[nscf]\//.test(path) || /[?&]m=/.test(path)) return path;
+  const [rest, hash = ''] = path.split('#');
+  return `${rest}${rest.includes('?') ? '&' : '?'}m=${encodeURIComponent(MACHINE)}${hash ? `#${hash}` : ''}`;
+}
+
+/** The notification a push payload asks for (with Allow and Deny when this device may answer); `machine`: whose it is when not the page's own hub's. */
+function notificationOf(p, canAnswer, machine = null) {
   const text = (v, max) => (typeof v === 'string' ? v.slice(0, max) : '');
   const answer = canAnswer ? answerOf(p.answer) : null;
+  const title = text(p.title, 120) || 'An agent is waiting for you';
+  const tag = tagOf(p.tag);
   return {
-    title: text(p.title, 120) || 'An agent is waiting for you',
+    title: machine ? `${String(machine.name || 'Another machine').slice(0, 64)}: ${title}` : title,
     options: {
       body: text(p.body, 300),
-      tag: text(p.tag, 200) || undefined,
-      renotify: Boolean(p.tag),
+      tag: tag || undefined,
+      renotify: Boolean(tag),
       icon: '/icons/icon-192.png',
       badge: '/icons/icon-192.png',
-      data: { url: sameOriginPath(p.url), answer, tag: text(p.tag, 200) },
+      data: { url: onMachine(sameOriginPath(p.url)), answer, tag },
       actions: answer ? [{ action: 'allow', title: 'Allow' }, { action: 'deny', title: 'Deny' }] : undefined,
     },
   };
@@ -215,15 +259,17 @@ self.addEventListener('message', (event) => {
 self.addEventListener('push', (event) => {
   const p = payloadOf(event.data);
   event.waitUntil((async () => {
-    await setBadge(p.pending);
+    // The badge counts the page's own hub's waits (another machine's count would overwrite it).
+    if (!MACHINE) await setBadge(p.pending);
     if (p.kind === 'withdraw') {
       // Answered elsewhere: its notification goes (nothing new is shown).
-      const tag = typeof p.tag === 'string' ? p.tag : '';
+      const tag = tagOf(p.tag);
       for (const n of await self.registration.getNotifications(tag ? { tag } : {})) if (n.tag === tag) n.close();
       return;
     }
-    const cred = await answerCredential();
-    const { title, options } = notificationOf(p, Boolean(cred && (cred.token || cred.key) && cred.canAnswer));
+    const machine = await machineRecord();
+    const cred = MACHINE ? machine : await answerCredential();
+    const { title, options } = notificationOf(p, Boolean(cred && (cred.token || cred.key) && cred.canAnswer !== false), machine);
     await self.registration.showNotification(title, options);
   })());
 });
@@ -250,9 +296,12 @@ self.addEventListener('notificationclick', (event) => {
 /**
  * A short-lived access token for device `deviceId`, bought with a signature of the device's own
  * non-extractable key (IndexedDB `zcode-acp-keys`, as js/api.js keeps it) over a fresh challenge
- * of the hub's; '' when there is no such key or the hub refuses. Kept nowhere.
+ * of the hub's; '' when there is no such key or the hub refuses. Kept nowhere. `machine`:
+ * another machine's hub (its key, as machines.js keeps it, and its origin).
  */
-async function signedToken(deviceId) {
+async function signedToken(deviceId, machine = null) {
+  const name = machine ? `machine:${machine.origin}#${deviceId}` : 'device';
+  const at = machine ? machine.origin : '';
   try {
     const rec = await new Promise((resolve, reject) => {
       const open = indexedDB.open('zcode-acp-keys', 1);
@@ -260,14 +309,14 @@ async function signedToken(deviceId) {
       open.onerror = () => reject(open.error);
       open.onsuccess = () => {
         const db = open.result;
-        const req = db.transaction('keys', 'readonly').objectStore('keys').get('device');
+        const req = db.transaction('keys', 'readonly').objectStore('keys').get(name);
         req.onsuccess = () => { db.close(); resolve(req.result); };
         req.onerror = () => { db.close(); reject(req.error); };
       };
     });
     if (!rec || rec.deviceId !== deviceId) return '';
     const post = async (path, json) => {
-      const r = await fetch(path, { method: 'POST', cache: 'no-store', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(json) });
+      const r = await fetch(at + path, { method: 'POST', cache: 'no-store', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(json) });
       return r.ok ? r.json() : null;
     };
     const c = await post('/api/pair/challenge', {});
@@ -289,14 +338,15 @@ async function answerFromNotification(data, action) {
   const answer = answerOf(data.answer);
   if (!answer) return;
   const optionId = action === 'allow' ? answer.allow : answer.deny;
-  const cred = await answerCredential();
+  const machine = await machineRecord();
+  const cred = MACHINE ? machine : await answerCredential();
   let said = '';
-  const bearer = cred && (cred.key ? await signedToken(cred.deviceId) : cred.token);
+  const bearer = cred && (cred.key ? await signedToken(cred.deviceId, machine) : cred.token);
   if (!bearer) {
-    said = 'Not answered: open the app once on this device, then try again.';
+    said = MACHINE && !machine ? 'Not answered: that machine is no longer paired with this browser.' : 'Not answered: open the app once on this device, then try again.';
   } else {
     try {
-      const r = await fetch(answer.path, {
+      const r = await fetch((machine ? machine.origin : '') + answer.path, {
         method: 'POST', cache: 'no-store',
         headers: { Authorization: `Bearer ${bearer}`, 'Content-Type': 'application/json' },
         body: JSON.stringify({ optionId }),
@@ -328,7 +378,11 @@ async function openSession(target) {
   let win = same;
   // Focus needs the click's user activation; without it the window still goes to the session.
   try { win = (await same.focus()) || same; } catch { /* not focusable from here */ }
-  if (win.url !== target && 'navigate' in win) await win.navigate(target).catch(() => {});
+  if (win.url === target) return;
+  // Only the worker controlling a window may navigate it: a machine's worker (which controls
+  // none) asks the page to go there itself (push.js).
+  if (MACHINE) win.postMessage({ type: 'zcode-open', path: new URL(target).pathname + new URL(target).search });
+  else if ('navigate' in win) await win.navigate(target).catch(() => {});
 }
 
 self.addEventListener('pushsubscriptionchange', (event) => {
@@ -343,8 +397,8 @@ async function renewed(old, fresh) {
     if (!key) return; // nothing to renew with: the user subscribes again from the home screen
     sub = await self.registration.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key });
   }
-  const note = { type: 'zcode-push-renewed', subscription: sub.toJSON(), old: old ? old.endpoint : null };
+  const note = { type: 'zcode-push-renewed', subscription: sub.toJSON(), old: old ? old.endpoint : null, machine: MACHINE };
   const state = await caches.open(STATE);
-  await state.put(RENEWED, new Response(JSON.stringify(note), { headers: { 'Content-Type': 'application/json' } }));
+  await state.put(MACHINE ? `${RENEWED}/${encodeURIComponent(MACHINE)}` : RENEWED, new Response(JSON.stringify(note), { headers: { 'Content-Type': 'application/json' } }));
   for (const c of await self.clients.matchAll({ type: 'window', includeUncontrolled: true })) c.postMessage(note);
 }

@@ -63,7 +63,8 @@ try {
     return document.querySelectorAll('#instances li[data-session]').length >= perMachine
       && blocks.length === n
       // A machine shows its 10 latest live sessions (and "Show all N") on the home screen.
-      && blocks.every((b) => b.querySelector('[data-machine-state="online"]') && b.querySelectorAll('li[data-session]').length >= Math.min(10, perMachine));
+      && blocks.every((b) => b.querySelector('[data-machine-state="online"]')
+        && document.querySelectorAll(`#instances li[data-session][data-machine="${b.dataset.machine}"]`).length >= Math.min(10, perMachine));
   };
   const homes = [];
   for (let i = 0; i < LOADS + 2; i++) {

@@ -28,16 +28,22 @@ const link = (run) => (run.ownerInstanceId
   ? `/s/${encodeURIComponent(run.ownerInstanceId)}/${encodeURIComponent(run.sessionId)}?cwd=${encodeURIComponent(run.workspace || '')}`
   : null);
 
-/** The board section; `refresh()` re-reads it. */
-export function boardSection(app) {
+/**
+ * The board section; `refresh()` re-reads it. `others`: the other machines' (fleet.js):
+ * `runs()`, their rows `{active, recent}`, listed after this machine's; `label()`, this
+ * machine's badge (null while it is the only one).
+ */
+export function boardSection(app, others = { runs: () => ({ active: [], recent: [] }), label: () => null }) {
   const node = h('section', { class: 'card board', id: 'board', 'aria-labelledby': 'board-h' },
     h('h2', { id: 'board-h', text: 'Running now' }));
   let stopped = false;
   let shown = '';
+  let last = null;
 
   /** Shows `o`, the body of `GET /api/workflow-overview` (the home screen reads it in `/api/home`). */
   function show(o) {
     if (stopped || !o) return;
+    last = o;
     const sig = JSON.stringify([o.activeRuns, o.recentRuns, (o.groups || []).map((g) => g.error)]);
     if (sig !== shown) { shown = sig; render(o); }
   }
@@ -57,7 +63,7 @@ export function boardSection(app) {
     const url = link(run);
     // A finished turn is told apart from the session's other turns by its own first prompt.
     const prompt = typeof run.prompt === 'string' && run.prompt ? short(run.prompt, 100) : '';
-    const body = [h('span', { class: `badge ${extra.cls}`, text: extra.badge }),
+    const body = [others.label(), h('span', { class: `badge ${extra.cls}`, text: extra.badge }),
       h('span', { class: 'title', text: short(run.title) || 'Untitled session' }),
       prompt ? h('span', { class: 'prompt', text: `“${prompt}”` }) : null,
       h('span', { class: 'muted', text: `${baseName(run.workspace)} · ${extra.when}` })];
@@ -68,26 +74,31 @@ export function boardSection(app) {
   function render(o) {
     const active = Array.isArray(o.activeRuns) ? o.activeRuns : [];
     const recent = Array.isArray(o.recentRuns) ? o.recentRuns : [];
+    const more = others.runs();
     clear(node, h('h2', { id: 'board-h', text: 'Running now' }));
-    node.append(active.length
+    node.append(active.length || more.active.length
       ? h('ul', { class: 'rows board-active' }, active.map((r) => row(r, {
         cls: r.status === 'waiting' ? 'warn' : r.status === 'pending' ? 'queued' : 'running',
         badge: STATUS_LABEL[r.status] || String(r.status || ''),
         when: `${who(r)}, ${r.status === 'pending' ? 'queued' : 'started'} ${ago(r.startedAt)}`,
-      })))
-      : h('p', { class: 'muted', text: 'Nothing is running on this machine.' }));
+      })), more.active)
+      : h('p', { class: 'muted', text: others.label() ? 'Nothing is running on any machine.' : 'Nothing is running on this machine.' }));
     for (const g of Array.isArray(o.groups) ? o.groups : []) {
       if (g.error) node.append(h('p', { class: 'muted', text: `${baseName(g.workspace)}: ${String(g.error)}` }));
     }
-    if (recent.length) {
-      node.append(h('details', { class: 'board-recent' }, h('summary', { text: `Recent turns (${recent.length})` }),
+    if (recent.length || more.recent.length) {
+      // Open stays open across redraws (a person reading it).
+      const open = Boolean(node.querySelector('.board-recent[open]'));
+      node.append(h('details', { class: 'board-recent', open }, h('summary', { text: `Recent turns (${recent.length + more.recent.length})` }),
         h('ul', { class: 'rows' }, recent.map((r) => row(r, {
           cls: r.stopReason === 'end_turn' ? 'idle' : r.stopReason === 'error' ? 'failed' : 'warn',
           badge: String(r.stopReason || 'finished').replace(/_/g, ' '),
           when: `${duration(r.durationMs)}, ended ${ago(r.endedAt)}`,
-        })))));
+        })), more.recent)));
     }
   }
 
-  return { node, refresh, show, stop() { stopped = true; } };
+  /** Draws it again (the other machines' rows changed). */
+  const redraw = () => { if (!stopped && last) render(last); };
+  return { node, refresh, show, redraw, stop() { stopped = true; } };
 }

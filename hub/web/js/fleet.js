@@ -1,15 +1,18 @@
-// The home screen's "Other machines" card: every other machine this browser is paired with
+// The home screen's "Machines" card: every other machine this browser is paired with
 // (machines.js), each asked in parallel, with its own timeout, for what the home shows of the
 // page's own machine, in one `GET /api/home` each: what waits for an answer (a permission
-// answered in place), its live sessions, its turn board and recent turns. Every row names its machine; a machine that does not answer in
-// time shows as offline without holding up the others. Rows open that machine's session on
-// this page (`?m=<hostId>`: its hub, its credential, its relay WebSocket). "Add a machine"
-// takes another machine's pairing link.
+// answered in place), its live sessions, its turn board and recent turns. They join the home's
+// lists beside the page's own machine's (`liveNodes` in "Live sessions", `waitingItems` in
+// "Waiting for you", `runItems` in "Running now"); this card keeps each machine's state. Every row
+// names its machine; a machine that does not answer in time shows as offline without holding
+// up the others. Rows open that machine's session on this page (`?m=<hostId>`: its hub, its
+// credential, its relay WebSocket). "Add a machine" takes another machine's pairing link.
 
 import { h, clear, ago, baseName, short, toast } from './dom.js';
 import { api } from './api.js';
 import { Conn } from './conn.js';
 import { machines, addMachine, removeMachine, sessionRoute, withMachine, selfMachine } from './machines.js';
+import { followMachine, unfollowMachine } from './push.js';
 
 const POLL_MS = 4000;
 /** How long one machine may take to answer before it counts as offline (test knob: localStorage). */
@@ -56,8 +59,12 @@ async function answerOn(m, row, optionId) {
   }
 }
 
-/** The card; `stop()` ends its polling. */
-export function fleetSection(app) {
+/**
+ * The card: `{node, stop(), liveNodes(), waitingItems(), runItems(), signature(), selfName()}`;
+ * `changed()` is called when what they show may have changed (a machine answered, or was added
+ * or forgotten, or an answer is under way).
+ */
+export function fleetSection(app, changed = () => {}) {
   const node = h('section', { class: 'card fleet', id: 'fleet', 'aria-labelledby': 'fleet-h' });
   const seen = new Map(); // machine id → what it last showed
   const busy = new Set();
@@ -66,7 +73,7 @@ export function fleetSection(app) {
   let timer = 0;
   let selfName = '';
   // Only a page paired with other machines asks its own hub who it is.
-  if (machines().length) selfMachine().then((s) => { selfName = s.name; render(); }, () => {});
+  if (machines().length) selfMachine().then((s) => { selfName = s.name; render(); changed(); }, () => {});
 
   function poll() {
     clearTimeout(timer);
@@ -74,7 +81,7 @@ export function fleetSection(app) {
     for (const id of [...seen.keys()]) if (!list.some((m) => m.id === id)) seen.delete(id);
     // Each machine renders as soon as it answers (or times out): none waits for another.
     Promise.allSettled(list.map((m) => readMachine(m).then((r) => r, (e) => ({ state: 'offline', error: e.message }))
-      .then((r) => { if (!stopped) { seen.set(m.id, r); renderOne(m); } })))
+      .then((r) => { if (!stopped) { seen.set(m.id, r); renderOne(m); changed(); } })))
       .then(() => { if (!stopped && list.length && document.visibilityState !== 'hidden') timer = setTimeout(poll, POLL_MS); });
     render();
   }
@@ -86,16 +93,26 @@ export function fleetSection(app) {
     const head = h('div', { class: 'instance-head' }, h('strong', { text: m.name }),
       h('span', { class: `badge ${r.state === 'online' ? 'idle' : r.state === 'offline' ? 'failed' : ''}`, dataset: { machineState: r.state }, text: r.state }),
       h('span', { class: 'muted path', text: new URL(m.origin).host }),
-      h('button', { type: 'button', class: 'link', onclick: () => { removeMachine(m.id); toast(`Forgot ${m.name} here (remove this browser on that machine's Devices screen too).`); poll(); } }, 'Forget'));
+      h('button', { type: 'button', class: 'link', onclick: async () => {
+        // Its notifications stop first, while its hub still takes this browser's credential.
+        await unfollowMachine(m).catch(() => {});
+        removeMachine(m.id);
+        toast(`Forgot ${m.name} here (remove this browser on that machine's Devices screen too).`);
+        poll();
+        changed();
+      } }, 'Forget'));
     const block = h('div', { class: 'machine-block', dataset: { machine: m.id } }, head);
-    if (r.state === 'offline') {
-      block.append(h('p', { class: 'muted', text: `Offline: ${r.error}` }));
-      return block;
-    }
-    if (r.state !== 'online') return block;
-    const pending = Array.isArray(r.attention && r.attention.pending) ? r.attention.pending : [];
-    if (pending.length) {
-      block.append(h('h3', { text: 'Waiting for you' }), h('ul', { class: 'rows fleet-waiting' }, pending.map((p) => {
+    if (r.state === 'offline') block.append(h('p', { class: 'muted', text: `Offline: ${r.error}` }));
+    return block;
+  }
+
+  /** What waits on the other machines, as rows of the home's one "Waiting for you" list (inbox.js). */
+  function waitingItems() {
+    return machines().flatMap((m) => {
+      const r = seen.get(m.id);
+      if (!r || r.state !== 'online') return [];
+      const pending = Array.isArray(r.attention && r.attention.pending) ? r.attention.pending : [];
+      return pending.map((p) => {
         const permission = p.method === 'session/request_permission';
         const params = p.params || {};
         const key = `${m.id}/${p.instanceId}/${p.requestId}`;
@@ -109,51 +126,33 @@ export function fleetSection(app) {
             type: 'button', class: o.kind.startsWith('allow') ? 'primary' : '', disabled: busy.has(key), dataset: { option: String(o.optionId) },
             onclick: async () => {
               busy.add(key);
-              render();
+              changed();
               try { await answerOn(m, p, o.optionId); } catch (e) { toast(`Not answered: ${e.message}`, 'error'); }
               busy.delete(key);
               poll();
             },
           }, String(o.name || o.optionId)))) : null);
-      })));
+      });
+    });
+  }
+
+  /** What runs and ran on the other machines, as rows of the home's one turn board (board.js): `{active, recent}`. */
+  function runItems() {
+    const all = { active: [], recent: [] };
+    for (const m of machines()) {
+      const r = seen.get(m.id);
+      if (!r || r.state !== 'online') continue;
+      const o = r.overview || {};
+      const runRow = (run, badge, when) => h('li', { dataset: { runSession: String(run.sessionId), machine: m.id } },
+        h('a', { href: sessionRoute(m, run.ownerInstanceId || '', run.sessionId, run.workspace), 'data-nav': '' }, label(m),
+          h('span', { class: 'badge', text: badge }), h('span', { class: 'title', text: short(run.title) || 'Untitled session' }),
+          h('span', { class: 'muted', text: when })));
+      for (const run of Array.isArray(o.activeRuns) ? o.activeRuns : []) all.active.push(runRow(run, String(run.status || 'running'), `started ${ago(run.startedAt)}`));
+      for (const run of Array.isArray(o.recentRuns) ? o.recentRuns : []) {
+        all.recent.push(runRow(run, String(run.stopReason || 'finished').replace(/_/g, ' '), `ended ${ago(run.endedAt)}`));
+      }
     }
-    // The latest few first; the rest on request (a phone's home is no place for hundreds).
-    const all = r.instances.flatMap((inst) => (Array.isArray(inst.sessions) ? inst.sessions : []).map((s) => ({ inst, s })))
-      .sort((x, y) => (Number(y.s.updatedAt) || 0) - (Number(x.s.updatedAt) || 0));
-    const rows = expanded.has(m.id) ? all : all.slice(0, FEW);
-    block.append(h('h3', { text: 'Live sessions' }));
-    block.append(all.length ? h('ul', { class: 'rows sessions' }, rows.map(({ inst, s }) => {
-      const status = s.status === 'running' || s.status === 'idle' ? s.status : 'unknown';
-      return h('li', { dataset: { session: s.sessionId, machine: m.id } }, h('a', { href: sessionRoute(m, inst.id, s.sessionId, inst.workspace), 'data-nav': '' },
-        label(m), h('span', { class: `badge ${status}`, text: status }),
-        h('span', { class: 'title', text: short(s.title) || 'Untitled session' }),
-        h('span', { class: 'muted', text: `${baseName(inst.workspace)} · ${ago(s.updatedAt)}` })));
-    })) : h('p', { class: 'muted', text: 'No live session on this machine.' }));
-    if (rows.length < all.length) {
-      block.append(h('button', { type: 'button', class: 'link fleet-more', onclick: () => { expanded.add(m.id); shown.delete(m.id); renderOne(m); } },
-        `Show all ${all.length} sessions`));
-    }
-    const inst = r.instances[0];
-    if (inst) {
-      block.append(h('a', { class: 'button', href: withMachine(`/n/${encodeURIComponent(inst.id)}?cwd=${encodeURIComponent(inst.workspace || '')}`, m), 'data-nav': '' },
-        `New session in ${baseName(inst.workspace)}`));
-    }
-    const o = r.overview || {};
-    const active = Array.isArray(o.activeRuns) ? o.activeRuns : [];
-    const recent = Array.isArray(o.recentRuns) ? o.recentRuns : [];
-    const runRow = (run, badge, when) => h('li', { dataset: { runSession: String(run.sessionId), machine: m.id } },
-      h('a', { href: sessionRoute(m, run.ownerInstanceId || '', run.sessionId, run.workspace), 'data-nav': '' }, label(m),
-        h('span', { class: 'badge', text: badge }), h('span', { class: 'title', text: short(run.title) || 'Untitled session' }),
-        h('span', { class: 'muted', text: when })));
-    if (active.length) {
-      block.append(h('h3', { text: 'Running now' }), h('ul', { class: 'rows fleet-board' },
-        active.map((run) => runRow(run, String(run.status || 'running'), `started ${ago(run.startedAt)}`))));
-    }
-    if (recent.length) {
-      block.append(h('details', { class: 'board-recent' }, h('summary', { text: `Recent turns (${recent.length})` }),
-        h('ul', { class: 'rows' }, recent.map((run) => runRow(run, String(run.stopReason || 'finished').replace(/_/g, ' '), `ended ${ago(run.endedAt)}`)))));
-    }
-    return block;
+    return all;
   }
 
   function addForm() {
@@ -168,7 +167,8 @@ export function fleetSection(app) {
       try {
         const m = await addMachine(link.value, name.value);
         toast(`Paired with ${m.name}.`);
-        selfMachine().then((s) => { selfName = s.name; render(); }, () => {});
+        selfMachine().then((s) => { selfName = s.name; render(); changed(); }, () => {});
+        followMachine(m).catch((err) => toast(`${m.name} will not notify this device yet: ${err.message}`, 'error'));
         adding = false;
         if (document.activeElement) document.activeElement.blur();
         poll();
@@ -193,7 +193,7 @@ export function fleetSection(app) {
     const old = [...node.querySelectorAll('.machine-block')].find((b) => b.dataset.machine === m.id);
     if (!old) return render();
     const r = seen.get(m.id);
-    const sig = JSON.stringify([m.name, r]);
+    const sig = JSON.stringify([m.name, r && r.state, r && r.error]);
     if (shown.get(m.id) === sig) return;
     shown.set(m.id, sig);
     old.replaceWith(machineBlock(m));
@@ -212,8 +212,8 @@ export function fleetSection(app) {
     }
     if (box) adding = box.open;
     const list = machines();
-    clear(node, h('h2', { id: 'fleet-h', text: list.length ? 'Other machines' : 'Several machines' }),
-      list.length && selfName ? h('p', { class: 'muted', id: 'fleet-self', text: `The cards above are ${selfName}'s (this page's machine).` }) : null,
+    clear(node, h('h2', { id: 'fleet-h', text: list.length ? 'Machines' : 'Several machines' }),
+      list.length && selfName ? h('p', { class: 'muted', id: 'fleet-self', text: `${selfName}: this page's own machine.` }) : null,
       ...list.map(machineBlock), addForm());
   }
 
@@ -223,10 +223,51 @@ export function fleetSection(app) {
     if (document.visibilityState === 'hidden') clearTimeout(timer);
     else if (machines().length) poll();
   };
+  /**
+   * Each other machine's live sessions, for the home's one list: a group per machine, labelled
+   * with it, its latest few sessions (the rest on request), a new session in its first
+   * instance's directory; offline (and why) when it did not answer in time.
+   */
+  function liveNodes() {
+    return machines().map((m) => {
+      const r = seen.get(m.id) || { state: 'checking' };
+      const head = h('div', { class: 'instance-head' }, label(m),
+        r.state === 'online' ? null : h('span', { class: `badge ${r.state === 'offline' ? 'failed' : ''}`, dataset: { machineState: r.state }, text: r.state }),
+        r.state === 'online' && r.instances[0] ? h('a', { class: 'button', href: withMachine(`/n/${encodeURIComponent(r.instances[0].id)}?cwd=${encodeURIComponent(r.instances[0].workspace || '')}`, m), 'data-nav': '' },
+          `New session in ${baseName(r.instances[0].workspace)}`) : null);
+      const group = h('div', { class: 'instance machine-group', dataset: { machine: m.id } }, head);
+      if (r.state === 'offline') group.append(h('p', { class: 'muted', text: `${m.name} does not answer: its sessions show again when it does (why: under Machines).` }));
+      if (r.state !== 'online') return group;
+      // The latest few first; the rest on request (a phone's home is no place for hundreds).
+      const all = r.instances.flatMap((inst) => (Array.isArray(inst.sessions) ? inst.sessions : []).map((s) => ({ inst, s })))
+        .sort((x, y) => (Number(y.s.updatedAt) || 0) - (Number(x.s.updatedAt) || 0));
+      const rows = expanded.has(m.id) ? all : all.slice(0, FEW);
+      group.append(all.length ? h('ul', { class: 'rows sessions' }, rows.map(({ inst, s }) => {
+        const status = s.status === 'running' || s.status === 'idle' ? s.status : 'unknown';
+        return h('li', { dataset: { session: s.sessionId, machine: m.id } }, h('a', { href: sessionRoute(m, inst.id, s.sessionId, inst.workspace), 'data-nav': '' },
+          label(m), h('span', { class: `badge ${status}`, text: status }),
+          h('span', { class: 'title', text: short(s.title) || 'Untitled session' }),
+          h('span', { class: 'muted', text: `${baseName(inst.workspace)} · ${ago(s.updatedAt)}` })));
+      })) : h('p', { class: 'muted', text: `No live session on ${m.name}.` }));
+      if (rows.length < all.length) {
+        group.append(h('button', { type: 'button', class: 'link fleet-more', onclick: () => { expanded.add(m.id); changed(); } },
+          `Show all ${all.length} sessions`));
+      }
+      return group;
+    });
+  }
+
   document.addEventListener('visibilitychange', onVisibility);
   poll();
   return {
     node,
+    liveNodes,
+    waitingItems,
+    runItems,
+    /** What `liveNodes` shows, to compare. */
+    signature: () => JSON.stringify([selfName, [...seen.entries()], [...expanded], [...busy]]),
+    /** This page's own machine's name, once known (only asked when other machines are paired). */
+    selfName: () => selfName,
     stop() {
       stopped = true;
       clearTimeout(timer);

@@ -1,7 +1,8 @@
 // The home screen: what waits for an answer (inbox.js), what runs (board.js), the live
 // instances and their sessions (all three read in one `GET /api/home`, polled every 4 s while
-// the page is visible), then the projects and the directory browser (projects.js), and the
-// About sheet (about.js). No session is attached from here: the inbox and the board are the
+// the page is visible), with every other paired machine's live sessions in the same list
+// (fleet.js: each row labelled with its machine), then the projects and the directory browser
+// (projects.js), and the About sheet (about.js). No session is attached from here: the inbox and the board are the
 // hub's reads, so headless bridges idle out.
 
 import { h, clear, ago, baseName, short } from './dom.js';
@@ -42,8 +43,11 @@ function isIncubator(inst) {
 
 /** Mounts the home screen; returns its cleanup. */
 export function homeView(root, app) {
-  const inbox = inboxSection(app);
-  const board = boardSection(app);
+  // Every other paired machine's rows join this machine's, each labelled (fleet.js).
+  let fleet = null;
+  const selfLabel = () => (fleet && fleet.selfName() ? h('span', { class: 'badge machine', text: fleet.selfName() }) : null);
+  const inbox = inboxSection(app, { items: () => (fleet ? fleet.waitingItems() : []), label: selfLabel });
+  const board = boardSection(app, { runs: () => (fleet ? fleet.runItems() : { active: [], recent: [] }), label: selfLabel });
   const about = aboutSection(app);
   // Connections a session view left open would keep its bridge busy: the home needs none.
   for (const id of [...pool.conns.keys()]) pool.drop(id);
@@ -51,11 +55,21 @@ export function homeView(root, app) {
     h('h2', { id: 'instances-h', text: 'Live sessions' }), h('p', { class: 'muted', text: 'Looking for instances…' }));
   const projects = projectsSection(app);
   const browse = browseSection(app);
-  const fleet = fleetSection(app);
+  let othersShown = '';
+  fleet = fleetSection(app, () => {
+    renderLive();
+    projects.machinesChanged();
+    const sig = fleet.signature();
+    if (sig === othersShown) return;
+    othersShown = sig;
+    inbox.redraw();
+    board.redraw();
+  });
   clear(root, h('div', { class: 'home' }, inbox.node, board.node, live, fleet.node, quotaCard(), projects.node, browse.node, notifyCard(), usageLink(), about.node));
   app.setTitle('');
 
   let list = app.instances || null;
+  let failure = null; // the page's own hub's last error, while it has one
   let timer = 0;
   let stopped = false;
 
@@ -67,6 +81,7 @@ export function homeView(root, app) {
       list = state && state.instances;
       if (!Array.isArray(list)) throw new Error('The instance list is not a list (a proxy page?).');
       app.instances = list;
+      failure = null;
       app.setConn('open', 'Hub reachable');
       projects.online();
       browse.online();
@@ -104,25 +119,38 @@ export function homeView(root, app) {
     return `/s/${encodeURIComponent(inst.id)}/${encodeURIComponent(s.sessionId)}?cwd=${encodeURIComponent(inst.workspace || '')}`;
   }
 
+  /**
+   * The one list of live sessions: this page's machine's instances, then every other paired
+   * machine's (fleet.js), each row labelled with its machine once there are several.
+   */
   let shown = '';
   function renderLive() {
-    const sig = JSON.stringify([list, inbox.signature()]);
+    if (stopped) return;
+    const sig = JSON.stringify([list, failure && failure.message, inbox.signature(), fleet.signature()]);
     if (sig === shown) return;
     shown = sig;
     clear(live, h('div', { class: 'card-head' }, h('h2', { id: 'instances-h', text: 'Live sessions' }),
       h('button', { type: 'button', class: 'link', onclick: () => poll() }, 'Refresh')));
+    const mine = selfLabel();
+    if (failure) {
+      live.append(h('p', { class: 'error', role: 'alert', text: failure.message }),
+        h('button', { type: 'button', onclick: () => poll() }, 'Retry now'),
+        list ? h('p', { class: 'muted', text: 'Showing nothing stale: the list comes back as soon as the hub answers.' }) : null);
+    } else if (!list) {
+      live.append(h('p', { class: 'muted', text: 'Looking for instances…' }));
+    }
     // A headless bridge the hub started to serve a project's history (or one whose sessions
     // all ended) holds nothing to open: its history is under Projects.
-    const shownList = list.filter((inst) => !isIncubator(inst));
-    if (!shownList.length) {
-      live.append(h('p', { class: 'muted' }, 'No instance is running. Start one with ', h('code', { text: 'zcode-acp up' }),
+    const shownList = failure || !list ? [] : list.filter((inst) => !isIncubator(inst));
+    if (list && !failure && !shownList.length) {
+      live.append(h('p', { class: 'muted' }, mine ? mine.cloneNode(true) : null, mine ? ' ' : null, 'No instance is running. Start one with ', h('code', { text: 'zcode-acp up' }),
         ', open an agent in your editor, or create a session in a project below.'));
-      return;
     }
     for (const inst of shownList) {
       const sessions = Array.isArray(inst.sessions) ? inst.sessions : [];
       live.append(h('div', { class: 'instance', dataset: { instance: String(inst.id) } },
         h('div', { class: 'instance-head' },
+          mine ? mine.cloneNode(true) : null,
           h('strong', { text: baseName(inst.workspace) }),
           h('span', { class: 'badge origin', text: originLabel(inst) }),
           inst.agent ? h('span', { class: 'badge agent', title: `Agent: ${inst.agent}`, text: String(inst.agent) }) : null,
@@ -134,20 +162,20 @@ export function homeView(root, app) {
           const waitingHere = inbox.countOf(inst.id, s.sessionId);
           const status = s.status === 'running' || s.status === 'idle' ? s.status : 'unknown';
           return h('li', { dataset: { session: s.sessionId } }, h('a', { href: sessionUrl(inst, s), 'data-nav': '' },
+            mine ? mine.cloneNode(true) : null,
             h('span', { class: `badge ${status}`, text: status }),
             waitingHere ? h('span', { class: 'badge warn', text: 'waiting for you' }) : null,
             h('span', { class: 'title', text: short(s.title) || 'Untitled session' }),
             h('span', { class: 'muted', text: ago(s.updatedAt) })));
         })) : h('p', { class: 'muted', text: 'No live session on this instance.' })));
     }
+    live.append(...fleet.liveNodes());
   }
 
   function renderError(e) {
+    failure = e;
     shown = '';
-    clear(live, h('h2', { id: 'instances-h', text: 'Live sessions' }),
-      h('p', { class: 'error', role: 'alert', text: e.message }),
-      h('button', { type: 'button', onclick: () => poll() }, 'Retry now'),
-      list ? h('p', { class: 'muted', text: 'Showing nothing stale: the list comes back as soon as the hub answers.' }) : null);
+    renderLive();
   }
 
   if (list) renderLive();

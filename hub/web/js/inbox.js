@@ -123,8 +123,12 @@ async function answerAttached(row, optionId) {
   }
 }
 
-/** The inbox section; `refresh()` re-reads it. */
-export function inboxSection(app) {
+/**
+ * The inbox section; `refresh()` re-reads it. `others`: the other machines' (fleet.js):
+ * `items()`, their rows, listed after this machine's; `label()`, this machine's badge (null
+ * while it is the only one).
+ */
+export function inboxSection(app, others = { items: () => [], label: () => null }) {
   const node = h('section', { class: 'card waiting', id: 'waiting', 'aria-label': 'Waiting for you', hidden: true });
   let rows = [];
   let errors = [];
@@ -169,7 +173,8 @@ export function inboxSection(app) {
 
   function render() {
     clear(node);
-    node.hidden = !rows.length && !errors.length;
+    const more = others.items();
+    node.hidden = !rows.length && !errors.length && !more.length;
     if (node.hidden) return;
     node.append(h('h2', { text: 'Waiting for you' }));
     const items = rows.map((r) => {
@@ -182,7 +187,7 @@ export function inboxSection(app) {
       const parts = permission ? permissionParts(p) : { body: [], details: null };
       const opts = permission && Array.isArray(p.options) ? p.options.filter((o) => o && o.optionId != null) : [];
       return h('li', { class: 'inbox-row', dataset: { inboxSession: String(r.sessionId), request: String(r.requestId) } },
-        h('a', { href: sessionUrl(r), 'data-nav': '' },
+        h('a', { href: sessionUrl(r), 'data-nav': '' }, others.label(),
           h('span', { class: 'badge warn', text: 'waiting' }), ' ',
           h('strong', { text: r.title || 'Untitled session' }), ' ', h('span', { text: what })),
         h('span', { class: 'muted', text: ago(r.since) }),
@@ -192,7 +197,7 @@ export function inboxSection(app) {
         parts.details,
         problems.has(key) ? h('p', { class: 'error', role: 'alert', text: problems.get(key) }) : null);
     });
-    node.append(h('ul', { class: 'rows' }, items));
+    node.append(h('ul', { class: 'rows' }, items, more));
     for (const e of errors) {
       node.append(h('p', { class: 'muted', text: `An instance did not answer (${String(e.error || 'unknown')}).` }));
     }
@@ -202,6 +207,8 @@ export function inboxSection(app) {
     node,
     refresh,
     show,
+    /** Draws it again (the other machines' rows changed). */
+    redraw: () => { if (!stopped) render(); },
     /** Requests pending on session `sid` of instance `id`. */
     countOf: (id, sid) => rows.filter((r) => String(r.instanceId) === String(id) && r.sessionId === sid).length,
     signature: () => rows.map(keyOf).join(','),

@@ -4,9 +4,17 @@
 // does not offer one of these says so in place; nothing else on the page depends on them.
 // With several agents configured (`/api/agents`), a create picks one, and a resume runs the
 // agent that made the session (on a bridge of the project that runs it, else a new one).
+// With other machines paired (machines.js), the card's "Projects on" picks whose projects it
+// shows: its calls then go to that machine's hub, and what it opens is that machine's (`?m=`).
 
 import { h, clear, ago, baseName, toast, modal, plural, short } from './dom.js';
-import { getJson, postJson, query } from './api.js';
+import { api, query } from './api.js';
+import { machines, machineById, withMachine, selfMachine } from './machines.js';
+
+/** GET JSON from `machine`'s hub (null: the page's own). */
+const getOn = (machine, path, what) => api(path, { machine, what, expectJson: true });
+/** POST JSON to `machine`'s hub (null: the page's own), expecting JSON back. */
+const postOn = (machine, path, json, what) => api(path, { machine, json, what, expectJson: true });
 
 const HISTORY_PAGE = 20;
 const CREATE_WAIT_MS = 25000;
@@ -17,27 +25,28 @@ function failure(box, e, retry) {
     e.kind === 'missing' ? null : h('button', { type: 'button', onclick: retry }, 'Retry'));
 }
 
-let agentsCall = null;
-/** The agents a create may name, `{default, agents: [{name, command}]}`, asked once per page
- * (a hub without the route offers only its default: no choice). */
-function agents() {
-  if (!agentsCall) {
-    agentsCall = getJson('/api/agents', 'Agents').catch(() => {
-      agentsCall = null;
+const agentsCalls = new Map();
+/** The agents a create on `machine` may name, `{default, agents: [{name, command}]}`, asked
+ * once per visit home (a hub without the route offers only its default: no choice). */
+function agents(machine) {
+  const id = machine ? machine.id : '';
+  if (!agentsCalls.has(id)) {
+    agentsCalls.set(id, getOn(machine, '/api/agents', 'Agents').catch(() => {
+      agentsCalls.delete(id);
       return { default: null, agents: [] };
-    });
+    }));
   }
-  return agentsCall;
+  return agentsCalls.get(id);
 }
 
 /**
  * An agent picker: `{node, value()}`. The `<select>` (default preselected) shows only when
  * more than one agent is configured; `value()` is `null` (the default) while it is hidden.
  */
-function agentPicker() {
+function agentPicker(machine = null) {
   const select = h('select', { 'aria-label': 'Agent' });
   const node = h('label', { class: 'pick agent-pick', hidden: true }, 'Agent', select);
-  agents().then((a) => {
+  agents(machine).then((a) => {
     const list = (Array.isArray(a.agents) ? a.agents : []).filter((x) => x && x.name);
     if (list.length < 2) return;
     select.replaceChildren(...list.map((x) => h('option', { value: String(x.name), title: String(x.command || '') }, String(x.name))));
@@ -47,14 +56,14 @@ function agentPicker() {
   return { node, value: () => (node.hidden ? null : select.value) };
 }
 
-/** Creates a session in `path` (a new instance running `agent`, else the default), waits for
- * it to register, opens it. */
-export async function createIn(app, path, button, agent = null) {
+/** Creates a session in `path` on `machine` (null: the page's own; a new instance running
+ * `agent`, else the default), waits for it to register, opens it. */
+export async function createIn(app, path, button, agent = null, machine = null) {
   if (button) button.disabled = true;
-  toast(`Starting a session in ${baseName(path)}… (a window may open on the machine)`);
+  toast(`Starting a session in ${baseName(path)}… (a window may open on ${machine ? machine.name : 'the machine'})`);
   try {
-    const id = await startInstance(path, agent ? { agent } : {});
-    app.navigate(`/n/${encodeURIComponent(id)}${query({ cwd: path })}`);
+    const id = await startInstance(path, agent ? { agent } : {}, machine);
+    app.navigate(withMachine(`/n/${encodeURIComponent(id)}${query({ cwd: path })}`, machine));
   } catch (e) {
     const msg = e.status === 403 ? `${path} is not a known project (nor under a configured project root).` : e.message;
     toast(`Could not create a session: ${msg}`, 'error', 9000);
@@ -65,16 +74,16 @@ export async function createIn(app, path, button, agent = null) {
 
 /** Resumes session `s` of `path` on a bridge that runs `agent`: a live one of the project,
  * else a new one (`POST /api/instances {sessionId, agent}`). */
-async function resumeWith(app, path, s, agent, button) {
+async function resumeWith(app, path, s, agent, button, machine) {
   if (button) button.disabled = true;
-  const open = (id) => app.navigate(`/s/${encodeURIComponent(id)}/${encodeURIComponent(s.sessionId)}${query({ cwd: s.cwd || path })}`);
+  const open = (id) => app.navigate(withMachine(`/s/${encodeURIComponent(id)}/${encodeURIComponent(s.sessionId)}${query({ cwd: s.cwd || path })}`, machine));
   try {
-    const list = await getJson('/api/instances', 'The instance list');
+    const list = await getOn(machine, '/api/instances', 'The instance list');
     const running = (Array.isArray(list) ? list : []).filter((i) => i.workspace === path && i.agent === agent)
       .sort((a, b) => (a.origin === 'serve' ? 0 : 1) - (b.origin === 'serve' ? 0 : 1));
     if (running.length) return open(String(running[0].id));
-    toast(`Starting ${agent || 'the agent'} in ${baseName(path)}… (a window may open on the machine)`);
-    open(await startInstance(path, { sessionId: s.sessionId, ...(agent ? { agent } : {}) }));
+    toast(`Starting ${agent || 'the agent'} in ${baseName(path)}… (a window may open on ${machine ? machine.name : 'the machine'})`);
+    open(await startInstance(path, { sessionId: s.sessionId, ...(agent ? { agent } : {}) }, machine));
   } catch (e) {
     toast(`Could not resume the session: ${e.message}`, 'error', 9000);
   } finally {
@@ -83,12 +92,12 @@ async function resumeWith(app, path, s, agent, button) {
 }
 
 /** `POST /api/instances` for `path` with `extra`; the new instance's id once it is listed. */
-async function startInstance(path, extra) {
-  const r = await postJson('/api/instances', { workspacePath: path, ...extra }, 'Create');
+async function startInstance(path, extra, machine) {
+  const r = await postOn(machine, '/api/instances', { workspacePath: path, ...extra }, 'Create');
   const id = String(r.id);
   const deadline = Date.now() + CREATE_WAIT_MS;
   for (;;) {
-    const list = await getJson('/api/instances', 'The instance list');
+    const list = await getOn(machine, '/api/instances', 'The instance list');
     if (Array.isArray(list) && list.some((i) => String(i.id) === id)) return id;
     if (Date.now() > deadline) throw new Error('The new instance never registered with the hub.');
     await new Promise((res) => setTimeout(res, 300));
@@ -97,64 +106,95 @@ async function startInstance(path, extra) {
 
 /** The projects card: `{node, stop}`. */
 export function projectsSection(app) {
-  agentsCall = null; // asked again on every visit home: the hub's config.json may have changed
+  agentsCalls.clear(); // asked again on every visit home: the hub's config.json may have changed
   const body = h('div', {}, h('p', { class: 'muted', text: 'Loading projects…' }));
+  let at = null; // whose projects show: null, the page's own machine
   const node = h('section', { class: 'card', id: 'projects', 'aria-labelledby': 'projects-h' },
     h('div', { class: 'card-head' }, h('h2', { id: 'projects-h', text: 'Projects' }),
       h('button', { type: 'button', class: 'link', onclick: () => load() }, 'Refresh')), body);
   let stopped = false;
   let away = false;
+  let asked = 0;
+
+  /** "Projects on": this machine or another paired one (none shown with no other machine). */
+  let pickerFor = '';
+  function machinePicker() {
+    const others = machines();
+    const old = node.querySelector('.machine-pick');
+    // Drawn again only when the paired machines changed (one added or forgotten on this page).
+    const ids = JSON.stringify(others.map((m) => [m.id, m.name]));
+    if (ids === pickerFor && (old || !others.length)) return;
+    pickerFor = ids;
+    if (old) old.remove();
+    if (at && !machineById(at.id)) {
+      at = null;
+      load();
+    }
+    if (!others.length) return;
+    const own = h('option', { value: '' }, 'this machine');
+    selfMachine().then((s) => { own.textContent = `${s.name} (this machine)`; }, () => {});
+    const select = h('select', { id: 'projects-machine', 'aria-label': 'Whose projects', onchange: () => {
+      at = machineById(select.value);
+      clear(body, h('p', { class: 'muted', text: 'Loading projects…' }));
+      load();
+    } }, own, ...others.map((m) => h('option', { value: m.id }, m.name)));
+    select.value = at ? at.id : '';
+    body.before(h('label', { class: 'pick machine-pick' }, 'Projects on', select));
+  }
+  machinePicker();
 
   async function load() {
+    const mine = ++asked;
+    const machine = at;
     try {
-      const projects = await getJson('/api/projects', 'Projects');
-      if (away) return;
-      if (stopped) return;
+      const projects = await getOn(machine, '/api/projects', 'Projects');
+      if (away && !machine) return;
+      if (stopped || mine !== asked) return;
       clear(body);
       if (!Array.isArray(projects) || !projects.length) {
         body.append(h('p', { class: 'muted', id: 'no-projects', text: 'No known project yet: a directory becomes one when a session runs in it (directories under the system\'s temporary directory are not listed).' }));
         return;
       }
-      body.append(h('ul', { class: 'rows projects' }, projects.map((p) => projectRow(p))));
+      body.append(h('ul', { class: 'rows projects' }, projects.map((p) => projectRow(p, machine))));
     } catch (e) {
-      if (!stopped) failure(body, e, load);
+      if (!stopped && mine === asked) failure(body, e, load);
     }
   }
 
-  function projectRow(p) {
+  function projectRow(p, machine) {
     const path = String(p.workspacePath || '');
     const history = h('div', { class: 'history', hidden: true });
-    const picker = agentPicker();
-    const create = h('button', { type: 'button', class: 'primary', onclick: () => createIn(app, path, create, picker.value()) }, 'New session');
-    return h('li', { class: 'project', dataset: { path } },
+    const picker = agentPicker(machine);
+    const create = h('button', { type: 'button', class: 'primary', onclick: () => createIn(app, path, create, picker.value(), machine) }, 'New session');
+    return h('li', { class: 'project', dataset: { path, machine: machine ? machine.id : '' } },
       h('div', { class: 'project-head' },
         h('strong', { text: baseName(path) }), h('span', { class: 'muted path', text: path }),
         h('span', { class: 'muted', text: `${plural(p.sessions, 'session')} · ${ago(p.lastActive)}` })),
       h('div', { class: 'actions' },
-        h('button', { type: 'button', 'aria-expanded': 'false', onclick: (e) => toggleHistory(e.currentTarget, path, history, picker) }, 'History'),
+        h('button', { type: 'button', 'aria-expanded': 'false', onclick: (e) => toggleHistory(e.currentTarget, path, history, picker, machine) }, 'History'),
         create, picker.node,
-        h('button', { type: 'button', class: 'danger', onclick: () => deleteProject(path) }, 'Delete')),
+        h('button', { type: 'button', class: 'danger', onclick: () => deleteProject(path, machine) }, 'Delete')),
       history);
   }
 
-  function toggleHistory(button, path, box, picker) {
+  function toggleHistory(button, path, box, picker, machine) {
     const open = box.hidden;
     box.hidden = !open;
     button.setAttribute('aria-expanded', String(open));
-    if (open && !box.childElementCount) historyPage(path, box, null, picker);
+    if (open && !box.childElementCount) historyPage(path, box, null, picker, machine);
   }
 
-  async function historyPage(path, box, cursor, picker) {
+  async function historyPage(path, box, cursor, picker, machine) {
     const more = box.querySelector('.more');
     if (more) more.remove();
     const loading = h('p', { class: 'muted', text: 'Loading the history (a headless bridge may start)…' });
     box.append(loading);
     try {
-      const page = await getJson(`/api/projects/sessions${query({ workspacePath: path, limit: HISTORY_PAGE, before: cursor && cursor.before, beforeId: cursor && cursor.beforeId })}`, 'History');
+      const page = await getOn(machine, `/api/projects/sessions${query({ workspacePath: path, limit: HISTORY_PAGE, before: cursor && cursor.before, beforeId: cursor && cursor.beforeId })}`, 'History');
       loading.remove();
       const inst = page.instance && page.instance.id;
       const rows = Array.isArray(page.sessions) ? page.sessions : [];
-      const choice = await agents();
+      const choice = await agents(machine);
       const names = (Array.isArray(choice.agents) ? choice.agents : []).map((a) => a && a.name);
       if (!rows.length && !cursor) box.append(h('p', { class: 'muted', text: 'No earlier session.' }));
       box.append(h('ul', { class: 'rows' }, rows.map((s) => {
@@ -166,10 +206,10 @@ export function projectsSection(app) {
         const onClick = (e) => {
           if (mine(chosen())) return; // the link does it
           e.preventDefault();
-          resumeWith(app, path, s, chosen(), e.currentTarget);
+          resumeWith(app, path, s, chosen(), e.currentTarget, machine);
         };
         const resume = inst
-          ? h('a', { class: 'button', 'data-nav': '', onclick: onClick, href: `/s/${encodeURIComponent(inst)}/${encodeURIComponent(s.sessionId)}${query({ cwd: s.cwd || path })}` }, 'Resume')
+          ? h('a', { class: 'button', 'data-nav': '', onclick: onClick, href: withMachine(`/s/${encodeURIComponent(inst)}/${encodeURIComponent(s.sessionId)}${query({ cwd: s.cwd || path })}`, machine) }, 'Resume')
           : h('button', { type: 'button', onclick: onClick }, 'Resume');
         return h('li', {},
           h('span', { class: 'title', text: short(s.title) || 'Untitled session' }),
@@ -178,21 +218,21 @@ export function projectsSection(app) {
           resume);
       })));
       if (page.nextCursor) {
-        box.append(h('button', { type: 'button', class: 'more', onclick: () => historyPage(path, box, page.nextCursor, picker) }, 'Older sessions'));
+        box.append(h('button', { type: 'button', class: 'more', onclick: () => historyPage(path, box, page.nextCursor, picker, machine) }, 'Older sessions'));
       }
     } catch (e) {
       loading.remove();
       const msg = e.status === 403 ? 'This project is no longer known to the hub.' : e.message;
       box.append(h('p', { class: 'error', role: 'alert', text: msg }),
-        h('button', { type: 'button', class: 'more', onclick: () => { clear(box); historyPage(path, box, cursor, picker); } }, 'Retry'));
+        h('button', { type: 'button', class: 'more', onclick: () => { clear(box); historyPage(path, box, cursor, picker, machine); } }, 'Retry'));
     }
   }
 
-  function deleteProject(path) {
+  function deleteProject(path, machine) {
     modal(`Delete ${baseName(path)}?`, [h('p', { text: `Every session of ${path} is hidden from every listing (a soft delete: nothing is removed from disk).` })],
       [{ label: 'Delete project', value: 'ok', kind: 'danger' }, { label: 'Keep it', value: '' }], async () => {
         try {
-          const r = await postJson('/api/projects/delete', { workspacePath: path }, 'Delete project');
+          const r = await postOn(machine, '/api/projects/delete', { workspacePath: path }, 'Delete project');
           toast(`Deleted ${baseName(path)} (${plural(r.deletedTasks, 'session')} hidden).`);
           load();
           return '';
@@ -203,7 +243,7 @@ export function projectsSection(app) {
   }
 
   load();
-  return { node, stop: () => { stopped = true; }, ...awayWhileDown(body, 'Projects', () => { away = true; }, () => { away = false; load(); }) };
+  return { node, machinesChanged: machinePicker, stop: () => { stopped = true; }, ...awayWhileDown(body, 'Projects', () => { away = true; }, () => { away = false; load(); }) };
 }
 
 /**
@@ -244,7 +284,7 @@ export function browseSection(app) {
   async function open(path) {
     body.replaceChildren(h('p', { class: 'muted', text: 'Listing…' }));
     try {
-      current = await getJson(`/api/fs/list${query({ path })}`, 'Browse');
+      current = await getOn(null, `/api/fs/list${query({ path })}`, 'Browse');
       if (!stopped && !away) show(current);
     } catch (e) {
       if (!stopped) failure(body, e, () => open(path));

@@ -12,11 +12,19 @@
 // A notification's Allow and Deny answer without opening the app: the worker posts the answer
 // itself, with this page's token, which the page hands it (and whether this device may answer:
 // a watch device's notifications carry no actions).
+//
+// Every paired machine (machines.js) notifies too: "Notify me" subscribes at each machine's hub
+// as well, with that hub's own VAPID key, through a registration of sw.js of its own (scope
+// `/push/<hostId>/`: a registration holds one subscription, for one key). Its worker learns
+// its machine from what is written into the `zcode-acp-state` cache (`/machine/<hostId>`).
+// A machine added later, or one that could not be reached then, is subscribed at the next page
+// load; a forgotten one is unsubscribed there and its registration dropped.
 
 import { h, clear, toast } from './dom.js';
-import { api, getJson, workerCredential, canWrite } from './api.js';
+import { api, getJson, workerCredential, canWrite, targetMachine } from './api.js';
 import { pool } from './conn.js';
 import { inboxState } from './inbox.js';
+import { machines, machineById } from './machines.js';
 
 const READY_MS = 10000;
 /**
@@ -37,11 +45,112 @@ export function startApp() {
     navigator.serviceWorker.register('/sw.js', { scope: '/' }).catch((e) => console.warn('service worker not registered', e));
     navigator.serviceWorker.addEventListener('message', (e) => {
       if (e.data && e.data.type === 'zcode-push-renewed') sendRenewed(e.data);
+      // Another machine's notification tapped (sw.js): its session, on this page.
+      if (e.data && e.data.type === 'zcode-open' && typeof e.data.path === 'string' && /^\/[^/\\]/.test(e.data.path)) {
+        history.pushState(null, '', e.data.path);
+        window.dispatchEvent(new PopStateEvent('popstate'));
+      }
     });
     pendingRenewal();
     handTokenToWorker();
+    syncMachines().catch((e) => console.warn('notifications of the other machines', e && e.message));
   }
   watchWaiting();
+}
+
+/** Where machine `m`'s registration lives: its own scope, where no page ever is. */
+const scopeOf = (m) => `/push/${encodeURIComponent(m.id)}/`;
+
+/** Machine `m`'s own registration, or null (`getRegistration` alone would answer the page's, whose scope holds it). */
+async function machineRegistration(m) {
+  const reg = await navigator.serviceWorker.getRegistration(scopeOf(m));
+  return reg && reg.scope === new URL(scopeOf(m), location.origin).href ? reg : null;
+}
+
+/** Writes machine `m` where its worker reads it (sw.js `machineRecord`): never a function, never an access token. */
+async function tellWorker(m) {
+  const { credential, ...plain } = m;
+  const state = await caches.open('zcode-acp-state');
+  await state.put(`/machine/${encodeURIComponent(m.id)}`, new Response(JSON.stringify({ ...plain, canAnswer: true }), { headers: { 'Content-Type': 'application/json' } }));
+}
+
+/**
+ * Keeps the other machines' notifications in step with the machines paired here: a registration
+ * whose machine was forgotten goes; while this device is subscribed at its own hub, a machine
+ * with no subscription yet (added since, or unreachable then) is subscribed, and every other
+ * one's worker is told its machine again (a new name) and checked for an update.
+ */
+async function syncMachines() {
+  const list = machines();
+  if (!pushSupported()) return;
+  for (const reg of await navigator.serviceWorker.getRegistrations()) {
+    const id = /^\/push\/([^/]+)\/$/.exec(new URL(reg.scope).pathname);
+    if (id && !list.some((m) => m.id === decodeURIComponent(id[1]))) await reg.unregister();
+  }
+  const own = await navigator.serviceWorker.getRegistration('/');
+  if (!list.length || !own || !(await own.pushManager.getSubscription()) || Notification.permission !== 'granted') return;
+  const turnEnd = localStorage.getItem(TURN_END_KEY) === '1';
+  await Promise.all(list.map(async (m) => {
+    const reg = await machineRegistration(m);
+    if (reg && (await reg.pushManager.getSubscription())) {
+      await tellWorker(m);
+      reg.update().catch(() => {});
+    } else {
+      await subscribeMachine(m, turnEnd).catch((e) => console.warn(`notifications of ${m.name}`, e && e.message));
+    }
+  }));
+}
+
+/** A machine just paired: it notifies this device too when this device gets notifications. */
+export async function followMachine(m) {
+  if (!pushSupported() || Notification.permission !== 'granted') return;
+  const own = await navigator.serviceWorker.getRegistration('/');
+  if (own && (await own.pushManager.getSubscription())) await subscribeMachine(m, localStorage.getItem(TURN_END_KEY) === '1');
+}
+
+/** Machine `m` is being forgotten: its hub drops this device's subscription (while its credential still works), its registration goes. */
+export async function unfollowMachine(m) {
+  if (!pushSupported()) return;
+  const reg = await machineRegistration(m);
+  if (!reg) return;
+  const sub = await reg.pushManager.getSubscription();
+  if (sub) {
+    await api('/api/push/subscriptions', { machine: m, method: 'DELETE', json: { endpoint: sub.endpoint }, what: `${m.name}: removing the subscription`, timeout: 5000 }).catch(() => {});
+    await sub.unsubscribe().catch(() => {});
+  }
+  await reg.unregister();
+  (await caches.open('zcode-acp-state')).delete(`/machine/${encodeURIComponent(m.id)}`).catch(() => {});
+}
+
+/** Subscribes this device at machine `m` (its hub's key, its own registration) and tells that hub. */
+async function subscribeMachine(m, notifyTurnEnd) {
+  let key;
+  try {
+    const r = await api('/api/push/vapid-public-key', { machine: m, what: `${m.name}: its notification key`, expectJson: true, timeout: 5000 });
+    key = fromBase64url(String(r && r.publicKey));
+  } catch (e) {
+    if (e.kind === 'missing') throw new Error(`${m.name} does not send notifications (its zcode-acp is older than this page: update it there).`);
+    throw e;
+  }
+  if (key.length !== 65) throw new Error(`${m.name}'s notification key is not a P-256 public key.`);
+  await tellWorker(m);
+  const reg = await navigator.serviceWorker.register('/sw.js', { scope: scopeOf(m) });
+  await activated(reg);
+  const sub = await subscribeWith(reg, key);
+  await api('/api/push/subscriptions', { machine: m, method: 'POST', json: { ...sub.toJSON(), notifyTurnEnd }, what: `${m.name}: saving the subscription` });
+}
+
+/** Resolves once `reg` has an active worker (a subscription needs one). */
+function activated(reg) {
+  if (reg.active) return Promise.resolve(reg);
+  const w = reg.installing || reg.waiting;
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('The service worker did not start: reload the page and try again.')), READY_MS);
+    w.addEventListener('statechange', () => {
+      if (w.state === 'activated') { clearTimeout(timer); resolve(reg); }
+      if (w.state === 'redundant') { clearTimeout(timer); reject(new Error('The service worker could not be installed: reload the page and try again.')); }
+    });
+  });
 }
 
 /**
@@ -79,7 +188,9 @@ export function muteItem(instance, sid, done) {
   };
   (async () => {
     if (!sid || !pushSupported()) return;
-    const reg = await navigator.serviceWorker.getRegistration('/');
+    // Another machine's session: this device's subscription there (its own registration).
+    const m = targetMachine();
+    const reg = m ? await machineRegistration(m) : await navigator.serviceWorker.getRegistration('/');
     const sub = reg ? await reg.pushManager.getSubscription() : null;
     if (!sub) return;
     endpoint = sub.endpoint;
@@ -96,37 +207,45 @@ const TURN_END_KEY = 'zcode-acp.notifyTurnEnd';
 /**
  * The browser renewed this device's push subscription (the worker's `pushsubscriptionchange`):
  * the hub gets the new one, with this device's choice about turn ends, and forgets the old.
+ * `note.machine`: another machine's registration renewed it, so that machine's hub.
  */
-let sending = null;
+const sending = new Map();
 async function sendRenewed(note) {
-  if (sending) return sending;
-  sending = (async () => {
+  const id = note && typeof note.machine === 'string' ? note.machine : '';
+  if (sending.has(id)) return sending.get(id);
+  const kept = id ? `/push-renewed/${encodeURIComponent(id)}` : '/push-renewed';
+  const run = (async () => {
     try {
       const sub = note && note.subscription;
       if (!sub || typeof sub.endpoint !== 'string') return;
+      const machine = id ? machineById(id) : null;
+      if (id && !machine) return; // forgotten here since: its registration goes at the next load
       const notifyTurnEnd = localStorage.getItem(TURN_END_KEY) === '1';
-      await api('/api/push/subscriptions', { method: 'POST', json: { ...sub, notifyTurnEnd }, what: 'Renewing the notification subscription' });
+      await api('/api/push/subscriptions', { machine, method: 'POST', json: { ...sub, notifyTurnEnd }, what: 'Renewing the notification subscription' });
       if (typeof note.old === 'string' && note.old !== sub.endpoint) {
-        await api('/api/push/subscriptions', { method: 'DELETE', json: { endpoint: note.old }, what: 'Removing the old subscription' }).catch(() => {});
+        await api('/api/push/subscriptions', { machine, method: 'DELETE', json: { endpoint: note.old }, what: 'Removing the old subscription' }).catch(() => {});
       }
       const state = await caches.open('zcode-acp-state');
-      await state.delete('/push-renewed');
+      await state.delete(kept);
     } catch (e) {
       console.warn('the renewed push subscription could not be sent to the hub yet', e && e.message);
     } finally {
-      sending = null;
+      sending.delete(id);
     }
   })();
-  return sending;
+  sending.set(id, run);
+  return run;
 }
 
-/** A renewal the worker kept while no page was open: sent now. */
+/** A renewal the worker kept while no page was open (this hub's, or another machine's): sent now. */
 async function pendingRenewal() {
   try {
     if (!('caches' in window)) return;
     const state = await caches.open('zcode-acp-state');
-    const r = await state.match('/push-renewed');
-    if (r) await sendRenewed(await r.json());
+    for (const key of ['/push-renewed', ...machines().map((m) => `/push-renewed/${encodeURIComponent(m.id)}`)]) {
+      const r = await state.match(key);
+      if (r) await sendRenewed(await r.json());
+    }
   } catch { /* nothing kept */ }
 }
 
@@ -200,7 +319,18 @@ async function subscribe(notifyTurnEnd) {
     throw e;
   }
   if (key.length !== 65) throw new Error('The hub\'s notification key is not a P-256 public key.');
-  const reg = await registration();
+  const sub = await subscribeWith(await registration(), key);
+  await api('/api/push/subscriptions', { method: 'POST', json: { ...sub.toJSON(), notifyTurnEnd }, what: 'Saving the subscription' });
+  try { localStorage.setItem(TURN_END_KEY, notifyTurnEnd ? '1' : '0'); } catch { /* a renewal then asks without turn ends */ }
+  await handTokenToWorker();
+  // Every other machine too, each with its own key; one that fails is said, the rest stand.
+  const failed = [];
+  await Promise.all(machines().map((m) => subscribeMachine(m, notifyTurnEnd).catch((e) => failed.push(`${m.name}: ${e.message}`))));
+  return failed.length ? `Notifications are on for this device, but not yet from ${failed.join('; ')} (tried again when the app next opens).` : '';
+}
+
+/** The push subscription of `reg` for the VAPID public `key` (made now when it has none for that key). */
+async function subscribeWith(reg, key) {
   let sub = await reg.pushManager.getSubscription();
   if (sub && !sameKey(sub.options.applicationServerKey, key)) {
     await sub.unsubscribe(); // made for another hub key: a push with the new key would be refused
@@ -223,15 +353,14 @@ async function subscribe(notifyTurnEnd) {
       clearTimeout(timer);
     }
   }
-  await api('/api/push/subscriptions', { method: 'POST', json: { ...sub.toJSON(), notifyTurnEnd }, what: 'Saving the subscription' });
-  try { localStorage.setItem(TURN_END_KEY, notifyTurnEnd ? '1' : '0'); } catch { /* a renewal then asks without turn ends */ }
-  await handTokenToWorker();
+  return sub;
 }
 
-/** Unsubscribes this device, here and at the hub. */
+/** Unsubscribes this device, here and at the hub, and at every other machine. */
 async function unsubscribe() {
   const reg = await registration();
   const sub = await reg.pushManager.getSubscription();
+  await Promise.all(machines().map((m) => unfollowMachine(m).catch(() => {})));
   if (!sub) return;
   await api('/api/push/subscriptions', { method: 'DELETE', json: { endpoint: sub.endpoint }, what: 'Removing the subscription' });
   await sub.unsubscribe();
@@ -254,8 +383,8 @@ export function notifyCard() {
     status.className = 'muted';
     status.textContent = 'Working…';
     try {
-      await fn();
-      await render(done);
+      const said = await fn();
+      await render(said || done);
     } catch (e) {
       await render('');
       status.className = 'error';
@@ -280,7 +409,9 @@ export function notifyCard() {
       sub = reg ? await reg.pushManager.getSubscription() : null;
     } catch { /* not registered yet: offer to subscribe */ }
     if (sub && Notification.permission === 'granted') {
-      head(h('p', { text: 'This device gets a notification when an agent waits for you, also while the app is closed.' }),
+      head(h('p', { text: machines().length
+        ? 'This device gets a notification when an agent waits for you on this machine or another paired one, also while the app is closed.'
+        : 'This device gets a notification when an agent waits for you, also while the app is closed.' }),
         h('button', { type: 'button', id: 'notify-off', onclick: () => act(unsubscribe, 'Notifications are off for this device.') }, 'Turn off notifications'),
         status);
       return;
