@@ -9,7 +9,7 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import os from 'node:os';
-import { Stack, launchBrowser, stopStack } from './harness.mjs';
+import { Stack, launchBrowser, stopStack, until } from './harness.mjs';
 import { phonePage, looksRight } from './look.mjs';
 
 const CUT = [/^Failed to load resource: (net::ERR_\w+|the server responded with a status of \d{3} )/, /^WebSocket connection to '.*' failed: /];
@@ -29,8 +29,9 @@ describe('several machines: one page, two hubs', () => {
     [sidA, sidB] = await Promise.all([edA.newSession(a.project), edB.newSession(b.project)]);
     await Promise.all([edA.prompt(sidA, 'hello machine A'), edB.prompt(sidB, 'hello machine B')]);
     page = await phonePage(browser, 'light');
-    // A short per-machine timeout: a stopped machine is said offline soon.
-    await page.context().addInitScript(() => localStorage.setItem('zcode-acp.test.machineTimeoutMs', '1500'));
+    // A short per-machine timeout: a stopped machine is said offline soon (a long one while a
+    // test holds a machine's answer on purpose).
+    await page.context().addInitScript(() => localStorage.setItem('zcode-acp.test.machineTimeoutMs', sessionStorage.getItem('fleet-test.patient') ? '60000' : '1500'));
   });
 
   after(async () => {
@@ -67,6 +68,30 @@ describe('several machines: one page, two hubs', () => {
     assert.equal(stored[0].token, undefined);
     assert.ok((await b.api('/api/devices')).devices.some((d) => d.id === stored[0].deviceId), 'B lists this browser as a device');
     await looksRight(page, 'fleet-home', { fullPage: true });
+  });
+
+  it('shows B\'s last rows at once on a reload, marked, until B answers afresh', async () => {
+    // B's home is held on its way: what the page shows meanwhile is what it kept of B.
+    let release;
+    const held = new Promise((r) => { release = r; });
+    let asked = 0;
+    await page.route(`${b.base}/api/home`, async (route) => { asked++; await held; await route.continue(); });
+    try {
+      await page.evaluate(() => sessionStorage.setItem('fleet-test.patient', '1'));
+      await page.reload();
+      const block = page.locator(`#fleet .machine-block[data-machine="${(await b.api('/api/version')).hostId}"]`);
+      await block.locator(`li[data-session="${sidB}"]`).waitFor();
+      assert.match(await block.locator('[data-machine-state]').innerText(), /as of/);
+      await until('B\'s home to be asked', () => asked > 0);
+      assert.equal(await block.locator('[data-machine-state="cached"]').count(), 1, 'shown from what was kept, B not answered yet');
+      release();
+      await block.locator('[data-machine-state="online"]').waitFor();
+      await block.locator(`li[data-session="${sidB}"]`).waitFor();
+    } finally {
+      release();
+      await page.unroute(`${b.base}/api/home`);
+      await page.evaluate(() => sessionStorage.removeItem('fleet-test.patient'));
+    }
   });
 
   it('refuses a credential issued by the other hub', async () => {
