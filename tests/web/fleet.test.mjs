@@ -75,7 +75,7 @@ describe('several machines: one page, two hubs', () => {
     let release;
     const held = new Promise((r) => { release = r; });
     let asked = 0;
-    await page.route(`${b.base}/api/home`, async (route) => { asked++; await held; await route.continue(); });
+    await page.route(`${b.base}/api/home`, async (route) => { asked++; await held; await route.continue().catch(() => {}); });
     try {
       await page.evaluate(() => sessionStorage.setItem('fleet-test.patient', '1'));
       await page.reload();

@@ -4,12 +4,14 @@
 // answered in place), its live sessions, its turn board and recent turns. Every row names its machine; a machine that does not answer in
 // time shows as offline without holding up the others. Rows open that machine's session on
 // this page (`?m=<hostId>`: its hub, its credential, its relay WebSocket). "Add a machine"
-// takes another machine's pairing link.
+// takes another machine's pairing link. What each machine last showed is kept (localStorage)
+// and shown at once on the next start, marked "as of …", while that machine is asked afresh:
+// a warm start does not wait for the slowest machine's sign-in and answer.
 
 import { h, clear, ago, baseName, short, toast } from './dom.js';
 import { api } from './api.js';
 import { Conn } from './conn.js';
-import { machines, addMachine, removeMachine, sessionRoute, withMachine, selfMachine } from './machines.js';
+import { machines, addMachine, removeMachine, sessionRoute, withMachine, selfMachine, keptHomeKey } from './machines.js';
 
 const POLL_MS = 4000;
 /** How long one machine may take to answer before it counts as offline (test knob: localStorage). */
@@ -28,6 +30,32 @@ async function readMachine(m) {
   const instances = home && home.instances;
   if (!Array.isArray(instances)) throw new Error(`${m.name}: its answer is not the home screen's (a proxy page?).`);
   return { state: 'online', instances, attention: home.attention || {}, overview: home.overview || {} };
+}
+
+/** Machine `m`'s live sessions, the latest first: `[{inst, s}]`. */
+function latestFirst(instances) {
+  return instances.flatMap((inst) => (Array.isArray(inst.sessions) ? inst.sessions : []).map((s) => ({ inst, s })))
+    .sort((x, y) => (Number(y.s.updatedAt) || 0) - (Number(x.s.updatedAt) || 0));
+}
+
+/** What was kept of machine `m`'s last answer, as `{state: 'cached', at, instances, attention, overview}`, or null. */
+function keptHome(m) {
+  try {
+    const v = JSON.parse(localStorage.getItem(keptHomeKey(m.id)) || 'null');
+    if (v && Array.isArray(v.instances) && Number(v.at) > 0) {
+      return { state: 'cached', at: Number(v.at), instances: v.instances, attention: v.attention || {}, overview: v.overview || {} };
+    }
+  } catch { /* none, or private mode */ }
+  return null;
+}
+
+/** Keeps what machine `m` answered (`r`, online), its FEW latest sessions only: what a start shows. */
+function keepHome(m, r) {
+  const few = new Set(latestFirst(r.instances).slice(0, FEW).map(({ s }) => s));
+  const instances = r.instances.map((inst) => ({ ...inst, sessions: (Array.isArray(inst.sessions) ? inst.sessions : []).filter((s) => few.has(s)) }));
+  try {
+    localStorage.setItem(keptHomeKey(m.id), JSON.stringify({ at: Date.now(), instances, attention: r.attention, overview: r.overview }));
+  } catch { /* storage full or refused: the next start waits for the answer */ }
 }
 
 /** Answers permission `row` of machine `m` through a metadata-only attach of its session there. */
@@ -60,6 +88,10 @@ async function answerOn(m, row, optionId) {
 export function fleetSection(app) {
   const node = h('section', { class: 'card fleet', id: 'fleet', 'aria-labelledby': 'fleet-h' });
   const seen = new Map(); // machine id → what it last showed
+  for (const m of machines()) {
+    const kept = keptHome(m);
+    if (kept) seen.set(m.id, kept);
+  }
   const busy = new Set();
   const expanded = new Set(); // machines whose every live session shows
   let stopped = false;
@@ -73,7 +105,7 @@ export function fleetSection(app) {
     const list = machines();
     for (const id of [...seen.keys()]) if (!list.some((m) => m.id === id)) seen.delete(id);
     // Each machine renders as soon as it answers (or times out): none waits for another.
-    Promise.allSettled(list.map((m) => readMachine(m).then((r) => r, (e) => ({ state: 'offline', error: e.message }))
+    Promise.allSettled(list.map((m) => readMachine(m).then((r) => { keepHome(m, r); return r; }, (e) => ({ state: 'offline', error: e.message }))
       .then((r) => { if (!stopped) { seen.set(m.id, r); renderOne(m); } })))
       .then(() => { if (!stopped && list.length && document.visibilityState !== 'hidden') timer = setTimeout(poll, POLL_MS); });
     render();
@@ -83,8 +115,10 @@ export function fleetSection(app) {
 
   function machineBlock(m) {
     const r = seen.get(m.id) || { state: 'checking' };
+    // Kept from the last answer: shown as it was then, nothing to press that needs it fresh.
+    const cached = r.state === 'cached';
     const head = h('div', { class: 'instance-head' }, h('strong', { text: m.name }),
-      h('span', { class: `badge ${r.state === 'online' ? 'idle' : r.state === 'offline' ? 'failed' : ''}`, dataset: { machineState: r.state }, text: r.state }),
+      h('span', { class: `badge ${r.state === 'online' ? 'idle' : r.state === 'offline' ? 'failed' : ''}`, dataset: { machineState: r.state }, text: cached ? `as of ${ago(r.at)}` : r.state }),
       h('span', { class: 'muted path', text: new URL(m.origin).host }),
       h('button', { type: 'button', class: 'link', onclick: () => { removeMachine(m.id); toast(`Forgot ${m.name} here (remove this browser on that machine's Devices screen too).`); poll(); } }, 'Forget'));
     const block = h('div', { class: 'machine-block', dataset: { machine: m.id } }, head);
@@ -92,7 +126,7 @@ export function fleetSection(app) {
       block.append(h('p', { class: 'muted', text: `Offline: ${r.error}` }));
       return block;
     }
-    if (r.state !== 'online') return block;
+    if (r.state !== 'online' && !cached) return block;
     const pending = Array.isArray(r.attention && r.attention.pending) ? r.attention.pending : [];
     if (pending.length) {
       block.append(h('h3', { text: 'Waiting for you' }), h('ul', { class: 'rows fleet-waiting' }, pending.map((p) => {
@@ -105,7 +139,7 @@ export function fleetSection(app) {
             h('span', { class: 'badge warn', text: 'waiting' }), h('strong', { text: p.title || 'Untitled session' }),
             h('span', { text: permission ? `asks permission: ${String((params.toolCall && params.toolCall.title) || 'a tool call')}` : `has a question: ${String(params.message || '')}` })),
           h('span', { class: 'muted', text: ago(p.since) }),
-          opts.length ? h('div', { class: 'inbox-actions' }, opts.map((o) => h('button', {
+          opts.length && !cached ? h('div', { class: 'inbox-actions' }, opts.map((o) => h('button', {
             type: 'button', class: o.kind.startsWith('allow') ? 'primary' : '', disabled: busy.has(key), dataset: { option: String(o.optionId) },
             onclick: async () => {
               busy.add(key);
@@ -118,8 +152,7 @@ export function fleetSection(app) {
       })));
     }
     // The latest few first; the rest on request (a phone's home is no place for hundreds).
-    const all = r.instances.flatMap((inst) => (Array.isArray(inst.sessions) ? inst.sessions : []).map((s) => ({ inst, s })))
-      .sort((x, y) => (Number(y.s.updatedAt) || 0) - (Number(x.s.updatedAt) || 0));
+    const all = latestFirst(r.instances);
     const rows = expanded.has(m.id) ? all : all.slice(0, FEW);
     block.append(h('h3', { text: 'Live sessions' }));
     block.append(all.length ? h('ul', { class: 'rows sessions' }, rows.map(({ inst, s }) => {
