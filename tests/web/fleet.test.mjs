@@ -70,25 +70,34 @@ describe('several machines: one page, two hubs', () => {
     await looksRight(page, 'fleet-home', { fullPage: true });
   });
 
-  it('shows B\'s last rows at once on a reload, marked, until B answers afresh', async () => {
-    // B's home is held on its way: what the page shows meanwhile is what it kept of B.
+  it('shows A\'s and B\'s last rows at once on a reload, marked, until each answers afresh', async () => {
+    // Both homes are held on their way: what the page shows meanwhile is what it kept.
     let release;
     const held = new Promise((r) => { release = r; });
-    let asked = 0;
-    await page.route(`${b.base}/api/home`, async (route) => { asked++; await held; await route.continue().catch(() => {}); });
+    const asked = new Set();
+    const hold = async (route) => { asked.add(new URL(route.request().url()).origin); await held; await route.continue().catch(() => {}); };
+    await page.route(`${a.base}/api/home`, hold);
+    await page.route(`${b.base}/api/home`, hold);
     try {
       await page.evaluate(() => sessionStorage.setItem('fleet-test.patient', '1'));
       await page.reload();
       const block = page.locator(`#fleet .machine-block[data-machine="${(await b.api('/api/version')).hostId}"]`);
       await block.locator(`li[data-session="${sidB}"]`).waitFor();
+      await page.locator(`#instances[data-kept="yes"] li[data-session="${sidA}"]`).waitFor();
       assert.match(await block.locator('[data-machine-state]').innerText(), /as of/);
-      await until('B\'s home to be asked', () => asked > 0);
-      assert.equal(await block.locator('[data-machine-state="cached"]').count(), 1, 'shown from what was kept, B not answered yet');
+      assert.match(await page.locator('#instances .card-head').innerText(), /as of/);
+      await until('both homes to be asked', () => asked.size === 2);
+      assert.equal(await block.locator('[data-machine-state="cached"]').count(), 1, 'B shown from what was kept, not answered yet');
+      assert.equal(await page.locator('#instances[data-kept="yes"]').count(), 1, 'A shown from what was kept, not answered yet');
+      await looksRight(page, 'fleet-kept', { fullPage: true });
       release();
       await block.locator('[data-machine-state="online"]').waitFor();
+      await page.locator('#instances[data-kept=""]').waitFor();
       await block.locator(`li[data-session="${sidB}"]`).waitFor();
+      await page.locator(`#instances li[data-session="${sidA}"]`).waitFor();
     } finally {
       release();
+      await page.unroute(`${a.base}/api/home`);
       await page.unroute(`${b.base}/api/home`);
       await page.evaluate(() => sessionStorage.removeItem('fleet-test.patient'));
     }

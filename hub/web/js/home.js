@@ -2,7 +2,9 @@
 // instances and their sessions (all three read in one `GET /api/home`, polled every 4 s while
 // the page is visible), then the projects and the directory browser (projects.js), and the
 // About sheet (about.js). No session is attached from here: the inbox and the board are the
-// hub's reads, so headless bridges idle out.
+// hub's reads, so headless bridges idle out. The last list of live sessions is kept
+// (localStorage) and shown at once when the page starts, marked "as of …", until the hub
+// answers (a start waits for no sign-in and no answer to show it; an error replaces it).
 
 import { h, clear, ago, baseName, short } from './dom.js';
 import { getJson } from './api.js';
@@ -23,6 +25,25 @@ const POLL_MS = (() => {
   try { v = Number(localStorage.getItem('zcode-acp.test.homePollMs')); } catch { /* no storage */ }
   return Number.isFinite(v) && v > 0 ? v : 4000;
 })();
+
+/** Where the last list of live sessions is kept: `{at, instances}`. */
+const KEPT_KEY = 'zcode-acp.home';
+
+/** The kept list of live sessions, `{at, instances}`, or null. */
+function keptList() {
+  try {
+    const v = JSON.parse(localStorage.getItem(KEPT_KEY) || 'null');
+    if (v && Array.isArray(v.instances) && Number(v.at) > 0) return v;
+  } catch { /* none, or private mode */ }
+  return null;
+}
+
+function keepList(instances) {
+  try {
+    if (instances) localStorage.setItem(KEPT_KEY, JSON.stringify({ at: Date.now(), instances }));
+    else localStorage.removeItem(KEPT_KEY);
+  } catch { /* storage full or refused: the next start waits for the answer */ }
+}
 
 /**
  * What started an instance, in a word: `editor`, `up` (the bridge `zcode-acp up` runs: the
@@ -56,6 +77,13 @@ export function homeView(root, app) {
   app.setTitle('');
 
   let list = app.instances || null;
+  // What was kept from the last answer (this page's first home): shown until the hub answers.
+  let keptAt = 0;
+  if (!list) {
+    const kept = keptList();
+    if (kept) ({ instances: list, at: keptAt } = kept);
+  }
+  let keptWritten = 0;
   let timer = 0;
   let stopped = false;
 
@@ -66,6 +94,12 @@ export function homeView(root, app) {
       if (stopped) return;
       list = state && state.instances;
       if (!Array.isArray(list)) throw new Error('The instance list is not a list (a proxy page?).');
+      // Kept again when it changed, or a minute on (what "as of" says is when it was seen).
+      if (keptAt || Date.now() - keptWritten > 60000 || JSON.stringify(list) !== JSON.stringify(app.instances)) {
+        keepList(list);
+        keptWritten = Date.now();
+      }
+      keptAt = 0;
       app.instances = list;
       app.setConn('open', 'Hub reachable');
       projects.online();
@@ -75,7 +109,10 @@ export function homeView(root, app) {
       renderLive();
     } catch (e) {
       if (stopped) return;
-      if (e.kind === 'auth') return app.pair(e.message);
+      if (e.kind === 'auth') {
+        keepList(null);
+        return app.pair(e.message);
+      }
       app.setConn('waiting', e.message, e.kind === 'network' ? 'down' : e.kind);
       if (e.kind === 'network' || e.kind === 'gateway' || e.kind === 'garbage') {
         projects.offline(e);
@@ -106,10 +143,12 @@ export function homeView(root, app) {
 
   let shown = '';
   function renderLive() {
-    const sig = JSON.stringify([list, inbox.signature()]);
+    const sig = JSON.stringify([list, inbox.signature(), keptAt]);
     if (sig === shown) return;
     shown = sig;
+    live.dataset.kept = keptAt ? 'yes' : '';
     clear(live, h('div', { class: 'card-head' }, h('h2', { id: 'instances-h', text: 'Live sessions' }),
+      keptAt ? h('span', { class: 'muted kept', text: `as of ${ago(keptAt)}` }) : null,
       h('button', { type: 'button', class: 'link', onclick: () => poll() }, 'Refresh')));
     // A headless bridge the hub started to serve a project's history (or one whose sessions
     // all ended) holds nothing to open: its history is under Projects.
@@ -144,6 +183,8 @@ export function homeView(root, app) {
 
   function renderError(e) {
     shown = '';
+    keptAt = 0;
+    live.dataset.kept = '';
     clear(live, h('h2', { id: 'instances-h', text: 'Live sessions' }),
       h('p', { class: 'error', role: 'alert', text: e.message }),
       h('button', { type: 'button', onclick: () => poll() }, 'Retry now'),
