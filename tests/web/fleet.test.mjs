@@ -164,5 +164,11 @@ describe('several machines: one page, two hubs', () => {
     await page.locator(`#fleet li[data-session="${sidB}"]`).waitFor({ state: 'detached' });
     await page.locator(`#instances li[data-session="${sidA}"]`).waitFor();
     await looksRight(page, 'fleet-offline', { fullPage: true, console: CUT });
+    // Forgotten here, B leaves nothing of its own behind: not its key, not its kept home.
+    const kept = () => page.evaluate(() => Object.keys(localStorage).filter((k) => k.startsWith('zcode-acp.machineHome.')));
+    assert.equal((await kept()).length, 1, 'B\'s last home was kept');
+    await page.locator('#fleet .machine-block button', { hasText: 'Forget' }).click();
+    await page.locator('#fleet .machine-block').waitFor({ state: 'detached' });
+    assert.deepEqual(await kept(), []);
   });
 });
