@@ -81,8 +81,9 @@ describe('several machines: one page, two hubs', () => {
     await Promise.all([edA.prompt(sidA, 'hello machine A'), edB.prompt(sidB, 'hello machine B')]);
     page = await phonePage(browser, 'light');
     await page.context().grantPermissions(['notifications']);
-    // A short per-machine timeout: a stopped machine is said offline soon.
-    await page.context().addInitScript(() => localStorage.setItem('zcode-acp.test.machineTimeoutMs', '1500'));
+    // A short per-machine timeout: a stopped machine is said offline soon (a long one while a
+    // test holds a machine's answer on purpose).
+    await page.context().addInitScript(() => localStorage.setItem('zcode-acp.test.machineTimeoutMs', sessionStorage.getItem('fleet-test.patient') ? '60000' : '1500'));
     // Each registration's subscription (kept across loads as the browser would), with the key
     // it was made with, at this test's push service, named by the registration's scope.
     await page.context().addInitScript(({ port, p256dh, secret }) => {
@@ -153,6 +154,39 @@ describe('several machines: one page, two hubs', () => {
     assert.equal(stored[0].token, undefined);
     assert.ok((await b.api('/api/devices')).devices.some((d) => d.id === stored[0].deviceId), 'B lists this browser as a device');
     await looksRight(page, 'fleet-home', { fullPage: true });
+  });
+
+  it('shows A\'s and B\'s last rows at once on a reload, marked, until each answers afresh', async () => {
+    // Both homes are held on their way: what the page shows meanwhile is what it kept.
+    let release;
+    const held = new Promise((r) => { release = r; });
+    const asked = new Set();
+    const hold = async (route) => { asked.add(new URL(route.request().url()).origin); await held; await route.continue().catch(() => {}); };
+    await page.route(`${a.base}/api/home`, hold);
+    await page.route(`${b.base}/api/home`, hold);
+    try {
+      await page.evaluate(() => sessionStorage.setItem('fleet-test.patient', '1'));
+      await page.reload();
+      const block = page.locator(`#fleet .machine-block[data-machine="${(await b.api('/api/version')).hostId}"]`);
+      await page.locator(`#instances li[data-session="${sidB}"]`).waitFor();
+      await page.locator(`#instances[data-kept="yes"] li[data-session="${sidA}"]`).waitFor();
+      assert.match(await block.locator('[data-machine-state]').innerText(), /as of/);
+      assert.match(await page.locator('#instances .card-head').innerText(), /as of/);
+      await until('both homes to be asked', () => asked.size === 2);
+      assert.equal(await block.locator('[data-machine-state="cached"]').count(), 1, 'B shown from what was kept, not answered yet');
+      assert.equal(await page.locator('#instances[data-kept="yes"]').count(), 1, 'A shown from what was kept, not answered yet');
+      await looksRight(page, 'fleet-kept', { fullPage: true });
+      release();
+      await block.locator('[data-machine-state="online"]').waitFor();
+      await page.locator('#instances[data-kept=""]').waitFor();
+      await page.locator(`#instances li[data-session="${sidB}"]`).waitFor();
+      await page.locator(`#instances li[data-session="${sidA}"]`).waitFor();
+    } finally {
+      release();
+      await page.unroute(`${a.base}/api/home`);
+      await page.unroute(`${b.base}/api/home`);
+      await page.evaluate(() => sessionStorage.removeItem('fleet-test.patient'));
+    }
   });
 
   it('refuses a credential issued by the other hub', async () => {
@@ -317,5 +351,11 @@ describe('several machines: one page, two hubs', () => {
     await page.locator(`#instances li[data-session="${sidB}"]`).waitFor({ state: 'detached' });
     await page.locator(`#instances li[data-session="${sidA}"]`).waitFor();
     await looksRight(page, 'fleet-offline', { fullPage: true, console: CUT });
+    // Forgotten here, B leaves nothing of its own behind: not its key, not its kept home.
+    const kept = () => page.evaluate(() => Object.keys(localStorage).filter((k) => k.startsWith('zcode-acp.machineHome.')));
+    assert.equal((await kept()).length, 1, 'B\'s last home was kept');
+    await page.locator('#fleet .machine-block button', { hasText: 'Forget' }).click();
+    await page.locator('#fleet .machine-block').waitFor({ state: 'detached' });
+    assert.deepEqual(await kept(), []);
   });
 });

@@ -7,11 +7,14 @@
 // names its machine; a machine that does not answer in time shows as offline without holding
 // up the others. Rows open that machine's session on this page (`?m=<hostId>`: its hub, its
 // credential, its relay WebSocket). "Add a machine" takes another machine's pairing link.
+// What each machine last showed is kept (localStorage) and shown at once on the next start,
+// marked "as of …", while that machine is asked afresh: a warm start does not wait for the
+// slowest machine's sign-in and answer.
 
 import { h, clear, ago, baseName, short, toast } from './dom.js';
 import { api } from './api.js';
 import { Conn } from './conn.js';
-import { machines, addMachine, removeMachine, sessionRoute, withMachine, selfMachine } from './machines.js';
+import { machines, addMachine, removeMachine, sessionRoute, withMachine, selfMachine, keptHomeKey } from './machines.js';
 import { followMachine, unfollowMachine } from './push.js';
 
 const POLL_MS = 4000;
@@ -31,6 +34,32 @@ async function readMachine(m) {
   const instances = home && home.instances;
   if (!Array.isArray(instances)) throw new Error(`${m.name}: its answer is not the home screen's (a proxy page?).`);
   return { state: 'online', instances, attention: home.attention || {}, overview: home.overview || {} };
+}
+
+/** Machine `m`'s live sessions, the latest first: `[{inst, s}]`. */
+function latestFirst(instances) {
+  return instances.flatMap((inst) => (Array.isArray(inst.sessions) ? inst.sessions : []).map((s) => ({ inst, s })))
+    .sort((x, y) => (Number(y.s.updatedAt) || 0) - (Number(x.s.updatedAt) || 0));
+}
+
+/** What was kept of machine `m`'s last answer, as `{state: 'cached', at, instances, attention, overview}`, or null. */
+function keptHome(m) {
+  try {
+    const v = JSON.parse(localStorage.getItem(keptHomeKey(m.id)) || 'null');
+    if (v && Array.isArray(v.instances) && Number(v.at) > 0) {
+      return { state: 'cached', at: Number(v.at), instances: v.instances, attention: v.attention || {}, overview: v.overview || {} };
+    }
+  } catch { /* none, or private mode */ }
+  return null;
+}
+
+/** Keeps what machine `m` answered (`r`, online), its FEW latest sessions only: what a start shows. */
+function keepHome(m, r) {
+  const few = new Set(latestFirst(r.instances).slice(0, FEW).map(({ s }) => s));
+  const instances = r.instances.map((inst) => ({ ...inst, sessions: (Array.isArray(inst.sessions) ? inst.sessions : []).filter((s) => few.has(s)) }));
+  try {
+    localStorage.setItem(keptHomeKey(m.id), JSON.stringify({ at: Date.now(), instances, attention: r.attention, overview: r.overview }));
+  } catch { /* storage full or refused: the next start waits for the answer */ }
 }
 
 /** Answers permission `row` of machine `m` through a metadata-only attach of its session there. */
@@ -67,6 +96,10 @@ async function answerOn(m, row, optionId) {
 export function fleetSection(app, changed = () => {}) {
   const node = h('section', { class: 'card fleet', id: 'fleet', 'aria-labelledby': 'fleet-h' });
   const seen = new Map(); // machine id → what it last showed
+  for (const m of machines()) {
+    const kept = keptHome(m);
+    if (kept) seen.set(m.id, kept);
+  }
   const busy = new Set();
   const expanded = new Set(); // machines whose every live session shows
   let stopped = false;
@@ -80,18 +113,21 @@ export function fleetSection(app, changed = () => {}) {
     const list = machines();
     for (const id of [...seen.keys()]) if (!list.some((m) => m.id === id)) seen.delete(id);
     // Each machine renders as soon as it answers (or times out): none waits for another.
-    Promise.allSettled(list.map((m) => readMachine(m).then((r) => r, (e) => ({ state: 'offline', error: e.message }))
+    Promise.allSettled(list.map((m) => readMachine(m).then((r) => { keepHome(m, r); return r; }, (e) => ({ state: 'offline', error: e.message }))
       .then((r) => { if (!stopped) { seen.set(m.id, r); renderOne(m); changed(); } })))
       .then(() => { if (!stopped && list.length && document.visibilityState !== 'hidden') timer = setTimeout(poll, POLL_MS); });
     render();
   }
 
   const label = (m) => h('span', { class: 'badge machine', text: m.name });
+  /** Whether what machine `m` showed is there to list: fresh, or kept from its last answer. */
+  const shows = (r) => r && (r.state === 'online' || r.state === 'cached');
+  const stateText = (r) => (r.state === 'cached' ? `as of ${ago(r.at)}` : r.state);
 
   function machineBlock(m) {
     const r = seen.get(m.id) || { state: 'checking' };
     const head = h('div', { class: 'instance-head' }, h('strong', { text: m.name }),
-      h('span', { class: `badge ${r.state === 'online' ? 'idle' : r.state === 'offline' ? 'failed' : ''}`, dataset: { machineState: r.state }, text: r.state }),
+      h('span', { class: `badge ${r.state === 'online' ? 'idle' : r.state === 'offline' ? 'failed' : ''}`, dataset: { machineState: r.state }, text: stateText(r) }),
       h('span', { class: 'muted path', text: new URL(m.origin).host }),
       h('button', { type: 'button', class: 'link', onclick: async () => {
         // Its notifications stop first, while its hub still takes this browser's credential.
@@ -110,13 +146,14 @@ export function fleetSection(app, changed = () => {}) {
   function waitingItems() {
     return machines().flatMap((m) => {
       const r = seen.get(m.id);
-      if (!r || r.state !== 'online') return [];
+      if (!shows(r)) return [];
       const pending = Array.isArray(r.attention && r.attention.pending) ? r.attention.pending : [];
       return pending.map((p) => {
         const permission = p.method === 'session/request_permission';
         const params = p.params || {};
         const key = `${m.id}/${p.instanceId}/${p.requestId}`;
-        const opts = permission ? (Array.isArray(params.options) ? params.options : []).filter((o) => o && /^(allow|reject)_once$/.test(o.kind)) : [];
+        // Kept from the last answer: shown as it was then, nothing to press that needs it fresh.
+        const opts = permission && r.state === 'online' ? (Array.isArray(params.options) ? params.options : []).filter((o) => o && /^(allow|reject)_once$/.test(o.kind)) : [];
         return h('li', { class: 'inbox-row', dataset: { inboxSession: String(p.sessionId), machine: m.id } },
           h('a', { href: sessionRoute(m, p.instanceId, p.sessionId, p.workspace), 'data-nav': '' }, label(m),
             h('span', { class: 'badge warn', text: 'waiting' }), h('strong', { text: p.title || 'Untitled session' }),
@@ -141,7 +178,7 @@ export function fleetSection(app, changed = () => {}) {
     const all = { active: [], recent: [] };
     for (const m of machines()) {
       const r = seen.get(m.id);
-      if (!r || r.state !== 'online') continue;
+      if (!shows(r)) continue;
       const o = r.overview || {};
       const runRow = (run, badge, when) => h('li', { dataset: { runSession: String(run.sessionId), machine: m.id } },
         h('a', { href: sessionRoute(m, run.ownerInstanceId || '', run.sessionId, run.workspace), 'data-nav': '' }, label(m),
@@ -232,15 +269,14 @@ export function fleetSection(app, changed = () => {}) {
     return machines().map((m) => {
       const r = seen.get(m.id) || { state: 'checking' };
       const head = h('div', { class: 'instance-head' }, label(m),
-        r.state === 'online' ? null : h('span', { class: `badge ${r.state === 'offline' ? 'failed' : ''}`, dataset: { machineState: r.state }, text: r.state }),
-        r.state === 'online' && r.instances[0] ? h('a', { class: 'button', href: withMachine(`/n/${encodeURIComponent(r.instances[0].id)}?cwd=${encodeURIComponent(r.instances[0].workspace || '')}`, m), 'data-nav': '' },
+        r.state === 'online' ? null : h('span', { class: `badge ${r.state === 'offline' ? 'failed' : ''}`, dataset: { machineState: r.state }, text: stateText(r) }),
+        shows(r) && r.instances[0] ? h('a', { class: 'button', href: withMachine(`/n/${encodeURIComponent(r.instances[0].id)}?cwd=${encodeURIComponent(r.instances[0].workspace || '')}`, m), 'data-nav': '' },
           `New session in ${baseName(r.instances[0].workspace)}`) : null);
       const group = h('div', { class: 'instance machine-group', dataset: { machine: m.id } }, head);
       if (r.state === 'offline') group.append(h('p', { class: 'muted', text: `${m.name} does not answer: its sessions show again when it does (why: under Machines).` }));
-      if (r.state !== 'online') return group;
+      if (!shows(r)) return group;
       // The latest few first; the rest on request (a phone's home is no place for hundreds).
-      const all = r.instances.flatMap((inst) => (Array.isArray(inst.sessions) ? inst.sessions : []).map((s) => ({ inst, s })))
-        .sort((x, y) => (Number(y.s.updatedAt) || 0) - (Number(x.s.updatedAt) || 0));
+      const all = latestFirst(r.instances);
       const rows = expanded.has(m.id) ? all : all.slice(0, FEW);
       group.append(all.length ? h('ul', { class: 'rows sessions' }, rows.map(({ inst, s }) => {
         const status = s.status === 'running' || s.status === 'idle' ? s.status : 'unknown';

@@ -3,7 +3,9 @@
 // the page is visible), with every other paired machine's live sessions in the same list
 // (fleet.js: each row labelled with its machine), then the projects and the directory browser
 // (projects.js), and the About sheet (about.js). No session is attached from here: the inbox and the board are the
-// hub's reads, so headless bridges idle out.
+// hub's reads, so headless bridges idle out. The last list of live sessions is kept
+// (localStorage) and shown at once when the page starts, marked "as of …", until the hub
+// answers (a start waits for no sign-in and no answer to show it; an error replaces it).
 
 import { h, clear, ago, baseName, short } from './dom.js';
 import { getJson } from './api.js';
@@ -24,6 +26,25 @@ const POLL_MS = (() => {
   try { v = Number(localStorage.getItem('zcode-acp.test.homePollMs')); } catch { /* no storage */ }
   return Number.isFinite(v) && v > 0 ? v : 4000;
 })();
+
+/** Where the last list of live sessions is kept: `{at, instances}`. */
+const KEPT_KEY = 'zcode-acp.home';
+
+/** The kept list of live sessions, `{at, instances}`, or null. */
+function keptList() {
+  try {
+    const v = JSON.parse(localStorage.getItem(KEPT_KEY) || 'null');
+    if (v && Array.isArray(v.instances) && Number(v.at) > 0) return v;
+  } catch { /* none, or private mode */ }
+  return null;
+}
+
+function keepList(instances) {
+  try {
+    if (instances) localStorage.setItem(KEPT_KEY, JSON.stringify({ at: Date.now(), instances }));
+    else localStorage.removeItem(KEPT_KEY);
+  } catch { /* storage full or refused: the next start waits for the answer */ }
+}
 
 /**
  * What started an instance, in a word: `editor`, `up` (the bridge `zcode-acp up` runs: the
@@ -70,6 +91,13 @@ export function homeView(root, app) {
 
   let list = app.instances || null;
   let failure = null; // the page's own hub's last error, while it has one
+  // What was kept from the last answer (this page's first home): shown until the hub answers.
+  let keptAt = 0;
+  if (!list) {
+    const kept = keptList();
+    if (kept) ({ instances: list, at: keptAt } = kept);
+  }
+  let keptWritten = 0;
   let timer = 0;
   let stopped = false;
 
@@ -80,6 +108,12 @@ export function homeView(root, app) {
       if (stopped) return;
       list = state && state.instances;
       if (!Array.isArray(list)) throw new Error('The instance list is not a list (a proxy page?).');
+      // Kept again when it changed, or a minute on (what "as of" says is when it was seen).
+      if (keptAt || Date.now() - keptWritten > 60000 || JSON.stringify(list) !== JSON.stringify(app.instances)) {
+        keepList(list);
+        keptWritten = Date.now();
+      }
+      keptAt = 0;
       app.instances = list;
       failure = null;
       app.setConn('open', 'Hub reachable');
@@ -90,7 +124,10 @@ export function homeView(root, app) {
       renderLive();
     } catch (e) {
       if (stopped) return;
-      if (e.kind === 'auth') return app.pair(e.message);
+      if (e.kind === 'auth') {
+        keepList(null);
+        return app.pair(e.message);
+      }
       app.setConn('waiting', e.message, e.kind === 'network' ? 'down' : e.kind);
       if (e.kind === 'network' || e.kind === 'gateway' || e.kind === 'garbage') {
         projects.offline(e);
@@ -126,10 +163,12 @@ export function homeView(root, app) {
   let shown = '';
   function renderLive() {
     if (stopped) return;
-    const sig = JSON.stringify([list, failure && failure.message, inbox.signature(), fleet.signature()]);
+    const sig = JSON.stringify([list, failure && failure.message, inbox.signature(), fleet.signature(), keptAt]);
     if (sig === shown) return;
     shown = sig;
+    live.dataset.kept = keptAt ? 'yes' : '';
     clear(live, h('div', { class: 'card-head' }, h('h2', { id: 'instances-h', text: 'Live sessions' }),
+      keptAt ? h('span', { class: 'muted kept', text: `as of ${ago(keptAt)}` }) : null,
       h('button', { type: 'button', class: 'link', onclick: () => poll() }, 'Refresh')));
     const mine = selfLabel();
     if (failure) {
@@ -175,6 +214,8 @@ export function homeView(root, app) {
   function renderError(e) {
     failure = e;
     shown = '';
+    keptAt = 0;
+    live.dataset.kept = '';
     renderLive();
   }
 

@@ -166,8 +166,12 @@ export function renameMachine(id, name) {
   save(machines().map((m) => (m.id === id ? { ...m, name: String(name).trim().slice(0, 64) || m.name } : m)));
 }
 
+/** Where fleet.js keeps what machine `id` last showed (localStorage). */
+export const keptHomeKey = (id) => `zcode-acp.machineHome.${id}`;
+
 /** Forgets machine `id` here (its hub keeps the device until it is removed there). */
 export function removeMachine(id) {
   for (const m of machines()) if (m.id === id) forgetKey(m);
+  try { localStorage.removeItem(keptHomeKey(id)); } catch { /* private mode */ }
   save(machines().filter((m) => m.id !== id));
 }
