@@ -305,8 +305,8 @@ export class Stack {
  */
 export async function settledHome(page, base) {
   await page.goto(`${base}/`);
-  await page.locator('#instances .card-head').waitFor();
-  await page.locator('#board > :not(h2)').first().waitFor({ state: 'attached' });
+  await page.locator('#instances:not([data-kept="yes"]) .card-head').waitFor();
+  await page.locator('#board > :not(h2):not(.asking)').first().waitFor({ state: 'attached' });
   await page.locator('#quota[data-state]').waitFor({ state: 'attached' });
   await page.locator('#projects', { hasText: 'Loading projects…' }).waitFor({ state: 'detached' });
   await page.locator('#browse', { hasText: 'Listing…' }).waitFor({ state: 'detached' });

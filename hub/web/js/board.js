@@ -35,7 +35,7 @@ const link = (run) => (run.ownerInstanceId
  */
 export function boardSection(app, others = { runs: () => ({ active: [], recent: [] }), label: () => null }) {
   const node = h('section', { class: 'card board', id: 'board', 'aria-labelledby': 'board-h' },
-    h('h2', { id: 'board-h', text: 'Running now' }));
+    h('h2', { id: 'board-h', text: 'Running now' }), h('p', { class: 'muted asking', text: 'Asking what runs…' }));
   let stopped = false;
   let shown = '';
   let last = null;
