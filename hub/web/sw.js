@@ -223,12 +223,24 @@ function sameOriginPath(url) {
   return '/';
 }
 
-/** The app badge: how many sessions wait for an answer, as the hub counted them. */
+/**
+ * The app badge: how many requests wait for an answer on every paired machine. Each worker (the
+ * page's own and one per other machine) keeps its hub's last count in the shared STATE cache
+ * under `/badge/<machine>` and sets the badge to their sum.
+ */
 async function setBadge(n) {
-  if (typeof n !== 'number' || !self.navigator) return;
+  if (typeof n !== 'number' || !Number.isFinite(n) || !self.navigator) return;
   try {
-    if (n > 0 && self.navigator.setAppBadge) await self.navigator.setAppBadge(n);
-    else if (n <= 0 && self.navigator.clearAppBadge) await self.navigator.clearAppBadge();
+    const state = await caches.open(STATE);
+    await state.put(`/badge/${encodeURIComponent(MACHINE || 'self')}`, new Response(String(Math.max(0, Math.floor(n)))));
+    let sum = 0;
+    for (const key of await state.keys()) {
+      if (!new URL(key.url).pathname.startsWith('/badge/')) continue;
+      const r = await state.match(key);
+      sum += Number(r ? await r.text() : 0) || 0;
+    }
+    if (sum > 0 && self.navigator.setAppBadge) await self.navigator.setAppBadge(sum);
+    else if (sum <= 0 && self.navigator.clearAppBadge) await self.navigator.clearAppBadge();
   } catch { /* no badge here */ }
 }
 
@@ -259,8 +271,8 @@ self.addEventListener('message', (event) => {
 self.addEventListener('push', (event) => {
   const p = payloadOf(event.data);
   event.waitUntil((async () => {
-    // The badge counts the page's own hub's waits (another machine's count would overwrite it).
-    if (!MACHINE) await setBadge(p.pending);
+    // The badge counts every paired machine's waits: this hub's count beside the others'.
+    await setBadge(p.pending);
     if (p.kind === 'withdraw') {
       // Answered elsewhere: its notification goes (nothing new is shown).
       const tag = tagOf(p.tag);

@@ -235,6 +235,8 @@ describe('several machines: one page, two hubs', () => {
     const row = page.locator(`#waiting li[data-inbox-session="${sidB}"][data-machine="${hostB}"]`);
     await row.waitFor();
     assert.match(await row.innerText(), /machine b[\s\S]*asks permission/i);
+    // The tab title counts what waits on every machine the page shows (nothing waits on A).
+    await until('the title to count B\'s wait', async () => /^\(1\) /.test(await page.title()));
     await looksRight(page, 'fleet-waiting', { fullPage: true });
     await row.locator('button[data-option="allow"]').click();
     assert.equal((await turn).stopReason, 'end_turn');
@@ -287,6 +289,26 @@ describe('several machines: one page, two hubs', () => {
       }
     };
     const n = await deliver();
+    // The app badge counts every machine's waits: A's last count (2, as A's worker keeps it)
+    // beside what B's push says waits on B.
+    await page.evaluate(async () => (await caches.open('zcode-acp-state')).put('/badge/self', new Response('2')));
+    const badge = await (async () => {
+      for (let attempt = 1; ; attempt++) {
+        const w = await sw();
+        await w.evaluate(() => {
+          self.badges = [];
+          Object.defineProperty(self.navigator, 'setAppBadge', { configurable: true, value: async (x) => { self.badges.push(x); } });
+        });
+        await cdp.send('ServiceWorker.deliverPushMessage', { origin: a.base, registrationId: reg.registrationId, data: JSON.stringify(payload) });
+        try {
+          return await until('the badge set', () => w.evaluate(() => self.badges.at(-1)), attempt < 3 ? 5000 : WAIT);
+        } catch (e) {
+          if (attempt === 3) throw e;
+        }
+      }
+    })();
+    assert.equal(badge, 2 + payload.pending, `the badge: A's 2 and B's ${payload.pending}`);
+    await page.evaluate(async () => (await caches.open('zcode-acp-state')).delete('/badge/self'));
     assert.equal(n.title, `Machine B: ${payload.title}`);
     assert.deepEqual(n.actions, ['allow', 'deny']);
     assert.equal(n.url, `${payload.url}${payload.url.includes('?') ? '&' : '?'}m=${encodeURIComponent(hostB)}`);

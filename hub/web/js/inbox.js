@@ -153,7 +153,6 @@ export function inboxSection(app, others = { items: () => [], label: () => null 
     if (stopped) return;
     rows = Array.isArray(a && a.pending) ? a.pending : [];
     errors = Array.isArray(a && a.errors) ? a.errors : [];
-    inboxState.count = rows.length;
     render();
   }
 
@@ -174,6 +173,8 @@ export function inboxSection(app, others = { items: () => [], label: () => null 
   function render() {
     clear(node);
     const more = others.items();
+    // The tab title and the app badge count what waits on every machine the page shows.
+    inboxState.count = rows.length + more.length;
     node.hidden = !rows.length && !errors.length && !more.length;
     if (node.hidden) return;
     node.append(h('h2', { text: 'Waiting for you' }));

@@ -119,7 +119,10 @@ export async function unfollowMachine(m) {
     await sub.unsubscribe().catch(() => {});
   }
   await reg.unregister();
-  (await caches.open('zcode-acp-state')).delete(`/machine/${encodeURIComponent(m.id)}`).catch(() => {});
+  const state = await caches.open('zcode-acp-state');
+  // Its record and its share of the app badge go with it.
+  await state.delete(`/machine/${encodeURIComponent(m.id)}`).catch(() => {});
+  await state.delete(`/badge/${encodeURIComponent(m.id)}`).catch(() => {});
 }
 
 /** Subscribes this device at machine `m` (its hub's key, its own registration) and tells that hub. */
