@@ -1,19 +1,18 @@
 //! Connections from the hub to a bridge's loopback server (127.0.0.1 only): the TCP probe,
 //! the WebSocket dial, and one-shot HTTP requests. Every request carries the machine's token
-//! (the bridge refuses anything else); the handshakes are done here, with hyper, so no
-//! library ever sees (or logs) the `Authorization` header. After the WebSocket handshake the
+//! (the bridge refuses anything else); the handshakes are done here (the requests' with hyper,
+//! the WebSocket dial's by hand: one write, then the answer's head read), so no library ever
+//! sees (or logs) the `Authorization` header. After the WebSocket handshake the
 //! relay owns the bare socket. [`connect`], the one way in, checks that the port is held by
 //! this user before any byte is written (`zcode_shared::peer`): a dead bridge's port taken
 //! by another user gets no token and counts as unreachable.
 
-use bytes::Bytes;
-use http_body_util::Empty;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use std::net::Ipv4Addr;
 use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_tungstenite::tungstenite::handshake::{client::generate_key, derive_accept_key};
 use zcode_shared::peer::PeerError;
@@ -39,6 +38,9 @@ pub enum DialError {
     /// HTTP with it failed.
     #[error("HTTP to the bridge failed: {0}")]
     Http(#[from] hyper::Error),
+    /// The WebSocket handshake's write or read failed.
+    #[error("the WebSocket handshake with the bridge failed: {0}")]
+    Handshake(std::io::Error),
     /// It answered the WebSocket upgrade with this status.
     #[error("the bridge refused the WebSocket with {0}")]
     Refused(StatusCode),
@@ -149,32 +151,64 @@ async fn dial_ws_inner(
     scope: Scope,
     device: &str,
 ) -> Result<(TcpStream, Vec<u8>), DialError> {
-    let tcp = connect_with(port, true).await?;
-    let (mut sender, conn) = zcode_shared::http_client::handshake(tcp).await?;
-    // Drives the connection until it is upgraded (or refused).
-    tokio::spawn(conn.with_upgrades());
+    let mut tcp = connect_with(port, true).await?;
     let key = generate_key();
-    let mut req = Request::new(Empty::<Bytes>::new());
-    *req.uri_mut() = hyper::Uri::from_static("/acp");
-    let h = req.headers_mut();
-    authorize_scoped(h, port, token, scope, device);
+    let mut h = HeaderMap::new();
+    authorize_scoped(&mut h, port, token, scope, device);
     h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
     h.insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
     h.insert(header::SEC_WEBSOCKET_KEY, HeaderValue::from_str(&key).map_err(|_| DialError::BadHandshake)?);
-    let mut resp = sender.send_request(req).await?;
-    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        return Err(DialError::Refused(resp.status()));
+    tcp.write_all(&upgrade_request(&h)).await.map_err(DialError::Handshake)?;
+    // The answer's head, read as it comes (one read, nearly always); what follows it is the
+    // relay's.
+    let mut got = Vec::with_capacity(512);
+    loop {
+        if got.len() >= MAX_ANSWER_HEAD {
+            return Err(DialError::BadHandshake);
+        }
+        if tcp.read_buf(&mut got).await.map_err(DialError::Handshake)? == 0 {
+            let eof = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+            return Err(DialError::Handshake(eof));
+        }
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut answer = httparse::Response::new(&mut headers);
+        let Ok(parsed) = answer.parse(&got) else { return Err(DialError::BadHandshake) };
+        let httparse::Status::Complete(head_len) = parsed else { continue };
+        let status = answer.code.and_then(|c| StatusCode::from_u16(c).ok()).ok_or(DialError::BadHandshake)?;
+        if status != StatusCode::SWITCHING_PROTOCOLS {
+            return Err(DialError::Refused(status));
+        }
+        let accept = derive_accept_key(key.as_bytes());
+        let proved = answer
+            .headers
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case("sec-websocket-accept") && h.value == accept.as_bytes());
+        if !proved {
+            return Err(DialError::BadHandshake);
+        }
+        got.drain(..head_len);
+        got.shrink_to_fit();
+        return Ok((tcp, got));
     }
-    let accept = derive_accept_key(key.as_bytes());
-    if resp.headers().get(header::SEC_WEBSOCKET_ACCEPT).is_none_or(|v| v.as_bytes() != accept.as_bytes()) {
-        return Err(DialError::BadHandshake);
+}
+
+/// The longest head of the bridge's answer to the upgrade read before the dial gives up.
+const MAX_ANSWER_HEAD: usize = 16 * 1024;
+
+/// The bridge's `GET /acp` upgrade request, written in one piece: HTTP/1.1 with `headers`
+/// (whose values hold no line breaks: a `HeaderValue` refuses them).
+fn upgrade_request(headers: &HeaderMap) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(b"GET /acp HTTP/1.1\r\n");
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
     }
-    let upgraded = hyper::upgrade::on(&mut resp).await?;
-    let hyper::upgrade::Parts { io, read_buf, .. } =
-        upgraded.downcast::<TokioIo<TcpStream>>().map_err(|_| DialError::BadHandshake)?;
-    // Copied out, so hyper's read buffer is freed now, not pinned by a `Bytes` view of it.
-    Ok((io.into_inner(), read_buf.to_vec()))
+    out.extend_from_slice(b"\r\n");
+    out
 }
 
 /// Sends one HTTP request to the bridge on `port` over a fresh connection and returns its
@@ -198,7 +232,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A stand-in bridge: accepts one WebSocket upgrade and returns the request head it got.
     async fn one_upgrade(listener: tokio::net::TcpListener) -> String {
