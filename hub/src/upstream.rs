@@ -258,6 +258,58 @@ mod tests {
         head
     }
 
+    /// A stand-in bridge that reads one request head and answers with `pieces` (each a
+    /// separate write, 10 ms apart), `{accept}` replaced by the right accept key; then closes.
+    async fn answer_in_pieces(listener: tokio::net::TcpListener, pieces: Vec<&'static [u8]>) {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut byte).await.expect("read the head");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).expect("UTF-8 head");
+        let key = head.lines().find_map(|l| l.strip_prefix("sec-websocket-key: ")).expect("a key");
+        let accept = derive_accept_key(key.trim().as_bytes());
+        for piece in pieces {
+            let mut piece = piece.to_vec();
+            if let Some(at) = piece.windows(8).position(|w| w == b"{accept}") {
+                piece.splice(at..at + 8, accept.bytes());
+            }
+            s.write_all(&piece).await.expect("answer");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn dial_answered(pieces: Vec<&'static [u8]>) -> Result<(TcpStream, Vec<u8>), DialError> {
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let bridge = tokio::spawn(answer_in_pieces(listener, pieces));
+        let dialled = dial_ws(port, "tok", Scope::Full, "machine").await;
+        bridge.await.expect("the stand-in");
+        dialled
+    }
+
+    #[tokio::test]
+    async fn the_dials_answer_is_read_whole_and_judged() {
+        // A head in pieces, the bridge's first frame right behind it: the frame is the relay's.
+        let split = vec![
+            &b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n"[..],
+            b"connection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n\x81\x02hi",
+        ];
+        let (_, early) = dial_answered(split).await.expect("dialled");
+        assert_eq!(early, b"\x81\x02hi");
+        let refused = dial_answered(vec![b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n"]).await;
+        assert!(matches!(refused, Err(DialError::Refused(StatusCode::FORBIDDEN))), "{refused:?}");
+        let wrong = b"HTTP/1.1 101 Switching Protocols\r\nsec-websocket-accept: x{accept}\r\n\r\n";
+        let unproved = dial_answered(vec![wrong]).await;
+        assert!(matches!(unproved, Err(DialError::BadHandshake)), "{unproved:?}");
+        let cut = dial_answered(vec![b"HTTP/1.1 101 Switching"]).await;
+        assert!(matches!(cut, Err(DialError::Handshake(_))), "{cut:?}");
+        let garbage = dial_answered(vec![b"SSH-2.0-OpenSSH\r\n\r\n"]).await;
+        assert!(matches!(garbage, Err(DialError::BadHandshake)), "{garbage:?}");
+    }
+
     #[tokio::test]
     async fn the_dial_tells_the_bridge_the_clients_scope() {
         for scope in [Scope::Watch, Scope::Full] {

@@ -184,6 +184,19 @@ mod diag {
         parse(answer)
     }
 
+    /// For the tests: sends a query for the listener at `at` on this thread's kept socket
+    /// without reading its answer; false when the thread keeps none.
+    #[cfg(test)]
+    pub(super) fn leave_an_answer_queued(at: SocketAddr) -> bool {
+        SOCKET.with(|kept| match kept.borrow().as_ref() {
+            Some((fd, seq)) => {
+                let query = request(seq.wrapping_add(1000), at, None);
+                sendto(fd.as_raw_fd(), &query, &NetlinkAddr::new(0, 0), MsgFlags::empty()).is_ok()
+            }
+            None => false,
+        })
+    }
+
     fn request(seq: u32, at: SocketAddr, remote: Option<SocketAddr>) -> [u8; REQUEST_LEN] {
         let mut r = [0u8; REQUEST_LEN];
         r[0..4].copy_from_slice(&(REQUEST_LEN as u32).to_ne_bytes());
@@ -314,6 +327,23 @@ mod tests {
         assert!(matches!(verify(local, peer), Err(PeerError::Unknown { .. })));
         let err = verify_addrs(Err(io::Error::other("gone")), Ok(peer)).unwrap_err();
         assert!(matches!(err, PeerError::Unknown { .. }), "{err}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_kept_netlink_socket_believes_only_the_answer_to_its_own_query() {
+        let ours = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (ours, other) = (ours.local_addr().unwrap(), other.local_addr().unwrap());
+        // Queries in a row share the thread's socket.
+        for _ in 0..3 {
+            assert_eq!(diag::lookup(ours, None).unwrap().map(|f| f.state), Some(LISTEN));
+        }
+        // An answer left queued on it (a query whose answer was never read) is not taken for
+        // the next query's: that one fails closed, and the one after runs on a fresh socket.
+        assert!(diag::leave_an_answer_queued(other), "the thread keeps its socket");
+        assert!(diag::lookup(ours, None).is_err());
+        assert_eq!(diag::lookup(ours, None).unwrap().map(|f| f.state), Some(LISTEN));
     }
 
     #[cfg(target_os = "linux")]
