@@ -67,26 +67,7 @@ const BRIDGE_SEGMENT: u32 = 16 * 1024;
 /// A TCP connection to the bridge on `port`, within [`CONNECT_TIMEOUT`], once its other end
 /// is known to belong to this user.
 pub async fn connect(port: u16) -> Result<TcpStream, DialError> {
-    connect_with(port, false).await
-}
-
-/// [`connect`]; for a relay's leg (`relay`), with [`BRIDGE_RECEIVE_BUFFER`] and
-/// [`BRIDGE_SEGMENT`] set before the connect.
-async fn connect_with(port: u16, relay: bool) -> Result<TcpStream, DialError> {
-    let dial = async {
-        let socket = TcpSocket::new_v4()?;
-        if relay {
-            // Best effort: a kernel that refuses either still relays, with the old pauses.
-            if let Err(e) = socket.set_recv_buffer_size(BRIDGE_RECEIVE_BUFFER) {
-                tracing::debug!(port, "the bridge leg's receive buffer was not set: {e}");
-            }
-            let segment = nix::sys::socket::sockopt::TcpMaxSeg;
-            if let Err(e) = nix::sys::socket::setsockopt(&socket, segment, &BRIDGE_SEGMENT) {
-                tracing::debug!(port, "the bridge leg's MSS was not set: {e}");
-            }
-        }
-        socket.connect((Ipv4Addr::LOCALHOST, port).into()).await
-    };
+    let dial = async { TcpSocket::new_v4()?.connect((Ipv4Addr::LOCALHOST, port).into()).await };
     let s = match tokio::time::timeout(CONNECT_TIMEOUT, dial).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(DialError::Connect(e)),
@@ -97,6 +78,56 @@ async fn connect_with(port: u16, relay: bool) -> Result<TcpStream, DialError> {
         return Err(e.into());
     }
     let _ = s.set_nodelay(true);
+    Ok(s)
+}
+
+/// A relay's leg to the bridge on `port`, [`BRIDGE_RECEIVE_BUFFER`] and [`BRIDGE_SEGMENT`]
+/// set before the connect, with `request` written once its other end is known to be this
+/// user's. A loopback connect has done its handshake by the time `connect` returns, so the
+/// request goes out at once; tokio's wait for the connection only when it has not (a bridge
+/// whose listen queue is full).
+async fn relay_leg(port: u16, request: &[u8]) -> Result<TcpStream, DialError> {
+    use nix::sys::socket::{self as ns, sockopt};
+    let io = |e: nix::errno::Errno| DialError::Connect(e.into());
+    let flags = ns::SockFlag::SOCK_NONBLOCK | ns::SockFlag::SOCK_CLOEXEC;
+    let fd = ns::socket(ns::AddressFamily::Inet, ns::SockType::Stream, flags, None).map_err(io)?;
+    // Best effort: a kernel that refuses either still relays, with the old pauses.
+    if let Err(e) = ns::setsockopt(&fd, sockopt::RcvBuf, &(BRIDGE_RECEIVE_BUFFER as usize)) {
+        tracing::debug!(port, "the bridge leg's receive buffer was not set: {e}");
+    }
+    if let Err(e) = ns::setsockopt(&fd, sockopt::TcpMaxSeg, &BRIDGE_SEGMENT) {
+        tracing::debug!(port, "the bridge leg's MSS was not set: {e}");
+    }
+    let _ = ns::setsockopt(&fd, sockopt::TcpNoDelay, &true);
+    let to = ns::SockaddrIn::from(std::net::SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+    match ns::connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &to) {
+        Ok(()) | Err(nix::errno::Errno::EINPROGRESS) => {}
+        Err(e) => return Err(io(e)),
+    }
+    let std = std::net::TcpStream::from(fd);
+    let refused = |e: PeerError| {
+        e.warn_once("not dialling a registered bridge");
+        DialError::from(e)
+    };
+    let (mut s, sent) = if let Ok(peer) = std.peer_addr() {
+        zcode_shared::peer::verify_addrs(std.local_addr(), Ok(peer)).map_err(refused)?;
+        // Straight out before tokio sees the socket (a fresh connection's buffer takes it all).
+        let sent = match std::io::Write::write(&mut &std, request) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+            Err(e) => return Err(DialError::Handshake(e)),
+        };
+        (TcpStream::from_std(std).map_err(DialError::Connect)?, sent)
+    } else {
+        let s = TcpStream::from_std(std).map_err(DialError::Connect)?;
+        s.writable().await.map_err(DialError::Connect)?;
+        if let Some(e) = s.take_error().map_err(DialError::Connect)? {
+            return Err(DialError::Connect(e));
+        }
+        verify(&s).map_err(refused)?;
+        (s, 0)
+    };
+    s.write_all(&request[sent..]).await.map_err(DialError::Handshake)?;
     Ok(s)
 }
 
@@ -151,7 +182,6 @@ async fn dial_ws_inner(
     scope: Scope,
     device: &str,
 ) -> Result<(TcpStream, Vec<u8>), DialError> {
-    let mut tcp = connect_with(port, true).await?;
     let key = generate_key();
     let mut h = HeaderMap::new();
     authorize_scoped(&mut h, port, token, scope, device);
@@ -159,7 +189,9 @@ async fn dial_ws_inner(
     h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
     h.insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
     h.insert(header::SEC_WEBSOCKET_KEY, HeaderValue::from_str(&key).map_err(|_| DialError::BadHandshake)?);
-    tcp.write_all(&upgrade_request(&h)).await.map_err(DialError::Handshake)?;
+    let mut tcp = tokio::time::timeout(CONNECT_TIMEOUT, relay_leg(port, &upgrade_request(&h)))
+        .await
+        .map_err(|_| DialError::Timeout)??;
     // The answer's head, read as it comes (one read, nearly always); what follows it is the
     // relay's.
     let mut got = Vec::with_capacity(512);
@@ -308,6 +340,29 @@ mod tests {
         assert!(matches!(cut, Err(DialError::Handshake(_))), "{cut:?}");
         let garbage = dial_answered(vec![b"SSH-2.0-OpenSSH\r\n\r\n"]).await;
         assert!(matches!(garbage, Err(DialError::BadHandshake)), "{garbage:?}");
+    }
+
+    #[tokio::test]
+    async fn a_dial_to_a_bridge_whose_listen_queue_is_full_waits_for_its_connection() {
+        use nix::sys::socket as ns;
+        let fd = ns::socket(ns::AddressFamily::Inet, ns::SockType::Stream, ns::SockFlag::SOCK_CLOEXEC, None)
+            .expect("socket");
+        ns::bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &ns::SockaddrIn::new(127, 0, 0, 1, 0)).expect("bind");
+        // Room for one connection waiting to be accepted, which the filler takes.
+        ns::listen(&fd, ns::Backlog::new(0).expect("backlog")).expect("listen");
+        let std_listener = std::net::TcpListener::from(fd);
+        std_listener.set_nonblocking(true).expect("non-blocking");
+        let listener = tokio::net::TcpListener::from_std(std_listener).expect("listener");
+        let port = listener.local_addr().expect("addr").port();
+        let filler = std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).expect("filler");
+        // Its SYN dropped, the dial's connect is still under way when `connect` returns.
+        let dial = tokio::spawn(dial_ws(port, "tok", Scope::Full, "machine"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (first, _) = listener.accept().await.expect("the filler");
+        drop((first, filler));
+        let head = one_upgrade(listener).await;
+        assert!(head.starts_with("GET /acp HTTP/1.1\r\n"), "{head}");
+        dial.await.expect("the dial's task").expect("dialled once the queue had room");
     }
 
     #[tokio::test]
