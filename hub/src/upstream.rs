@@ -1,19 +1,18 @@
 //! Connections from the hub to a bridge's loopback server (127.0.0.1 only): the TCP probe,
 //! the WebSocket dial, and one-shot HTTP requests. Every request carries the machine's token
-//! (the bridge refuses anything else); the handshakes are done here, with hyper, so no
-//! library ever sees (or logs) the `Authorization` header. After the WebSocket handshake the
+//! (the bridge refuses anything else); the handshakes are done here (the requests' with hyper,
+//! the WebSocket dial's by hand: one write, then the answer's head read), so no library ever
+//! sees (or logs) the `Authorization` header. After the WebSocket handshake the
 //! relay owns the bare socket. [`connect`], the one way in, checks that the port is held by
 //! this user before any byte is written (`zcode_shared::peer`): a dead bridge's port taken
 //! by another user gets no token and counts as unreachable.
 
-use bytes::Bytes;
-use http_body_util::Empty;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use std::net::Ipv4Addr;
 use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_tungstenite::tungstenite::handshake::{client::generate_key, derive_accept_key};
 use zcode_shared::peer::PeerError;
@@ -39,6 +38,9 @@ pub enum DialError {
     /// HTTP with it failed.
     #[error("HTTP to the bridge failed: {0}")]
     Http(#[from] hyper::Error),
+    /// The WebSocket handshake's write or read failed.
+    #[error("the WebSocket handshake with the bridge failed: {0}")]
+    Handshake(std::io::Error),
     /// It answered the WebSocket upgrade with this status.
     #[error("the bridge refused the WebSocket with {0}")]
     Refused(StatusCode),
@@ -65,26 +67,7 @@ const BRIDGE_SEGMENT: u32 = 16 * 1024;
 /// A TCP connection to the bridge on `port`, within [`CONNECT_TIMEOUT`], once its other end
 /// is known to belong to this user.
 pub async fn connect(port: u16) -> Result<TcpStream, DialError> {
-    connect_with(port, false).await
-}
-
-/// [`connect`]; for a relay's leg (`relay`), with [`BRIDGE_RECEIVE_BUFFER`] and
-/// [`BRIDGE_SEGMENT`] set before the connect.
-async fn connect_with(port: u16, relay: bool) -> Result<TcpStream, DialError> {
-    let dial = async {
-        let socket = TcpSocket::new_v4()?;
-        if relay {
-            // Best effort: a kernel that refuses either still relays, with the old pauses.
-            if let Err(e) = socket.set_recv_buffer_size(BRIDGE_RECEIVE_BUFFER) {
-                tracing::debug!(port, "the bridge leg's receive buffer was not set: {e}");
-            }
-            let segment = nix::sys::socket::sockopt::TcpMaxSeg;
-            if let Err(e) = nix::sys::socket::setsockopt(&socket, segment, &BRIDGE_SEGMENT) {
-                tracing::debug!(port, "the bridge leg's MSS was not set: {e}");
-            }
-        }
-        socket.connect((Ipv4Addr::LOCALHOST, port).into()).await
-    };
+    let dial = async { TcpSocket::new_v4()?.connect((Ipv4Addr::LOCALHOST, port).into()).await };
     let s = match tokio::time::timeout(CONNECT_TIMEOUT, dial).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(DialError::Connect(e)),
@@ -95,6 +78,56 @@ async fn connect_with(port: u16, relay: bool) -> Result<TcpStream, DialError> {
         return Err(e.into());
     }
     let _ = s.set_nodelay(true);
+    Ok(s)
+}
+
+/// A relay's leg to the bridge on `port`, [`BRIDGE_RECEIVE_BUFFER`] and [`BRIDGE_SEGMENT`]
+/// set before the connect, with `request` written once its other end is known to be this
+/// user's. A loopback connect has done its handshake by the time `connect` returns, so the
+/// request goes out at once; tokio's wait for the connection only when it has not (a bridge
+/// whose listen queue is full).
+async fn relay_leg(port: u16, request: &[u8]) -> Result<TcpStream, DialError> {
+    use nix::sys::socket::{self as ns, sockopt};
+    let io = |e: nix::errno::Errno| DialError::Connect(e.into());
+    let flags = ns::SockFlag::SOCK_NONBLOCK | ns::SockFlag::SOCK_CLOEXEC;
+    let fd = ns::socket(ns::AddressFamily::Inet, ns::SockType::Stream, flags, None).map_err(io)?;
+    // Best effort: a kernel that refuses either still relays, with the old pauses.
+    if let Err(e) = ns::setsockopt(&fd, sockopt::RcvBuf, &(BRIDGE_RECEIVE_BUFFER as usize)) {
+        tracing::debug!(port, "the bridge leg's receive buffer was not set: {e}");
+    }
+    if let Err(e) = ns::setsockopt(&fd, sockopt::TcpMaxSeg, &BRIDGE_SEGMENT) {
+        tracing::debug!(port, "the bridge leg's MSS was not set: {e}");
+    }
+    let _ = ns::setsockopt(&fd, sockopt::TcpNoDelay, &true);
+    let to = ns::SockaddrIn::from(std::net::SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+    match ns::connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &to) {
+        Ok(()) | Err(nix::errno::Errno::EINPROGRESS) => {}
+        Err(e) => return Err(io(e)),
+    }
+    let std = std::net::TcpStream::from(fd);
+    let refused = |e: PeerError| {
+        e.warn_once("not dialling a registered bridge");
+        DialError::from(e)
+    };
+    let (mut s, sent) = if let Ok(peer) = std.peer_addr() {
+        zcode_shared::peer::verify_addrs(std.local_addr(), Ok(peer)).map_err(refused)?;
+        // Straight out before tokio sees the socket (a fresh connection's buffer takes it all).
+        let sent = match std::io::Write::write(&mut &std, request) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+            Err(e) => return Err(DialError::Handshake(e)),
+        };
+        (TcpStream::from_std(std).map_err(DialError::Connect)?, sent)
+    } else {
+        let s = TcpStream::from_std(std).map_err(DialError::Connect)?;
+        s.writable().await.map_err(DialError::Connect)?;
+        if let Some(e) = s.take_error().map_err(DialError::Connect)? {
+            return Err(DialError::Connect(e));
+        }
+        verify(&s).map_err(refused)?;
+        (s, 0)
+    };
+    s.write_all(&request[sent..]).await.map_err(DialError::Handshake)?;
     Ok(s)
 }
 
@@ -149,32 +182,65 @@ async fn dial_ws_inner(
     scope: Scope,
     device: &str,
 ) -> Result<(TcpStream, Vec<u8>), DialError> {
-    let tcp = connect_with(port, true).await?;
-    let (mut sender, conn) = zcode_shared::http_client::handshake(tcp).await?;
-    // Drives the connection until it is upgraded (or refused).
-    tokio::spawn(conn.with_upgrades());
     let key = generate_key();
-    let mut req = Request::new(Empty::<Bytes>::new());
-    *req.uri_mut() = hyper::Uri::from_static("/acp");
-    let h = req.headers_mut();
-    authorize_scoped(h, port, token, scope, device);
+    let mut h = HeaderMap::new();
+    authorize_scoped(&mut h, port, token, scope, device);
     h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
     h.insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
     h.insert(header::SEC_WEBSOCKET_KEY, HeaderValue::from_str(&key).map_err(|_| DialError::BadHandshake)?);
-    let mut resp = sender.send_request(req).await?;
-    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        return Err(DialError::Refused(resp.status()));
+    let mut tcp = tokio::time::timeout(CONNECT_TIMEOUT, relay_leg(port, &upgrade_request(&h)))
+        .await
+        .map_err(|_| DialError::Timeout)??;
+    // The answer's head, read as it comes (one read, nearly always); what follows it is the
+    // relay's.
+    let mut got = Vec::with_capacity(512);
+    loop {
+        if got.len() >= MAX_ANSWER_HEAD {
+            return Err(DialError::BadHandshake);
+        }
+        if tcp.read_buf(&mut got).await.map_err(DialError::Handshake)? == 0 {
+            let eof = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+            return Err(DialError::Handshake(eof));
+        }
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut answer = httparse::Response::new(&mut headers);
+        let Ok(parsed) = answer.parse(&got) else { return Err(DialError::BadHandshake) };
+        let httparse::Status::Complete(head_len) = parsed else { continue };
+        let status = answer.code.and_then(|c| StatusCode::from_u16(c).ok()).ok_or(DialError::BadHandshake)?;
+        if status != StatusCode::SWITCHING_PROTOCOLS {
+            return Err(DialError::Refused(status));
+        }
+        let accept = derive_accept_key(key.as_bytes());
+        let proved = answer
+            .headers
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case("sec-websocket-accept") && h.value == accept.as_bytes());
+        if !proved {
+            return Err(DialError::BadHandshake);
+        }
+        got.drain(..head_len);
+        got.shrink_to_fit();
+        return Ok((tcp, got));
     }
-    let accept = derive_accept_key(key.as_bytes());
-    if resp.headers().get(header::SEC_WEBSOCKET_ACCEPT).is_none_or(|v| v.as_bytes() != accept.as_bytes()) {
-        return Err(DialError::BadHandshake);
+}
+
+/// The longest head of the bridge's answer to the upgrade read before the dial gives up.
+const MAX_ANSWER_HEAD: usize = 16 * 1024;
+
+/// The bridge's `GET /acp` upgrade request, written in one piece: HTTP/1.1 with `headers`
+/// (whose values hold no line breaks: a `HeaderValue` refuses them).
+fn upgrade_request(headers: &HeaderMap) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(b"GET /acp HTTP/1.1\r\n");
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
     }
-    let upgraded = hyper::upgrade::on(&mut resp).await?;
-    let hyper::upgrade::Parts { io, read_buf, .. } =
-        upgraded.downcast::<TokioIo<TcpStream>>().map_err(|_| DialError::BadHandshake)?;
-    // Copied out, so hyper's read buffer is freed now, not pinned by a `Bytes` view of it.
-    Ok((io.into_inner(), read_buf.to_vec()))
+    out.extend_from_slice(b"\r\n");
+    out
 }
 
 /// Sends one HTTP request to the bridge on `port` over a fresh connection and returns its
@@ -198,7 +264,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A stand-in bridge: accepts one WebSocket upgrade and returns the request head it got.
     async fn one_upgrade(listener: tokio::net::TcpListener) -> String {
@@ -223,6 +288,81 @@ mod tests {
         );
         s.write_all(answer.as_bytes()).await.expect("answer");
         head
+    }
+
+    /// A stand-in bridge that reads one request head and answers with `pieces` (each a
+    /// separate write, 10 ms apart), `{accept}` replaced by the right accept key; then closes.
+    async fn answer_in_pieces(listener: tokio::net::TcpListener, pieces: Vec<&'static [u8]>) {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut byte).await.expect("read the head");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).expect("UTF-8 head");
+        let key = head.lines().find_map(|l| l.strip_prefix("sec-websocket-key: ")).expect("a key");
+        let accept = derive_accept_key(key.trim().as_bytes());
+        for piece in pieces {
+            let mut piece = piece.to_vec();
+            if let Some(at) = piece.windows(8).position(|w| w == b"{accept}") {
+                piece.splice(at..at + 8, accept.bytes());
+            }
+            s.write_all(&piece).await.expect("answer");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn dial_answered(pieces: Vec<&'static [u8]>) -> Result<(TcpStream, Vec<u8>), DialError> {
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let bridge = tokio::spawn(answer_in_pieces(listener, pieces));
+        let dialled = dial_ws(port, "tok", Scope::Full, "machine").await;
+        bridge.await.expect("the stand-in");
+        dialled
+    }
+
+    #[tokio::test]
+    async fn the_dials_answer_is_read_whole_and_judged() {
+        // A head in pieces, the bridge's first frame right behind it: the frame is the relay's.
+        let split = vec![
+            &b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n"[..],
+            b"connection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n\x81\x02hi",
+        ];
+        let (_, early) = dial_answered(split).await.expect("dialled");
+        assert_eq!(early, b"\x81\x02hi");
+        let refused = dial_answered(vec![b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n"]).await;
+        assert!(matches!(refused, Err(DialError::Refused(StatusCode::FORBIDDEN))), "{refused:?}");
+        let wrong = b"HTTP/1.1 101 Switching Protocols\r\nsec-websocket-accept: x{accept}\r\n\r\n";
+        let unproved = dial_answered(vec![wrong]).await;
+        assert!(matches!(unproved, Err(DialError::BadHandshake)), "{unproved:?}");
+        let cut = dial_answered(vec![b"HTTP/1.1 101 Switching"]).await;
+        assert!(matches!(cut, Err(DialError::Handshake(_))), "{cut:?}");
+        let garbage = dial_answered(vec![b"SSH-2.0-OpenSSH\r\n\r\n"]).await;
+        assert!(matches!(garbage, Err(DialError::BadHandshake)), "{garbage:?}");
+    }
+
+    #[tokio::test]
+    async fn a_dial_to_a_bridge_whose_listen_queue_is_full_waits_for_its_connection() {
+        use nix::sys::socket as ns;
+        let fd = ns::socket(ns::AddressFamily::Inet, ns::SockType::Stream, ns::SockFlag::SOCK_CLOEXEC, None)
+            .expect("socket");
+        ns::bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &ns::SockaddrIn::new(127, 0, 0, 1, 0)).expect("bind");
+        // Room for one connection waiting to be accepted, which the filler takes.
+        ns::listen(&fd, ns::Backlog::new(0).expect("backlog")).expect("listen");
+        let std_listener = std::net::TcpListener::from(fd);
+        std_listener.set_nonblocking(true).expect("non-blocking");
+        let listener = tokio::net::TcpListener::from_std(std_listener).expect("listener");
+        let port = listener.local_addr().expect("addr").port();
+        let filler = std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).expect("filler");
+        // Its SYN dropped, the dial's connect is still under way when `connect` returns.
+        let dial = tokio::spawn(dial_ws(port, "tok", Scope::Full, "machine"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (first, _) = listener.accept().await.expect("the filler");
+        drop((first, filler));
+        let head = one_upgrade(listener).await;
+        assert!(head.starts_with("GET /acp HTTP/1.1\r\n"), "{head}");
+        dial.await.expect("the dial's task").expect("dialled once the queue had room");
     }
 
     #[tokio::test]

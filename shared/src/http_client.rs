@@ -2,8 +2,9 @@
 //! https with rustls (the ring provider, TLS 1.2/1.3, the Mozilla roots from `webpki-roots`,
 //! ALPN `http/1.1`). Push delivery and the vendors' quota APIs use [`one`]; the local hops
 //! (bridge → hub, hub → bridge), whose peer is checked on the open socket first, use
-//! [`exchange`] or, to stream or upgrade, [`handshake`]. Timeouts are the callers': each
-//! bounds the whole call with its own.
+//! [`exchange`] or, to stream, [`handshake`] (the hub's WebSocket dial of a bridge writes its
+//! one request by hand: `hub::upstream`). Timeouts are the callers': each bounds the whole
+//! call with its own.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -115,7 +116,7 @@ where
 }
 
 /// The HTTP/1.1 client handshake over `io`: the sender, and the connection the caller drives
-/// (in its task, or spawned; `with_upgrades` for a WebSocket).
+/// (in its task, or spawned).
 pub async fn handshake<T, B>(
     io: T,
 ) -> hyper::Result<(http1::SendRequest<B>, http1::Connection<TokioIo<T>, B>)>

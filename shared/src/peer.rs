@@ -124,9 +124,10 @@ mod diag {
     use nix::sys::socket::{
         AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, recv, sendto, socket,
     };
+    use std::cell::RefCell;
     use std::io;
     use std::net::{IpAddr, SocketAddr};
-    use std::os::fd::AsRawFd;
+    use std::os::fd::{AsRawFd, OwnedFd};
 
     const SOCK_DIAG_BY_FAMILY: u16 = 20;
     const NLMSG_ERROR: u16 = 2;
@@ -138,28 +139,70 @@ mod diag {
     const STATE_AT: usize = 16 + 1;
     const UID_AT: usize = 16 + 64;
 
+    thread_local! {
+        /// This thread's netlink socket, kept between queries (a `socket` and a `close` per
+        /// query were two of an open's system calls), with the last sequence number used.
+        static SOCKET: RefCell<Option<(OwnedFd, u32)>> = const { RefCell::new(None) };
+    }
+
     /// The socket whose local address is `at` and whose remote one is `remote`, or (`None`)
     /// the listener that takes connections to `at`.
     pub(super) fn lookup(at: SocketAddr, remote: Option<SocketAddr>) -> io::Result<Option<Found>> {
-        let fd = socket(
-            AddressFamily::Netlink,
-            SockType::Datagram,
-            SockFlag::SOCK_CLOEXEC,
-            SockProtocol::NetlinkSockDiag,
-        )?;
-        sendto(fd.as_raw_fd(), &request(at, remote), &NetlinkAddr::new(0, 0), MsgFlags::empty())?;
+        SOCKET.with(|kept| {
+            let mut kept = kept.borrow_mut();
+            let (fd, seq) = match kept.take() {
+                Some((fd, seq)) => (fd, seq.wrapping_add(1)),
+                None => (
+                    socket(
+                        AddressFamily::Netlink,
+                        SockType::Datagram,
+                        SockFlag::SOCK_CLOEXEC,
+                        SockProtocol::NetlinkSockDiag,
+                    )?,
+                    1,
+                ),
+            };
+            // Kept only after a query that went as expected: after anything else the next one
+            // starts on a fresh socket, with nothing left queued on it.
+            let found = ask(&fd, seq, at, remote)?;
+            *kept = Some((fd, seq));
+            Ok(found)
+        })
+    }
+
+    fn ask(fd: &OwnedFd, seq: u32, at: SocketAddr, remote: Option<SocketAddr>) -> io::Result<Option<Found>> {
+        sendto(fd.as_raw_fd(), &request(seq, at, remote), &NetlinkAddr::new(0, 0), MsgFlags::empty())?;
         // The kernel answers while handling the send: the answer is already queued.
         let mut answer = [0u8; 512];
         let n = recv(fd.as_raw_fd(), &mut answer, MsgFlags::MSG_DONTWAIT)?;
-        parse(answer.get(..n).unwrap_or_default())
+        let answer = answer.get(..n).unwrap_or_default();
+        // Only the answer to this query is believed (never one left over from another).
+        let answered = answer.get(8..12).and_then(|b| b.try_into().ok()).map(u32::from_ne_bytes);
+        if answered != Some(seq) {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "sock_diag: an answer to another query"));
+        }
+        parse(answer)
     }
 
-    fn request(at: SocketAddr, remote: Option<SocketAddr>) -> [u8; REQUEST_LEN] {
+    /// For the tests: sends a query for the listener at `at` on this thread's kept socket
+    /// without reading its answer; false when the thread keeps none.
+    #[cfg(test)]
+    pub(super) fn leave_an_answer_queued(at: SocketAddr) -> bool {
+        SOCKET.with(|kept| match kept.borrow().as_ref() {
+            Some((fd, seq)) => {
+                let query = request(seq.wrapping_add(1000), at, None);
+                sendto(fd.as_raw_fd(), &query, &NetlinkAddr::new(0, 0), MsgFlags::empty()).is_ok()
+            }
+            None => false,
+        })
+    }
+
+    fn request(seq: u32, at: SocketAddr, remote: Option<SocketAddr>) -> [u8; REQUEST_LEN] {
         let mut r = [0u8; REQUEST_LEN];
         r[0..4].copy_from_slice(&(REQUEST_LEN as u32).to_ne_bytes());
         r[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
         r[6..8].copy_from_slice(&NLM_F_REQUEST.to_ne_bytes());
-        r[8..12].copy_from_slice(&1u32.to_ne_bytes()); // sequence number
+        r[8..12].copy_from_slice(&seq.to_ne_bytes());
         let family = if at.is_ipv4() { nix::libc::AF_INET } else { nix::libc::AF_INET6 };
         r[16] = u8::try_from(family).unwrap_or_default();
         r[17] = IPPROTO_TCP;
@@ -284,6 +327,23 @@ mod tests {
         assert!(matches!(verify(local, peer), Err(PeerError::Unknown { .. })));
         let err = verify_addrs(Err(io::Error::other("gone")), Ok(peer)).unwrap_err();
         assert!(matches!(err, PeerError::Unknown { .. }), "{err}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_kept_netlink_socket_believes_only_the_answer_to_its_own_query() {
+        let ours = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (ours, other) = (ours.local_addr().unwrap(), other.local_addr().unwrap());
+        // Queries in a row share the thread's socket.
+        for _ in 0..3 {
+            assert_eq!(diag::lookup(ours, None).unwrap().map(|f| f.state), Some(LISTEN));
+        }
+        // An answer left queued on it (a query whose answer was never read) is not taken for
+        // the next query's: that one fails closed, and the one after runs on a fresh socket.
+        assert!(diag::leave_an_answer_queued(other), "the thread keeps its socket");
+        assert!(diag::lookup(ours, None).is_err());
+        assert_eq!(diag::lookup(ours, None).unwrap().map(|f| f.state), Some(LISTEN));
     }
 
     #[cfg(target_os = "linux")]
