@@ -75,7 +75,7 @@ describe('several machines: one page, two hubs', () => {
     // B lists its temp-dir project (under a project root) and starts its bridges headless.
     [a, b, browser, push] = await Promise.all([Stack.start(),
       Stack.start({ env: (home) => ({ ZCODE_ACP_PROJECT_ROOTS: home, ZCODE_ACP_HUB_TERMINAL: '0', HOME: home }) }),
-      launchBrowser(), pushService()]);
+      launchBrowser({ full: true }), pushService()]);
     [edA, edB] = await Promise.all([a.bridge(), b.bridge()]);
     [sidA, sidB] = await Promise.all([edA.newSession(a.project), edB.newSession(b.project)]);
     await Promise.all([edA.prompt(sidA, 'hello machine A'), edB.prompt(sidB, 'hello machine B')]);

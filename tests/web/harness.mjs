@@ -3,7 +3,8 @@
 // bridge's stdio), and Debian's chromium driven by the pinned playwright-core.
 //
 // Environment: ZCODE_ACP_BIN (the binary; default target/debug/zcode-acp), CHROMIUM (default
-// /usr/bin/chromium), WEB_SCREENSHOTS (default target/web-screenshots).
+// /usr/bin/chromium), CHROMIUM_SHELL (default /usr/bin/chromium-headless-shell when it is
+// installed, else CHROMIUM), WEB_SCREENSHOTS (default target/web-screenshots).
 
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -18,6 +19,14 @@ const { chromium } = require('playwright-core');
 
 export const BIN = process.env.ZCODE_ACP_BIN || path.join(ROOT, 'target/debug/zcode-acp');
 export const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+/**
+ * Chromium's headless shell: the same engine without the browser's own UI, which costs the full
+ * browser more CPU than the page under test (on two cores the browser files took 289 s of CPU
+ * with it, the shell less than half). It has no notifications, push or app install: the files
+ * that test those launch the full browser (`launchBrowser({ full: true })`).
+ */
+export const CHROMIUM_SHELL = process.env.CHROMIUM_SHELL
+  || (fs.existsSync('/usr/bin/chromium-headless-shell') ? '/usr/bin/chromium-headless-shell' : CHROMIUM);
 export const SHOTS = process.env.WEB_SCREENSHOTS || path.join(ROOT, 'target/web-screenshots');
 export const TOKEN = 'zcode-web-test-token-0123456789abcdef';
 export const WAIT = 20000;
@@ -47,10 +56,13 @@ export async function until(what, fn, ms = WAIT) {
   }
 }
 
-/** Starts chromium headless with a fresh profile (playwright creates one per launch). */
-export function launchBrowser() {
+/**
+ * Starts chromium headless with a fresh profile (playwright creates one per launch): the headless
+ * shell, or the full browser with `full` (notifications, push, app install).
+ */
+export function launchBrowser({ full = false } = {}) {
   return chromium.launch({
-    executablePath: CHROMIUM,
+    executablePath: full ? CHROMIUM : CHROMIUM_SHELL,
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
       '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   });
@@ -61,8 +73,8 @@ export function launchBrowser() {
  * its `before`; `stopStack` in its `after` closes them (the browser first: its pages stop
  * talking to the stack).
  */
-export function startStack(opts) {
-  return Promise.all([Stack.start(opts), launchBrowser()]);
+export function startStack(opts, browserOpts) {
+  return Promise.all([Stack.start(opts), launchBrowser(browserOpts)]);
 }
 
 export async function stopStack(stack, browser) {

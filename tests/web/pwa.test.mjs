@@ -77,7 +77,7 @@ describe('installable web app', { timeout: 120000 }, () => {
   let stack; let browser;
 
   before(async () => {
-    [stack, browser] = await startStack();
+    [stack, browser] = await startStack(undefined, { full: true });
     fs.mkdirSync(SHOTS, { recursive: true });
   });
 
