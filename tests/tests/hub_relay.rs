@@ -105,6 +105,10 @@ fn a_client_that_stops_answering_pings_is_dropped_and_one_that_answers_stays() {
     wait_until("the hub to find a relayed leg silent", || {
         hub.log().contains("a relayed leg left a ping unanswered")
     });
+    // The relay thread's line says whose relay it is, like the hub's own lines of it.
+    let log = hub.log();
+    let line = log.lines().find(|l| l.contains("a relayed leg left a ping unanswered")).unwrap();
+    assert!(line.contains(&format!("relay{{instance=\"{}\"}}", b.id())), "{line}");
     mute.pause_reading(false);
     // Dropped without a close frame: it is not listening.
     assert_eq!(mute.wait_closed(WAIT), None);

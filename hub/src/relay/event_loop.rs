@@ -178,6 +178,8 @@ struct Relay {
     /// When the closing or ending gives up waiting (its entry in the timer heap).
     deadline: Option<Instant>,
     on_end: Option<OnEnd>,
+    /// Whose it is, for its lines.
+    whose: super::Whose,
 }
 
 /// The relay thread's state.
@@ -390,7 +392,7 @@ impl Loop {
 
     /// Starts relaying between `o`'s client and bridge.
     fn open(&mut self, o: super::Open) {
-        let super::Open { id, client, client_early, bridge, bridge_early, on_end } = o;
+        let super::Open { id, client, client_early, bridge, bridge_early, on_end, whose } = o;
         let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
             self.slots.len() - 1
@@ -411,7 +413,7 @@ impl Loop {
             .register(&mut c, Token(2 * slot), both)
             .and_then(|()| registry.register(&mut b, Token(2 * slot + 1), both));
         if let Err(e) = registered {
-            tracing::warn!("cannot watch a relay's sockets: {e}");
+            whose().in_scope(|| tracing::warn!("cannot watch a relay's sockets: {e}"));
             self.free.push(slot);
             self.bell.ring(on_end, End::Gone(Side::Bridge));
             return;
@@ -426,6 +428,7 @@ impl Loop {
             ending: None,
             deadline: None,
             on_end: Some(on_end),
+            whose,
         });
         if self.stopping {
             self.end(slot, self.stop_end);
@@ -538,10 +541,10 @@ impl Loop {
         let Some(r) = self.slots.get_mut(slot).and_then(Option::as_mut).filter(|r| r.ending.is_none()) else {
             return;
         };
-        if silent(&mut r.c, &r.up, now, ping) {
+        if silent(&mut r.c, &r.up, now, ping, &r.whose) {
             return self.end(slot, End::Silent(Side::Client));
         }
-        if silent(&mut r.b, &r.down, now, ping) {
+        if silent(&mut r.b, &r.down, now, ping, &r.whose) {
             return self.end(slot, End::Silent(Side::Bridge));
         }
         r.ping();
@@ -636,8 +639,8 @@ impl Drop for Loop {
 }
 
 /// Whether `leg` (read through `from`, its bytes' pipe) has let its ping go unanswered too
-/// long at `now`. Bytes read from it since the last tick restart the wait.
-fn silent(leg: &mut Leg, from: &Pipe, now: Instant, period: Duration) -> bool {
+/// long at `now` (said in `whose`'s span). Bytes read from it since the last tick restart the wait.
+fn silent(leg: &mut Leg, from: &Pipe, now: Instant, period: Duration, whose: &super::Whose) -> bool {
     let heard = std::mem::take(&mut leg.heard);
     // Not read by the hub during the period (its bytes wait for its partner): its answer may
     // be among them, and its wait starts again.
@@ -650,7 +653,9 @@ fn silent(leg: &mut Leg, from: &Pipe, now: Instant, period: Duration) -> bool {
     let (at, ahead) = (*at, *ahead);
     let late = overdue(leg, now, period);
     if late {
-        tracing::debug!(waited = ?now.duration_since(at), ahead, "a relayed leg left a ping unanswered");
+        whose().in_scope(|| {
+            tracing::debug!(waited = ?now.duration_since(at), ahead, "a relayed leg left a ping unanswered");
+        });
     }
     late
 }
@@ -801,6 +806,7 @@ mod tests {
             bridge: hub_b,
             bridge_early: vec![],
             on_end,
+            whose: std::sync::Arc::new(tracing::Span::none),
         });
         // A tick: each leg gets its ping, written at once.
         let first = lp.next_ping;

@@ -92,7 +92,13 @@ pub struct Open {
     pub bridge_early: Vec<u8>,
     /// Told how the relay ended (always called, also when it could not start).
     pub on_end: OnEnd,
+    /// Whose it is: the span the relay thread logs its own lines of this relay in.
+    pub whose: Whose,
 }
+
+/// Makes a relay's span when one of its lines is logged (kept as a maker, not a span: a span
+/// held for an idle relay's life would cost the subscriber a few hundred bytes).
+pub type Whose = std::sync::Arc<dyn Fn() -> tracing::Span + Send + Sync>;
 
 /// The send buffer asked of the kernel for a relayed client's socket (it doubles it): 256 KiB
 /// marks it writable again every ~128 KiB taken, and is far above what a phone's link (or the

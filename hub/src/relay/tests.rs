@@ -38,6 +38,7 @@ fn open(
         on_end: Box::new(move |end| {
             let _ = tx.send(end);
         }),
+        whose: std::sync::Arc::new(tracing::Span::none),
     });
     rx
 }

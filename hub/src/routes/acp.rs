@@ -85,7 +85,7 @@ pub async fn upgrade(
     let on_upgrade = hyper::upgrade::on(&mut req);
     // Inside the connection's span (current here); `Whose` makes it again for the relay's end.
     let span = tracing::info_span!("relay", instance = id.as_str());
-    let whose = Whose { conn, peer, instance: id };
+    let whose = Arc::new(Whose { conn, peer, instance: id });
     let cred = who.credential.clone();
     hub.life.tracker.spawn(relay_task(hub.clone(), on_upgrade, bridge, whose, guard, cred).instrument(span));
     let mut r = empty(StatusCode::SWITCHING_PROTOCOLS);
@@ -124,7 +124,7 @@ async fn relay_task(
     hub: Arc<Hub>,
     on_upgrade: OnUpgrade,
     bridge: (TcpStream, Vec<u8>),
-    whose: Whose,
+    whose: Arc<Whose>,
     guard: RelayGuard,
     cred: crate::auth::Credential,
 ) {
@@ -162,6 +162,10 @@ async fn relay_task(
         client_early,
         bridge: bridge_io,
         bridge_early: bridge.1,
+        whose: {
+            let whose = whose.clone();
+            Arc::new(move || whose.span())
+        },
         on_end: Box::new(move |end| {
             whose.span().in_scope(|| log_end(end));
             ended.devices.holds.relay_ended(id);
