@@ -271,7 +271,7 @@ async function shellPart(browser, stack) {
   for (const [name, wall, fcp] of rows) console.log(`| ${name} | ${pcts(wall)} | ${pcts(fcp)} |`);
 }
 
-const [stack, browser] = await Promise.all([Stack.start(), launchBrowser()]);
+const [stack, browser] = await Promise.all([Stack.start(), launchBrowser({ full: true })]);
 try {
   if (!ONLY || ONLY.includes('web')) await webPart(browser, stack);
   if (!ONLY || ONLY.includes('shell')) await shellPart(browser, stack);

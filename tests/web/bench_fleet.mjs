@@ -32,7 +32,7 @@ const started = Date.now();
 const load = () => os.loadavg().map((x) => x.toFixed(1)).join(' ');
 const loadBefore = load();
 const stacks = await Promise.all(Array.from({ length: HUBS }, () => Stack.start({ env: () => ({ ZCODE_ACP_SERVE_IDLE_MS: '600000' }) })));
-const browser = await launchBrowser();
+const browser = await launchBrowser({ full: true }); // the full browser, as a phone runs
 const sessions = []; // {hub, instance, sid, cwd}
 try {
   await Promise.all(stacks.map(async (stack, hub) => {

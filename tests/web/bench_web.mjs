@@ -123,7 +123,7 @@ async function load(p, url, selector) {
 }
 
 const stack = await Stack.start();
-const browser = await launchBrowser();
+const browser = await launchBrowser({ full: true }); // the full browser, as a phone runs
 try {
   const ed = await stack.bridge();
   const sid = await ed.newSession(stack.project);
