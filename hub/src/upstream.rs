@@ -265,8 +265,9 @@ where
 mod tests {
     use super::*;
 
-    /// A stand-in bridge: accepts one WebSocket upgrade and returns the request head it got.
-    async fn one_upgrade(listener: tokio::net::TcpListener) -> String {
+    /// Accepts one connection and reads its request head: the socket, the head and the
+    /// `Sec-WebSocket-Accept` answer to its key.
+    async fn accept_head(listener: tokio::net::TcpListener) -> (tokio::net::TcpStream, String, String) {
         let (mut s, _) = listener.accept().await.expect("accept");
         let mut head = Vec::new();
         let mut byte = [0u8; 1];
@@ -275,13 +276,14 @@ mod tests {
             head.push(byte[0]);
         }
         let head = String::from_utf8(head).expect("UTF-8 head");
-        let key = head
-            .lines()
-            .find_map(|l| l.strip_prefix("sec-websocket-key: "))
-            .expect("a key")
-            .trim()
-            .to_owned();
-        let accept = derive_accept_key(key.as_bytes());
+        let key = head.lines().find_map(|l| l.strip_prefix("sec-websocket-key: ")).expect("a key");
+        let accept = derive_accept_key(key.trim().as_bytes());
+        (s, head, accept)
+    }
+
+    /// A stand-in bridge: accepts one WebSocket upgrade and returns the request head it got.
+    async fn one_upgrade(listener: tokio::net::TcpListener) -> String {
+        let (mut s, head, accept) = accept_head(listener).await;
         let answer = format!(
             "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\
              sec-websocket-accept: {accept}\r\n\r\n"
@@ -293,16 +295,7 @@ mod tests {
     /// A stand-in bridge that reads one request head and answers with `pieces` (each a
     /// separate write, 10 ms apart), `{accept}` replaced by the right accept key; then closes.
     async fn answer_in_pieces(listener: tokio::net::TcpListener, pieces: Vec<&'static [u8]>) {
-        let (mut s, _) = listener.accept().await.expect("accept");
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            s.read_exact(&mut byte).await.expect("read the head");
-            head.push(byte[0]);
-        }
-        let head = String::from_utf8(head).expect("UTF-8 head");
-        let key = head.lines().find_map(|l| l.strip_prefix("sec-websocket-key: ")).expect("a key");
-        let accept = derive_accept_key(key.trim().as_bytes());
+        let (mut s, _, accept) = accept_head(listener).await;
         for piece in pieces {
             let mut piece = piece.to_vec();
             if let Some(at) = piece.windows(8).position(|w| w == b"{accept}") {
