@@ -132,6 +132,10 @@ async fn connection(stream: TcpStream, peer: SocketAddr, hub: Arc<Hub>, slot: Ar
     }
     // Made once the first byte is in: a silent socket of a flood costs no span.
     let span = tracing::info_span!("conn", id = conn, %peer);
+    // A relay's upgrade is answered without hyper (see `crate::routes::acp::direct`).
+    if let Some(head) = crate::routes::acp::direct::peek(&stream).await {
+        return crate::routes::acp::direct::serve(stream, head, peer, hub, slot).instrument(span).await;
+    }
     serve_connection(stream, peer, hub, slot).instrument(span).await;
 }
 

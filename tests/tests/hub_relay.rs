@@ -88,6 +88,96 @@ fn refused_upgrades_get_a_plain_status_before_the_upgrade() {
     assert!(hub.connect(&id).is_ok());
 }
 
+/// A request head over the hub's first look at a connection (4 KiB): hyper reads it, where a
+/// shorter one is answered without hyper (`zcode_hub::routes::acp::direct`).
+const PAD: usize = 5000;
+
+/// One upgrade request to `port` on a raw socket (`pad`: a header making the head longer
+/// than [`PAD`]): the answer's status line, headers (lower-case names) and body.
+fn raw_upgrade(port: u16, path: &str, extra: &str, pad: bool) -> (String, Vec<(String, String)>, String) {
+    let pad = if pad { format!("x-pad: {}\r\n", "a".repeat(PAD)) } else { String::new() };
+    let head = format!(
+        "GET {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nupgrade: websocket\r\nconnection: Upgrade\r\n{extra}{pad}\r\n"
+    );
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(WAIT)).expect("timeout");
+    s.write_all(head.as_bytes()).expect("send the head");
+    let mut r = BufReader::new(s);
+    let mut status = String::new();
+    r.read_line(&mut status).expect("the status line");
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).expect("a header line");
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        let (k, v) = line.split_once(':').expect("a header");
+        headers.push((k.to_ascii_lowercase(), v.trim().to_owned()));
+    }
+    let len =
+        headers.iter().find(|(k, _)| k == "content-length").map_or(0, |(_, v)| v.parse().expect("a length"));
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).expect("the body");
+    (status.trim_end().to_owned(), headers, String::from_utf8(body).expect("text"))
+}
+
+#[test]
+fn an_upgrade_is_answered_alike_whether_hyper_reads_its_head_or_not() {
+    let home = Home::new();
+    let (hub, b) = hub_and_bridge(&home, &[]);
+    let id = b.id();
+    let dead = closed_port();
+    fake_registration(&hub, "dead", dead.port);
+    let key = "sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+    let token = format!("authorization: Bearer {TEST_TOKEN}\r\n{key}");
+    let ok = format!("/acp?instance={id}");
+    for pad in [false, true] {
+        for (path, extra, want, body) in [
+            (ok.as_str(), key.to_owned(), "401", "unauthorized"),
+            (ok.as_str(), format!("authorization: Bearer wrong\r\n{key}"), "401", "unauthorized"),
+            ("/acp?instance=999999", token.clone(), "404", "unknown instance"),
+            ("/acp?instance=dead", token.clone(), "502", "bridge unreachable"),
+            (
+                ok.as_str(),
+                format!("authorization: Bearer {TEST_TOKEN}\r\n"),
+                "400",
+                "a WebSocket upgrade (version 13) is required",
+            ),
+        ] {
+            let (status, headers, got) = raw_upgrade(hub.port, path, &extra, pad);
+            let what = format!("{path} {extra:?} (hyper: {pad})");
+            assert!(status.starts_with(&format!("HTTP/1.1 {want} ")), "{what}: {status}");
+            assert_eq!(got, body, "{what}");
+            let cors = headers.iter().find(|(k, _)| k == "access-control-allow-origin");
+            assert_eq!(cors.map(|(_, v)| v.as_str()), Some("*"), "{what}: {headers:?}");
+        }
+        // Accepted: the key's proof, the plain subprotocol back (never the token-carrying one).
+        let offer = format!("sec-websocket-protocol: zcode-acp, zcode-acp.token.{}\r\n", b64(TEST_TOKEN));
+        let (status, headers, _) = raw_upgrade(hub.port, &ok, &format!("{key}{offer}"), pad);
+        let header = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        assert!(status.starts_with("HTTP/1.1 101 "), "{status} (hyper: {pad})");
+        assert_eq!(header("sec-websocket-accept").as_deref(), Some("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="));
+        assert_eq!(header("sec-websocket-protocol").as_deref(), Some("zcode-acp"), "hyper: {pad}");
+        assert_eq!(header("upgrade").as_deref(), Some("websocket"));
+        // And it relays, what the client sent right behind its head included.
+        let pad_header = "a".repeat(PAD);
+        let extra: &[(&str, &str)] = if pad { &[("x-pad", &pad_header)] } else { &[] };
+        let mut headers = vec![("authorization", format!("Bearer {TEST_TOKEN}"))];
+        headers.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let mut c = Peer::connect_ws_with(hub.port, &ok, &headers).expect("relayed");
+        initialize(&mut c, json!({}));
+    }
+}
+
+/// `s` in URL-safe base64 without padding, as a browser puts its token in the subprotocol.
+fn b64(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s)
+}
+
 #[test]
 fn a_client_that_stops_answering_pings_is_dropped_and_one_that_answers_stays() {
     // Pings every second (production: 30 s). Not less: the client that answers must do so

@@ -26,7 +26,7 @@
 //! | `GET /api/workflow-overview` | [`crate::overview`] |
 //! | `GET /api/home` (the three above in one) | [`home`] |
 //! | `POST /api/pairing`, `POST /api/pair`, `/api/pair/challenge`, `/api/pair/token` (no token), `POST /api/pair/key`, `GET /api/devices`, `PATCH|DELETE /api/devices/{id}`, `GET /api/audit` | [`devices`] |
-//! | `GET /acp?instance={id}` (WebSocket) | [`acp`] |
+//! | `GET /acp?instance={id}` (WebSocket) | [`acp`] (a whole upgrade head in the first bytes before hyper: `acp::direct`) |
 //! | `GET|HEAD` of any other path (no token) | [`crate::web`]: the web client |
 
 pub mod acp;

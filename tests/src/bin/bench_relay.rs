@@ -93,7 +93,9 @@ impl Setup {
 
 /// One burst: (seconds, failed opens, CPU µs per open of the relay, of the bridge, of this
 /// program).
-type Burst = (f64, usize, Option<f64>, f64, f64);
+/// A burst: seconds, opens failed, CPU per open (µs) of the relay, the bridge and these
+/// clients, and how many times per open the relay and the bridge were put on a CPU.
+type Burst = (f64, usize, Option<f64>, f64, f64, (Option<f64>, f64));
 
 #[derive(Default)]
 struct Row {
@@ -293,14 +295,19 @@ fn open_many(t: &Target, n: usize, in_flight: usize) -> (Vec<Ws>, usize, Duratio
 
 /// A burst of [`BURST`] opens to `t`, [`IN_FLIGHT`] in flight, closed again afterwards.
 fn burst(t: &Target) -> Burst {
-    let relay = t.pid.map(cpu_time);
+    let relay_before = t.pid.map(cpu_time);
     let (bridge, own) = (cpu_time(t.bridge_pid), own_cpu_us());
     let (opened, failed, took) = open_many(t, BURST, IN_FLIGHT);
     let per_open = |before: &Cpu, pid| (cpu_time(pid).run_ns - before.run_ns) as f64 / 1e3 / BURST as f64;
-    let relay = t.pid.zip(relay).map(|(pid, before)| per_open(&before, pid));
+    let runs = |before: &Cpu, pid| (cpu_time(pid).runs - before.runs) as f64 / BURST as f64;
+    let runs = (
+        t.pid.zip(relay_before.as_ref()).map(|(pid, before)| runs(before, pid)),
+        runs(&bridge, t.bridge_pid),
+    );
+    let relay = t.pid.zip(relay_before.as_ref()).map(|(pid, before)| per_open(before, pid));
     let cpu = (per_open(&bridge, t.bridge_pid), (own_cpu_us() - own) / BURST as f64);
     close_all(opened);
-    (took.as_secs_f64(), failed, relay, cpu.0, cpu.1)
+    (took.as_secs_f64(), failed, relay, cpu.0, cpu.1, runs)
 }
 
 /// Closes `conns` and waits (2 s at most each) for the other end's close.
@@ -501,6 +508,8 @@ fn hold(mut held: Vec<Ws>, stop: &AtomicBool) {
 struct Cpu {
     /// Run time of all its threads, in ns (exact).
     run_ns: u64,
+    /// How many times its threads were put on a CPU (`schedstat`'s third field).
+    runs: u64,
     /// User and system time, in clock ticks (10 ms): only for the split.
     user: f64,
     system: f64,
@@ -512,13 +521,15 @@ fn cpu_time(pid: u32) -> Cpu {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
     let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
     let ticks = |i: usize| fields[i].parse::<f64>().unwrap_or(0.0);
-    let mut run_ns = 0;
+    let (mut run_ns, mut runs) = (0, 0);
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks").flatten() {
         if let Ok(s) = std::fs::read_to_string(task.path().join("schedstat")) {
-            run_ns += s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            let mut f = s.split_whitespace().map(|v| v.parse::<u64>().unwrap_or(0));
+            run_ns += f.next().unwrap_or(0);
+            runs += f.nth(1).unwrap_or(0);
         }
     }
-    Cpu { run_ns, user: ticks(11), system: ticks(12) }
+    Cpu { run_ns, runs, user: ticks(11), system: ticks(12) }
 }
 
 /// This program's CPU time so far, µs (its threads that ended included, unlike `schedstat`).
@@ -727,6 +738,16 @@ fn print_table(targets: &[Target], rows: &[Row]) {
     line(
         "the burst's CPU per open, medians: relay / bridge / these clients (µs)",
         rows.iter().map(|r| opt(cpu(r))).collect(),
+    );
+    let runs = |r: &Row| -> Option<String> {
+        let relay: Vec<f64> = r.bursts.iter().filter_map(|b| b.5.0).collect();
+        let relay = if relay.is_empty() { "—".to_owned() } else { format!("{:.1}", median(relay)) };
+        let bridge = median(r.bursts.iter().map(|b| b.5.1).collect());
+        (!r.bursts.is_empty()).then(|| format!("{relay} / {bridge:.1}"))
+    };
+    line(
+        "the burst's times on a CPU per open (wake-ups), medians: relay / bridge",
+        rows.iter().map(|r| opt(runs(r))).collect(),
     );
     line(
         &format!("one open at a time, median (ms): quiet / with {OTHER_SOCKETS} other sockets (ratio)"),

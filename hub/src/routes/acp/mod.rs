@@ -6,15 +6,18 @@
 //! subprotocol list offers it next to the token's value) gets it back: the token-carrying
 //! value is never echoed, and the bridge's own dial carries no client header at all.
 
+pub mod direct;
+
 use crate::auth;
+use crate::auth::Principal;
 use crate::http::{Resp, empty, query_param, text};
 use crate::relay;
 use crate::upstream;
 use crate::{Hub, RelayGuard};
 use hyper::body::Incoming;
-use hyper::header::{self, HeaderValue};
+use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::upgrade::OnUpgrade;
-use hyper::{Request, StatusCode};
+use hyper::{Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -51,9 +54,52 @@ impl Whose {
     }
 }
 
+/// A relay whose bridge leg is open: what the client's 101 says, and what the relay starts
+/// with.
+pub struct Dialed {
+    /// The `Sec-WebSocket-Accept` answer to the client's key.
+    accept: HeaderValue,
+    /// The client offered the `zcode-acp` subprotocol (it gets it back).
+    offered: bool,
+    /// The bridge leg, and the bytes the bridge sent after its 101.
+    bridge: (TcpStream, Vec<u8>),
+    /// Holds the relay's place under the cap.
+    guard: RelayGuard,
+    instance: String,
+}
+
+/// Everything that can refuse a relay, before any answer goes to the client: not a WebSocket
+/// upgrade 400, unknown instance 404, too many relays 503, the bridge cannot be dialed 502.
+/// Dials the bridge for `who`'s scope (which the bridge enforces).
+pub async fn dial(headers: &HeaderMap, uri: &Uri, hub: &Arc<Hub>, who: &Principal) -> Result<Dialed, Resp> {
+    let Some(accept) = accept_key(headers) else {
+        return Err(text(StatusCode::BAD_REQUEST, "a WebSocket upgrade (version 13) is required"));
+    };
+    let id = query_param(uri, "instance").map(|c| c.into_owned()).unwrap_or_default();
+    let Some(port) = hub.bridges.registry().port_of(&id, Instant::now()) else {
+        return Err(text(StatusCode::NOT_FOUND, "unknown instance"));
+    };
+    // Counted before the dial is awaited: a relay being dialed holds its place under the cap.
+    let Some(guard) = hub.bridges.relay_guard(max_relays()) else {
+        return Err(text(StatusCode::SERVICE_UNAVAILABLE, "too many connections"));
+    };
+    let bridge = match upstream::dial_ws(port, &hub.auth.token.token(), who.scope(), who.device_id()).await {
+        Ok(ws) => ws,
+        Err(e) => {
+            tracing::debug!(instance = %id, port, "cannot dial the bridge: {e}");
+            return Err(text(StatusCode::BAD_GATEWAY, "bridge unreachable"));
+        }
+    };
+    // Decided before the request is handed over: browsers fail a handshake whose offered
+    // subprotocols got no answer.
+    let offered = auth::subprotocols(headers).any(|p| p == auth::SUBPROTOCOL);
+    Ok(Dialed { accept, offered, bridge, guard, instance: id })
+}
+
 /// Dials the bridge for `who`'s scope (which the bridge enforces), then accepts the client's
 /// upgrade and starts the relay (`conn`, `peer`: the client's connection, for the relay's log
 /// lines; `who`: whose credential it is, cut when that credential is revoked or rotated).
+/// The way in for an upgrade hyper read; most come by [`direct`].
 pub async fn upgrade(
     mut req: Request<Incoming>,
     hub: &Arc<Hub>,
@@ -61,47 +107,47 @@ pub async fn upgrade(
     peer: SocketAddr,
     who: &crate::auth::Principal,
 ) -> Resp {
-    let Some(accept) = accept_key(&req) else {
-        return text(StatusCode::BAD_REQUEST, "a WebSocket upgrade (version 13) is required");
+    let dialed = match dial(req.headers(), req.uri(), hub, who).await {
+        Ok(d) => d,
+        Err(refused) => return refused,
     };
-    let id = query_param(req.uri(), "instance").map(|c| c.into_owned()).unwrap_or_default();
-    let Some(port) = hub.bridges.registry().port_of(&id, Instant::now()) else {
-        return text(StatusCode::NOT_FOUND, "unknown instance");
-    };
-    // Counted before the dial is awaited: a relay being dialed holds its place under the cap.
-    let Some(guard) = hub.bridges.relay_guard(max_relays()) else {
-        return text(StatusCode::SERVICE_UNAVAILABLE, "too many connections");
-    };
-    let bridge = match upstream::dial_ws(port, &hub.auth.token.token(), who.scope(), who.device_id()).await {
-        Ok(ws) => ws,
-        Err(e) => {
-            tracing::debug!(instance = %id, port, "cannot dial the bridge: {e}");
-            return text(StatusCode::BAD_GATEWAY, "bridge unreachable");
-        }
-    };
-    // Decided before the request is handed over: browsers fail a handshake whose offered
-    // subprotocols got no answer.
-    let offered = auth::subprotocols(req.headers()).any(|p| p == auth::SUBPROTOCOL);
     let on_upgrade = hyper::upgrade::on(&mut req);
-    // Inside the connection's span (current here); `Whose` makes it again for the relay's end.
-    let span = tracing::info_span!("relay", instance = id.as_str());
-    let whose = Arc::new(Whose { conn, peer, instance: id });
-    let cred = who.credential.clone();
-    hub.life.tracker.spawn(relay_task(hub.clone(), on_upgrade, bridge, whose, guard, cred).instrument(span));
     let mut r = empty(StatusCode::SWITCHING_PROTOCOLS);
     let h = r.headers_mut();
     h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    h.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
-    if offered {
+    h.insert(header::SEC_WEBSOCKET_ACCEPT, dialed.accept.clone());
+    if dialed.offered {
         h.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(auth::SUBPROTOCOL));
     }
+    // Inside the connection's span (current here); `Whose` makes it again for the relay's end.
+    let span = tracing::info_span!("relay", instance = dialed.instance.as_str());
+    let cred = who.credential.clone();
+    hub.life.tracker.spawn(relay_task(hub.clone(), on_upgrade, dialed, conn, peer, cred).instrument(span));
     r
 }
 
+/// The head of the 101 a relayed client gets (what [`upgrade`] has hyper write), for
+/// [`direct`], which writes it itself.
+pub fn switching_head(dialed: &Dialed) -> Vec<u8> {
+    let mut out = Vec::with_capacity(160);
+    out.extend_from_slice(
+        b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n",
+    );
+    out.extend_from_slice(b"sec-websocket-accept: ");
+    out.extend_from_slice(dialed.accept.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if dialed.offered {
+        out.extend_from_slice(b"sec-websocket-protocol: ");
+        out.extend_from_slice(auth::SUBPROTOCOL.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
 /// The `Sec-WebSocket-Accept` answer to a valid version-13 upgrade request.
-fn accept_key(req: &Request<Incoming>) -> Option<HeaderValue> {
-    let h = req.headers();
+fn accept_key(h: &HeaderMap) -> Option<HeaderValue> {
     let has_token = |name: header::HeaderName, token: &str| {
         h.get_all(name)
             .iter()
@@ -123,9 +169,9 @@ fn accept_key(req: &Request<Incoming>) -> Option<HeaderValue> {
 async fn relay_task(
     hub: Arc<Hub>,
     on_upgrade: OnUpgrade,
-    bridge: (TcpStream, Vec<u8>),
-    whose: Arc<Whose>,
-    guard: RelayGuard,
+    dialed: Dialed,
+    conn: u64,
+    peer: SocketAddr,
     cred: crate::auth::Credential,
 ) {
     let upgraded = match on_upgrade.await {
@@ -144,15 +190,44 @@ async fn relay_task(
     };
     let client_early = read_buf.to_vec();
     drop(read_buf);
-    // Out of tokio (deregistered, still non-blocking) and into the relay thread's loop.
-    let (client, bridge_io) = match (io.into_inner().into_std(), bridge.0.into_std()) {
-        (Ok(c), Ok(b)) => (c, b),
-        (Err(e), _) | (_, Err(e)) => {
+    let client = match io.into_inner().into_std() {
+        Ok(c) => c,
+        Err(e) => {
             tracing::warn!("cannot hand the relay's sockets over: {e}");
             return;
         }
     };
+    start(&hub, client, client_early, Vec::new(), dialed, conn, peer, cred);
+}
+
+/// Hands the client's socket (out of tokio, still non-blocking) and the dialed bridge leg to
+/// the relay thread: `client_early`, what the client sent after its upgrade request, goes to
+/// the bridge; `to_client`, the rest of the client's 101 not yet written, goes to the client
+/// before anything the bridge sends.
+#[allow(clippy::too_many_arguments)]
+pub fn start(
+    hub: &Arc<Hub>,
+    client: std::net::TcpStream,
+    client_early: Vec<u8>,
+    to_client: Vec<u8>,
+    dialed: Dialed,
+    conn: u64,
+    peer: SocketAddr,
+    cred: crate::auth::Credential,
+) {
+    let Dialed { bridge: (bridge, mut bridge_early), guard, instance, .. } = dialed;
+    let bridge = match bridge.into_std() {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!("cannot hand the relay's sockets over: {e}");
+            return;
+        }
+    };
+    if !to_client.is_empty() {
+        bridge_early.splice(0..0, to_client);
+    }
     tracing::debug!("relay open");
+    let whose = Arc::new(Whose { conn, peer, instance });
     let token = hub.life.tracker.token();
     let id = hub.devices.holds.relay(&cred);
     let ended = hub.clone();
@@ -160,8 +235,8 @@ async fn relay_task(
         id,
         client,
         client_early,
-        bridge: bridge_io,
-        bridge_early: bridge.1,
+        bridge,
+        bridge_early,
         whose: {
             let whose = whose.clone();
             Arc::new(move || whose.span())
@@ -173,7 +248,7 @@ async fn relay_task(
         }),
     });
     // Revoked while it was being opened: closed now (see `crate::devices::holds`).
-    crate::devices::recheck(&hub, &cred);
+    crate::devices::recheck(hub, &cred);
 }
 
 /// How a relay ended: a leg that broke the rules at info (the other leg was told why), the
