@@ -242,7 +242,7 @@ pub fn start(
             Arc::new(move || whose.span())
         },
         on_end: Box::new(move |end| {
-            whose.span().in_scope(|| log_end(end));
+            log_end(&whose, end);
             ended.devices.holds.relay_ended(id);
             drop((guard, token));
         }),
@@ -251,17 +251,25 @@ pub fn start(
     crate::devices::recheck(hub, &cred);
 }
 
-/// How a relay ended: a leg that broke the rules at info (the other leg was told why), the
-/// rest at debug.
-fn log_end(end: relay::End) {
+/// How a relay ended, in its span: a leg that broke the rules at info (the other leg was told
+/// why), the rest at debug (the span made only for a line that is logged: most relays end
+/// with none).
+fn log_end(whose: &Whose, end: relay::End) {
     use relay::{End, Side};
     let who = |side| match side {
         Side::Client => "the client",
         Side::Bridge => "the bridge",
     };
     match end {
-        End::TooBig(side) => tracing::info!("relay closed: {} sent a message over 32 MiB", who(side)),
-        End::Protocol(side) => tracing::info!("relay closed: {} broke the WebSocket framing", who(side)),
-        end => tracing::debug!(?end, "relay closed"),
+        End::TooBig(side) => {
+            whose.span().in_scope(|| tracing::info!("relay closed: {} sent a message over 32 MiB", who(side)))
+        }
+        End::Protocol(side) => whose
+            .span()
+            .in_scope(|| tracing::info!("relay closed: {} broke the WebSocket framing", who(side))),
+        end if tracing::enabled!(tracing::Level::DEBUG) => {
+            whose.span().in_scope(|| tracing::debug!(?end, "relay closed"))
+        }
+        _ => {}
     }
 }
