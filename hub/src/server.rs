@@ -18,6 +18,10 @@
 //!   sockets crowd out only each other (a bridge's registration stays in).
 //! - The listen queue is widened to the kernel's maximum: under a flood it is where a
 //!   legitimate client waits, and a full one drops its SYN.
+//! - The listener carries a relayed client's socket options (no Nagle, the relay's bounded
+//!   send buffer, its `TCP_USER_TIMEOUT`: `crate::relay::Relays::prepare`), which Linux copies
+//!   to every connection it accepts: API connections get them too, set once instead of per
+//!   connection and relay.
 //! - A hub restarting onto a new binary stops accepting (its successor accepts from the same
 //!   socket) but answers every connection it already accepted: a request on its way is served,
 //!   never dropped.
@@ -49,6 +53,8 @@ Content-Type: text/plain; charset=utf-8\r\nContent-Length: 20\r\n\r\ntoo many co
 /// Accepts connections until the hub's shutdown token fires.
 pub async fn serve(listener: TcpListener, hub: Arc<Hub>) {
     widen_backlog(&listener);
+    // The relays' client socket options, inherited by every accepted connection (Linux).
+    let ready = hub.bridges.relay.prepare(&listener);
     let slots = Slots::new(LIMITS);
     let mut next_conn: u64 = 0;
     loop {
@@ -65,7 +71,9 @@ pub async fn serve(listener: TcpListener, hub: Arc<Hub>) {
                 }
             },
         };
-        let _ = stream.set_nodelay(true);
+        if !ready {
+            let _ = stream.set_nodelay(true);
+        }
         next_conn += 1;
         let slot = Slots::admit(&slots, next_conn, client(&stream, peer));
         hub.life.tracker.spawn(connection(stream, peer, hub.clone(), slot));

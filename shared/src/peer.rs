@@ -59,7 +59,9 @@ impl PeerError {
 
 /// This process's effective uid (what its sockets are owned by).
 pub fn own_uid() -> u32 {
-    nix::unistd::geteuid().as_raw()
+    // Asked once: it is checked on every dial and loopback accept.
+    static UID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *UID.get_or_init(|| nix::unistd::geteuid().as_raw())
 }
 
 /// Checks that the socket at `peer`, the other end of our connected socket at `local`, belongs

@@ -88,6 +88,27 @@ fn refused_upgrades_get_a_plain_status_before_the_upgrade() {
     assert!(hub.connect(&id).is_ok());
 }
 
+#[test]
+fn the_hubs_socket_to_a_relayed_client_has_a_bounded_send_buffer() {
+    // 2 × the 128 KiB the hub asks (`zcode_hub::relay`): set on its listener once on Linux,
+    // copied by the kernel to every accepted socket, or set per relay. Autotuned (4 MiB on the
+    // loopback), a slow phone left the relay unwritable for tens of seconds.
+    let home = Home::new();
+    let (hub, b) = hub_and_bridge(&home, &[]);
+    let mut c = hub.connect(&b.id()).unwrap();
+    initialize(&mut c, json!({}));
+    let out = std::process::Command::new("ss")
+        .args(["-tmnH", &format!("sport = :{}", hub.port)])
+        .output()
+        .expect("run ss");
+    let out = String::from_utf8_lossy(&out.stdout);
+    let sizes: Vec<u64> = out
+        .lines()
+        .filter_map(|m| m.split(['(', ',']).find_map(|w| w.strip_prefix("tb")?.parse().ok()))
+        .collect();
+    assert!(!sizes.is_empty() && sizes.iter().all(|&tb| tb == 262_144), "{out}");
+}
+
 /// A request head over the hub's first look at a connection (4 KiB): hyper reads it, where a
 /// shorter one is answered without hyper (`zcode_hub::routes::acp::direct`).
 const PAD: usize = 5000;

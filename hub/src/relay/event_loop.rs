@@ -27,7 +27,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::{self, ErrorKind};
 use std::net::Shutdown;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 /// The control socket's token; a relay in slot `s` has tokens `2s` (client) and `2s + 1`
@@ -182,11 +183,20 @@ struct Relay {
     whose: super::Whose,
 }
 
+/// How the hub wakes the loop for its commands: a byte on `socket`, written only when `rung`
+/// was clear (see [`super::Relays`]); the loop clears it before it takes the commands.
+pub struct Control {
+    pub socket: std::os::unix::net::UnixStream,
+    pub rung: Arc<AtomicBool>,
+}
+
 /// The relay thread's state.
 pub struct Loop {
     poll: Poll,
     /// Rings when a command is on the channel (its end at the hub closes: shut down).
     control: UnixStream,
+    /// Cleared before the commands are taken (see [`Control`]).
+    rung: Arc<AtomicBool>,
     /// The hub's commands.
     commands: mpsc::Receiver<Command>,
     /// Where ended relays are reported.
@@ -233,18 +243,20 @@ impl Loop {
     /// The loop (not yet running), told of new relays on `commands`, woken by `control`
     /// (non-blocking).
     pub fn new(
-        control: std::os::unix::net::UnixStream,
+        control: Control,
         commands: mpsc::Receiver<Command>,
         bell: Bell,
         ping: Duration,
     ) -> io::Result<Loop> {
         let poll = Poll::new()?;
+        let Control { socket: control, rung } = control;
         let mut control = UnixStream::from_std(control);
         poll.registry().register(&mut control, CONTROL, Interest::READABLE)?;
         let ping = ping.max(Duration::from_millis(1));
         Ok(Loop {
             poll,
             control,
+            rung,
             commands,
             bell,
             slots: Vec::new(),
@@ -357,6 +369,8 @@ impl Loop {
                 }
             }
         };
+        // Before the channel is read: a command sent after this rings again.
+        self.rung.store(false, Ordering::SeqCst);
         loop {
             match self.commands.try_recv() {
                 Ok(Command::Open(o)) => self.open(o),
@@ -397,14 +411,11 @@ impl Loop {
             self.slots.push(None);
             self.slots.len() - 1
         });
-        // A leg that takes none of our bytes is never judged by its pongs (its ping may not
-        // even go out): TCP ends it when what it was sent stays unacknowledged, or its window
-        // shut, this long.
-        let unacked =
-            u32::try_from(self.ping.max(Duration::from_secs(5)).as_millis() * 2).unwrap_or(u32::MAX);
-        for s in [&client, &bridge] {
-            let _ = nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::TcpUserTimeout, &unacked);
-        }
+        // TCP ends the bridge leg when what it was sent stays unacknowledged, or its window
+        // shut, this long (`super::unacked_limit`; the client's is set by `Relays::open` or
+        // inherited from its listener).
+        let unacked = super::unacked_limit(self.ping);
+        let _ = nix::sys::socket::setsockopt(&bridge, nix::sys::socket::sockopt::TcpUserTimeout, &unacked);
         let mut c = TcpStream::from_std(client);
         let mut b = TcpStream::from_std(bridge);
         let both = Interest::READABLE | Interest::WRITABLE;
@@ -795,6 +806,7 @@ mod tests {
         let (_commands, rx) = mpsc::channel();
         let ping = Duration::from_millis(100);
         let bell = Bell { ended: Default::default(), socket: bell };
+        let control = Control { socket: control, rung: Default::default() };
         let mut lp = Loop::new(control, rx, bell, ping).unwrap();
         let (mut client, hub_c) = pair();
         let (mut bridge, hub_b) = pair();

@@ -33,6 +33,7 @@ mod pipe;
 use std::io;
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
@@ -109,6 +110,21 @@ const CLIENT_SEND_BUFFER: usize = 128 * 1024;
 pub struct Relays {
     /// The commands' channel and the socket that wakes the loop for them.
     to_loop: Mutex<(UnixStream, mpsc::Sender<event_loop::Command>)>,
+    /// Set when a byte is on the control socket that the loop has not yet taken the
+    /// commands of (it clears it before it takes them): a command sent meanwhile needs no
+    /// byte of its own (a burst of opens would otherwise cost a write and a read each).
+    rung: Arc<AtomicBool>,
+    /// The clients' sockets come from a listener given their options ([`Relays::prepare`]).
+    client_ready: AtomicBool,
+    /// [`unacked_limit`] of the relays' ping.
+    unacked: u32,
+}
+
+/// How long a relayed leg's written bytes may stay unacknowledged, or its window shut, before
+/// TCP ends the connection (`TCP_USER_TIMEOUT`, ms): two ping periods, at least 10 s. A leg
+/// that takes none of our bytes is never judged by its pongs (its ping may not even go out).
+pub fn unacked_limit(ping: Duration) -> u32 {
+    u32::try_from(ping.max(Duration::from_secs(5)).as_millis() * 2).unwrap_or(u32::MAX)
 }
 
 /// Relays that have ended, with what to call for each. The relay thread fills it and rings
@@ -130,8 +146,10 @@ impl Relays {
         let ended: Ended = Arc::default();
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
         let bell = event_loop::Bell { ended: ended.clone(), socket: bell_out };
+        let rung = Arc::new(AtomicBool::new(false));
+        let control = event_loop::Control { socket: theirs, rung: rung.clone() };
         std::thread::Builder::new().name("zcode-relay".into()).spawn(move || match event_loop::Loop::new(
-            theirs, rx, bell, ping,
+            control, rx, bell, ping,
         ) {
             Ok(mut lp) => {
                 let _ = ready_tx.send(Ok(()));
@@ -143,7 +161,37 @@ impl Relays {
         })?;
         ready_rx.recv().map_err(|_| io::Error::other("the relay thread ended at its start"))??;
         tokio::spawn(report_ends(tokio::net::UnixStream::from_std(bell_in)?, ended));
-        Ok(Relays { to_loop: Mutex::new((ours, tx)) })
+        Ok(Relays {
+            to_loop: Mutex::new((ours, tx)),
+            rung,
+            client_ready: AtomicBool::new(false),
+            unacked: unacked_limit(ping),
+        })
+    }
+
+    /// Gives `listener` the socket options a relayed client's connection needs, which Linux
+    /// copies to every connection it accepts (no Nagle, [`CLIENT_SEND_BUFFER`], the
+    /// [`unacked_limit`]): set once, not per relay, and every later [`Relays::open`] trusts its
+    /// clients' sockets to carry them. Whether they were set (never elsewhere than on Linux,
+    /// where each relay sets its own).
+    pub fn prepare(&self, listener: &impl std::os::fd::AsFd) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            use nix::sys::socket::{setsockopt, sockopt};
+            let set = setsockopt(listener, sockopt::TcpNoDelay, &true)
+                .and_then(|()| setsockopt(listener, sockopt::SndBuf, &CLIENT_SEND_BUFFER))
+                .and_then(|()| setsockopt(listener, sockopt::TcpUserTimeout, &self.unacked));
+            if let Err(e) = set {
+                tracing::debug!("each relay sets its client's socket options: {e}");
+            }
+            self.client_ready.store(set.is_ok(), Ordering::Relaxed);
+            set.is_ok()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = listener;
+            false
+        }
     }
 
     /// Starts relaying between `open`'s client and bridge.
@@ -153,12 +201,13 @@ impl Relays {
         // and with the loopback's autotuned 4 MiB a client reading at 50 KiB/s left the relay
         // unwritable ~40 s at a time; the relay then read nothing from the bridge, whose
         // writes stood still that long, and the bridge dropped the relay as a client that
-        // takes nothing (its 30 s stall rule) while the phone read steadily.
-        let _ = nix::sys::socket::setsockopt(
-            &open.client,
-            nix::sys::socket::sockopt::SndBuf,
-            &CLIENT_SEND_BUFFER,
-        );
+        // takes nothing (its 30 s stall rule) while the phone read steadily. Set on the
+        // listener already where it could be ([`Relays::prepare`]).
+        if !self.client_ready.load(Ordering::Relaxed) {
+            use nix::sys::socket::{setsockopt, sockopt};
+            let _ = setsockopt(&open.client, sockopt::SndBuf, &CLIENT_SEND_BUFFER);
+            let _ = setsockopt(&open.client, sockopt::TcpUserTimeout, &self.unacked);
+        }
         if let Err(event_loop::Command::Open(open)) = self.tell(event_loop::Command::Open(open)) {
             // The relay thread is gone (it only ends after a shutdown): closed at once, as
             // the loop closes relays opened while it shuts down.
@@ -170,8 +219,11 @@ impl Relays {
     fn tell(&self, cmd: event_loop::Command) -> Result<(), event_loop::Command> {
         let to_loop = self.to_loop.lock().unwrap_or_else(|p| p.into_inner());
         to_loop.1.send(cmd).map_err(|mpsc::SendError(cmd)| cmd)?;
-        // A full socket has rings waiting already: the loop wakes anyway.
-        let _ = std::io::Write::write(&mut &to_loop.0, &[1]);
+        // Rung already (and not yet taken): the loop takes this command with the others. A
+        // full socket has rings waiting already: the loop wakes anyway.
+        if !self.rung.swap(true, Ordering::SeqCst) {
+            let _ = std::io::Write::write(&mut &to_loop.0, &[1]);
+        }
         Ok(())
     }
 
