@@ -10,8 +10,9 @@
 //!   user/system split from `/proc/<pid>/stat`, in clock ticks);
 //! - opening connections many at once (issue 32, point 9): a burst of 1000 opens, 200 in
 //!   flight, `BENCH_BURSTS` times (default 3) with the targets in turn (how long, how many
-//!   failed, the time against the direct target's burst of the same turn, and the CPU time per
-//!   open of the relay, of the bridge and of this program's clients), then 5000 opened 200 at
+//!   failed, the time against the direct target's burst of the same turn, the CPU time per
+//!   open of the relay, of the bridge and of this program's clients, and how many times per
+//!   open the relay and the bridge were put on a CPU), then 5000 opened 200 at
 //!   a time and held: how long that took, the relay's resident memory per idle connection
 //!   (each did `initialize` once), and the 64 B round trip while they are held;
 //! - one open at a time (connect, handshake, `initialize`; median of 200) on a quiet machine
