@@ -59,7 +59,10 @@ pub async fn serve(listener: TcpListener, hub: Arc<Hub>) {
     let mut next_conn: u64 = 0;
     loop {
         let (stream, peer) = tokio::select! {
-            () = hub.life.shutdown.cancelled() => return,
+            () = hub.life.shutdown.cancelled() => {
+                tracing::info!("no longer accepting connections: answering those under way, then stopping");
+                return;
+            }
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {

@@ -200,6 +200,52 @@ fn b64(s: &str) -> String {
 }
 
 #[test]
+fn an_open_under_way_when_the_hub_is_told_to_stop_is_answered_not_dropped() {
+    // A bridge that takes the hub's dial and holds its 101 until told.
+    let home = Home::new();
+    let hub = Hub::start(&home, &[]);
+    let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind the slow bridge");
+    fake_registration(&hub, "slow", listener.local_addr().expect("its address").port());
+    let (dialed_tx, dialed) = mpsc::channel();
+    let (release, released) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let (s, _) = listener.accept().expect("the hub's dial");
+        let mut r = BufReader::new(s.try_clone().expect("clone"));
+        let mut key = String::new();
+        loop {
+            let mut line = String::new();
+            r.read_line(&mut line).expect("the dial's head");
+            if let Some(k) = line.to_ascii_lowercase().strip_prefix("sec-websocket-key:") {
+                key = line[line.len() - k.len()..].trim().to_owned();
+            }
+            if line == "\r\n" {
+                break;
+            }
+        }
+        dialed_tx.send(()).expect("tell the test");
+        let _ = released.recv();
+        let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
+        let mut s = s;
+        let _ = write!(
+            s,
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Accept: {accept}\r\n\r\n"
+        );
+        // Held open until the hub closes it.
+        let _ = r.read(&mut [0u8; 64]);
+    });
+    let port = hub.port;
+    let client =
+        std::thread::spawn(move || Peer::connect_ws(port, "/acp?instance=slow", Some(TEST_TOKEN)).map(drop));
+    dialed.recv_timeout(WAIT).expect("the hub dials the slow bridge");
+    signal(hub.pid(), "TERM");
+    // The hub is shutting down with the open on its way; then the bridge answers.
+    wait_until("the hub to stop accepting", || hub.log().contains("no longer accepting connections"));
+    release.send(()).expect("release the bridge");
+    assert_eq!(client.join().expect("the client"), Ok(()), "the open was answered with its 101");
+}
+
+#[test]
 fn a_client_that_stops_answering_pings_is_dropped_and_one_that_answers_stays() {
     // Pings every second (production: 30 s). Not less: the client that answers must do so
     // within two periods, and on a loaded machine (three suites on 2 cores) a test's reader

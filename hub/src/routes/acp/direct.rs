@@ -29,6 +29,10 @@ use zcode_shared::slots::Slot;
 /// a longer one is hyper's).
 pub const PEEK: usize = 4096;
 
+/// How long an open under way at shutdown may take to be answered (hyper's connections get
+/// as long: `crate::server`).
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A `GET /acp` upgrade head: its length and what the routes read of it.
 pub struct Head {
     len: usize,
@@ -81,11 +85,17 @@ pub async fn serve(stream: TcpStream, head: Head, peer: SocketAddr, hub: Arc<Hub
         let dialed = super::dial(&headers, &uri, &hub, &who).await?;
         Ok::<_, Resp>((who, dialed))
     };
+    tokio::pin!(opened);
     let opened = tokio::select! {
         biased;
-        r = opened => r,
+        r = &mut opened => r,
         () = slot.evicted.cancelled() => return,
-        () = hub.life.shutdown.cancelled() => return,
+        // Like hyper's graceful shutdown: an open on its way is answered (a restart's relays
+        // then close with 1012, and the client reconnects to the successor), never dropped.
+        () = hub.life.shutdown.cancelled() => match tokio::time::timeout(SHUTDOWN_GRACE, opened).await {
+            Ok(r) => r,
+            Err(_) => return,
+        },
     };
     let status = opened.as_ref().map_or_else(|r| r.status(), |_| StatusCode::SWITCHING_PROTOCOLS);
     if tracing::enabled!(tracing::Level::DEBUG) {
