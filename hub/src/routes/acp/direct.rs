@@ -113,17 +113,14 @@ pub async fn serve(stream: TcpStream, head: Head, peer: SocketAddr, hub: Arc<Hub
         return;
     }
     let answer = super::switching_head(&dialed);
-    // A fresh connection's send buffer takes it whole; the rest, if ever, the relay writes.
-    let written = match (&client).write(&answer) {
-        Ok(n) => n,
-        Err(e) if e.kind() == ErrorKind::WouldBlock => 0,
-        Err(e) => {
-            tracing::debug!("the client's 101 could not be written: {e}");
-            return;
-        }
-    };
-    let rest = answer[written..].to_vec();
-    super::start(&hub, client, Vec::new(), rest, dialed, slot.id, peer, who.credential);
+    // A fresh connection's send buffer takes it whole (it is a few hundred bytes, and nothing
+    // else was written to it); one that does not is not relayed (its client retries).
+    match (&client).write(&answer) {
+        Ok(n) if n == answer.len() => {}
+        Ok(_) => return tracing::debug!("the client's 101 did not go out whole: not relayed"),
+        Err(e) => return tracing::debug!("the client's 101 could not be written: {e}"),
+    }
+    super::start(&hub, client, Vec::new(), dialed, slot.id, peer, who.credential);
 }
 
 /// Reads exactly `len` bytes (already in the socket: they were peeked) off `client`.

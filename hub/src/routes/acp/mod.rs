@@ -197,25 +197,22 @@ async fn relay_task(
             return;
         }
     };
-    start(&hub, client, client_early, Vec::new(), dialed, conn, peer, cred);
+    start(&hub, client, client_early, dialed, conn, peer, cred);
 }
 
-/// Hands the client's socket (out of tokio, still non-blocking) and the dialed bridge leg to
-/// the relay thread: `client_early`, what the client sent after its upgrade request, goes to
-/// the bridge; `to_client`, the rest of the client's 101 not yet written, goes to the client
-/// before anything the bridge sends.
-#[allow(clippy::too_many_arguments)]
+/// Hands the client's socket (out of tokio, still non-blocking, its 101 written) and the
+/// dialed bridge leg to the relay thread: `client_early`, what the client sent after its
+/// upgrade request, goes to the bridge.
 pub fn start(
     hub: &Arc<Hub>,
     client: std::net::TcpStream,
     client_early: Vec<u8>,
-    to_client: Vec<u8>,
     dialed: Dialed,
     conn: u64,
     peer: SocketAddr,
     cred: crate::auth::Credential,
 ) {
-    let Dialed { bridge: (bridge, mut bridge_early), guard, instance, .. } = dialed;
+    let Dialed { bridge: (bridge, bridge_early), guard, instance, .. } = dialed;
     let bridge = match bridge.into_std() {
         Ok(b) => b,
         Err(e) => {
@@ -223,9 +220,6 @@ pub fn start(
             return;
         }
     };
-    if !to_client.is_empty() {
-        bridge_early.splice(0..0, to_client);
-    }
     tracing::debug!("relay open");
     let whose = Arc::new(Whose { conn, peer, instance });
     let token = hub.life.tracker.token();
