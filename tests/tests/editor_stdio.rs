@@ -141,9 +141,17 @@ fn an_editor_that_stops_reading_holds_up_neither_remote_clients_nor_the_journal_
     }
     assert_eq!(seqs, (0..UPDATES).collect::<Vec<_>>(), "the remote client got every update once, in order");
     let store = Store::open_in(&home.path().join("data")).expect("the journal");
+    // Each update is a message of its own (`b1-SEQ`): wait for the last one among the newest
+    // few (the turn's end may follow it), then check them all.
+    let last = format!("b1-{}", UPDATES - 1);
     wait_until("every streamed update to be journaled while the editor does not read", || {
-        store.counters(&sid).ok().flatten().is_some_and(|c| c.next_seq >= UPDATES as i64)
+        store.messages_before(&sid, i64::MAX, 4).is_ok_and(|rows| rows.iter().any(|r| r.msg_id == last))
     });
+    let journaled = store.messages_between(&sid, 0, i64::MAX).expect("the journal");
+    let ids: Vec<&str> =
+        journaled.iter().map(|r| r.msg_id.as_str()).filter(|id| id.starts_with("b1-")).collect();
+    let want: Vec<String> = (0..UPDATES).map(|i| format!("b1-{i}")).collect();
+    assert_eq!(ids, want, "the journal holds every update once, in order");
 
     // The editor reads again: every update, in order, then the turn's answer.
     let mut seqs = Vec::new();
