@@ -18,6 +18,7 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import http from 'node:http';
 import os from 'node:os';
+import path from 'node:path';
 import { Stack, launchBrowser, stopStack, until, WAIT } from './harness.mjs';
 import { phonePage, looksRight } from './look.mjs';
 
@@ -356,6 +357,30 @@ describe('several machines: one page, two hubs', () => {
     await page.click('#send');
     await page.waitForURL((u) => u.pathname.startsWith('/s/') && u.searchParams.get('m') === hostB);
     await page.locator('.msg.agent', { hasText: 'You said: "born on B"' }).waitFor();
+    const sid = decodeURIComponent(new URL(page.url()).pathname.split('/')[3]);
+    assert.ok((await b.api('/api/instances')).some((i) => i.sessions.some((x) => x.sessionId === sid)), 'B runs the new session');
+    await page.click('#home-link');
+  });
+
+  it('lists B\'s directories under "Start somewhere new on" and starts a session there on B', async () => {
+    await page.goto(`${a.base}/`);
+    const browse = page.locator('#browse');
+    await page.selectOption('#browse-machine', hostB);
+    // B's home, not A's: both have a `project/`.
+    await browse.locator('code.path', { hasText: b.home }).waitFor();
+    await looksRight(page, 'fleet-browse', { fullPage: true });
+    await browse.locator('.dirs button', { hasText: 'project/' }).click();
+    await browse.locator('code.path', { hasText: b.project }).waitFor();
+    await browse.locator('.dirs button', { hasText: 'sub/' }).click();
+    const where = path.join(b.project, 'sub');
+    await browse.locator('code.path', { hasText: where }).waitFor();
+    await browse.locator('button', { hasText: 'Start a session here' }).click();
+    await page.waitForURL((u) => u.pathname.startsWith('/n/') && u.searchParams.get('m') === hostB && u.searchParams.get('cwd') === where);
+    await page.locator('#send:not([disabled])').waitFor();
+    await page.fill('#prompt', 'somewhere new on B');
+    await page.click('#send');
+    await page.waitForURL((u) => u.pathname.startsWith('/s/') && u.searchParams.get('m') === hostB);
+    await page.locator('.msg.agent', { hasText: 'You said: "somewhere new on B"' }).waitFor();
     const sid = decodeURIComponent(new URL(page.url()).pathname.split('/')[3]);
     assert.ok((await b.api('/api/instances')).some((i) => i.sessions.some((x) => x.sessionId === sid)), 'B runs the new session');
     await page.click('#home-link');

@@ -80,6 +80,7 @@ export function homeView(root, app) {
   fleet = fleetSection(app, () => {
     renderLive();
     projects.machinesChanged();
+    browse.machinesChanged();
     const sig = fleet.signature();
     if (sig === othersShown) return;
     othersShown = sig;

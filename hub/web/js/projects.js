@@ -268,7 +268,8 @@ function awayWhileDown(body, what, leave, come) {
   };
 }
 
-/** The directory browser card: `{node, stop}`. */
+/** The directory browser card: `{node, machinesChanged, stop}`. With other machines paired,
+ * "Start somewhere new on" picks whose directories are listed and where the session starts. */
 export function browseSection(app) {
   const body = h('div', {});
   const hidden = h('input', { type: 'checkbox', id: 'show-hidden', onchange: () => show(current) });
@@ -278,16 +279,48 @@ export function browseSection(app) {
   let current = null;
   let stopped = false;
   let away = false;
-  // One picker for the card: a choice made stays while browsing.
-  const picker = agentPicker();
+  let at = null; // whose directories: null, the page's own machine
+  let asked = 0;
+  // One picker per machine: a choice made stays while browsing.
+  let picker = agentPicker();
+
+  /** "Start somewhere new on": this machine or another paired one (none with no other). */
+  let pickerFor = '';
+  function machinePicker() {
+    const others = machines();
+    const old = node.querySelector('.machine-pick');
+    const ids = JSON.stringify(others.map((m) => [m.id, m.name]));
+    if (ids === pickerFor && (old || !others.length)) return;
+    pickerFor = ids;
+    if (old) old.remove();
+    if (at && !machineById(at.id)) pick(null);
+    if (!others.length) return;
+    const own = h('option', { value: '' }, 'this machine');
+    selfMachine().then((s) => { own.textContent = `${s.name} (this machine)`; }, () => {});
+    const select = h('select', { id: 'browse-machine', 'aria-label': 'Whose directories', onchange: () => pick(machineById(select.value)) },
+      own, ...others.map((m) => h('option', { value: m.id }, m.name)));
+    select.value = at ? at.id : '';
+    body.before(h('label', { class: 'pick machine-pick' }, 'Start somewhere new on', select));
+  }
+
+  function pick(machine) {
+    at = machine;
+    current = null;
+    picker = agentPicker(at);
+    open('');
+  }
 
   async function open(path) {
+    const mine = ++asked;
+    const machine = at;
     body.replaceChildren(h('p', { class: 'muted', text: 'Listing…' }));
     try {
-      current = await getOn(null, `/api/fs/list${query({ path })}`, 'Browse');
-      if (!stopped && !away) show(current);
+      const dir = await getOn(machine, `/api/fs/list${query({ path })}`, 'Browse');
+      if (stopped || mine !== asked) return;
+      current = dir;
+      if (!away) show(current);
     } catch (e) {
-      if (!stopped) failure(body, e, () => open(path));
+      if (!stopped && mine === asked) failure(body, e, () => open(path));
     }
   }
 
@@ -297,7 +330,7 @@ export function browseSection(app) {
     const base = String(dir.path || '/').replace(/\/$/, '');
     const create = h('button', {
       type: 'button', class: 'primary', disabled: !dir.creatable, 'aria-describedby': dir.creatable ? null : 'create-why',
-      onclick: () => createIn(app, dir.path, create, picker.value()),
+      onclick: () => createIn(app, dir.path, create, picker.value(), at),
     }, 'Start a session here');
     // Said in the page, not in a tooltip: a phone cannot hover.
     const why = dir.creatable ? null : h('p', { class: 'muted why', id: 'create-why' },
@@ -313,7 +346,8 @@ export function browseSection(app) {
       dir.truncated ? h('p', { class: 'muted', text: 'Only the first 2000 directories are listed.' }) : null);
   }
 
+  machinePicker();
   open('');
   const reopen = () => { away = false; open(current ? String(current.path || '') : ''); };
-  return { node, stop: () => { stopped = true; }, ...awayWhileDown(body, 'Directories', () => { away = true; }, reopen) };
+  return { node, machinesChanged: machinePicker, stop: () => { stopped = true; }, ...awayWhileDown(body, 'Directories', () => { away = true; }, reopen) };
 }
