@@ -518,13 +518,17 @@ impl Worker {
         }
     }
 
-    /// Whether to keep the agent's replay of `session`: only when the journal has nothing.
+    /// Whether to keep the agent's replay of `session`: only when the journal has nothing, in
+    /// the store or in the batch (kept while commits fail: the store lacks it then).
     fn keep_seed(&mut self, session: &str) -> bool {
         if let Some(keep) = self.sessions.get(session).and_then(|s| s.seeding) {
             return keep;
         }
         self.commit_if_due();
-        let has = self.store.counters(session).ok().flatten().is_some_and(|c| c.next_seq > c.first_seq);
+        let pending =
+            self.batch.iter().any(|w| matches!(w, Write::Append { session: s, .. } if s == session));
+        let has =
+            pending || self.store.counters(session).ok().flatten().is_some_and(|c| c.next_seq > c.first_seq);
         self.state(session).seeding = Some(!has);
         !has
     }

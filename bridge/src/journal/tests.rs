@@ -263,3 +263,47 @@ fn a_failed_commit_keeps_its_batch_and_is_retried_while_updates_keep_coming() {
     drop(tx);
     worker.join().unwrap();
 }
+
+#[test]
+fn an_agents_replay_is_not_kept_while_the_sessions_own_messages_wait_for_a_failed_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_in(dir.path()).unwrap();
+    store.set_busy_timeout(Duration::from_millis(10)).unwrap();
+    let mut w = Worker::new(store, Retention { max_messages: 1000 });
+    // The next try is far off: the batch stays uncommitted while the replay arrives.
+    w.retry = Retry { first: Duration::from_secs(3600), max: Duration::from_secs(3600) };
+    let up = |u: Value, seed: bool| Op::Update { session: "s".into(), line: line("s", u), seed };
+    // Another connection holds the write lock until told to let go.
+    let (locked_tx, locked) = std_mpsc::channel();
+    let (release, release_rx) = std_mpsc::channel::<()>();
+    let path = dir.path().to_owned();
+    let locker = std::thread::spawn(move || {
+        let mut other = Store::open_in(&path).unwrap();
+        other
+            .write(|_| {
+                locked_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+                Ok(())
+            })
+            .unwrap();
+    });
+    locked.recv().unwrap();
+    w.handle(up(user("hi"), false));
+    w.handle(up(agent("Hello"), false));
+    w.handle(ended("s"));
+    w.commit();
+    assert!(w.failing.is_some(), "the commit failed on the locked store");
+    // A client loads the session meanwhile: the agent replays it (a seed), which the journal
+    // must not keep, as it holds the session already (in the batch).
+    w.handle(up(user("hi"), true));
+    w.handle(up(agent("Hello"), true));
+    w.handle(Op::EndSeed { session: "s".into() });
+    release.send(()).unwrap();
+    locker.join().unwrap();
+    w.commit();
+    assert!(w.failing.is_none(), "the retry went through");
+    let slice = replay::read(&w.store, "s", &ReadMode::Load { limit: None }).unwrap();
+    let u = updates(&slice);
+    let texts: Vec<&str> = u.iter().filter_map(|m| m["content"]["text"].as_str()).collect();
+    assert_eq!(texts, ["hi", "Hello"], "the history once: {u:#?}");
+}
