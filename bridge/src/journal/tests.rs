@@ -23,6 +23,26 @@ fn updates(slice: &Slice) -> Vec<Value> {
         .collect()
 }
 
+/// Another connection on the store in `dir` holding its write lock, until `release` is sent
+/// (then join the thread).
+fn hold_write_lock(dir: &std::path::Path) -> (std_mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (locked_tx, locked) = std_mpsc::channel();
+    let (release, release_rx) = std_mpsc::channel::<()>();
+    let path = dir.to_owned();
+    let locker = std::thread::spawn(move || {
+        let mut other = Store::open_in(&path).unwrap();
+        other
+            .write(|_| {
+                locked_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+                Ok(())
+            })
+            .unwrap();
+    });
+    locked.recv().unwrap();
+    (release, locker)
+}
+
 fn agent(text: &str) -> Value {
     json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
 }
@@ -212,20 +232,7 @@ fn a_failed_commit_keeps_its_batch_and_is_retried_while_updates_keep_coming() {
     let up = |u: Value| Op::Update { session: "s".into(), line: line("s", u), seed: false };
 
     // Another connection holds the write lock until told to let go.
-    let (locked_tx, locked) = std_mpsc::channel();
-    let (release, release_rx) = std_mpsc::channel::<()>();
-    let path = dir.path().to_owned();
-    let locker = std::thread::spawn(move || {
-        let mut other = Store::open_in(&path).unwrap();
-        other
-            .write(|_| {
-                locked_tx.send(()).unwrap();
-                release_rx.recv().unwrap();
-                Ok(())
-            })
-            .unwrap();
-    });
-    locked.recv().unwrap();
+    let (release, locker) = hold_write_lock(dir.path());
     send(up(user("hi")));
     let mut text = String::new();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -274,20 +281,7 @@ fn an_agents_replay_is_not_kept_while_the_sessions_own_messages_wait_for_a_faile
     w.retry = Retry { first: Duration::from_secs(3600), max: Duration::from_secs(3600) };
     let up = |u: Value, seed: bool| Op::Update { session: "s".into(), line: line("s", u), seed };
     // Another connection holds the write lock until told to let go.
-    let (locked_tx, locked) = std_mpsc::channel();
-    let (release, release_rx) = std_mpsc::channel::<()>();
-    let path = dir.path().to_owned();
-    let locker = std::thread::spawn(move || {
-        let mut other = Store::open_in(&path).unwrap();
-        other
-            .write(|_| {
-                locked_tx.send(()).unwrap();
-                release_rx.recv().unwrap();
-                Ok(())
-            })
-            .unwrap();
-    });
-    locked.recv().unwrap();
+    let (release, locker) = hold_write_lock(dir.path());
     w.handle(up(user("hi"), false));
     w.handle(up(agent("Hello"), false));
     w.handle(ended("s"));

@@ -104,6 +104,30 @@ async function startInstance(path, extra, machine) {
   }
 }
 
+/** A card's machine picker, put before `body` in `node` when other machines are paired (`ids`:
+ * the select's id, label and accessible name; `at()`: the machine shown, null for the page's
+ * own; `pick(m)`: shows machine `m`, also when the one shown was forgotten). Returns the
+ * function to call when the paired machines change: it draws the picker again only then. */
+function machinePick(node, body, ids, at, pick) {
+  let drawnFor = '';
+  return function redraw() {
+    const others = machines();
+    const old = node.querySelector('.machine-pick');
+    const sig = JSON.stringify(others.map((m) => [m.id, m.name]));
+    if (sig === drawnFor && (old || !others.length)) return;
+    drawnFor = sig;
+    if (old) old.remove();
+    if (at() && !machineById(at().id)) pick(null);
+    if (!others.length) return;
+    const own = h('option', { value: '' }, 'this machine');
+    selfMachine().then((s) => { own.textContent = `${s.name} (this machine)`; }, () => {});
+    const select = h('select', { id: ids.id, 'aria-label': ids.aria, onchange: () => pick(machineById(select.value)) },
+      own, ...others.map((m) => h('option', { value: m.id }, m.name)));
+    select.value = at() ? at().id : '';
+    body.before(h('label', { class: 'pick machine-pick' }, ids.label, select));
+  };
+}
+
 /** The projects card: `{node, stop}`. */
 export function projectsSection(app) {
   agentsCalls.clear(); // asked again on every visit home: the hub's config.json may have changed
@@ -117,30 +141,12 @@ export function projectsSection(app) {
   let asked = 0;
 
   /** "Projects on": this machine or another paired one (none shown with no other machine). */
-  let pickerFor = '';
-  function machinePicker() {
-    const others = machines();
-    const old = node.querySelector('.machine-pick');
-    // Drawn again only when the paired machines changed (one added or forgotten on this page).
-    const ids = JSON.stringify(others.map((m) => [m.id, m.name]));
-    if (ids === pickerFor && (old || !others.length)) return;
-    pickerFor = ids;
-    if (old) old.remove();
-    if (at && !machineById(at.id)) {
-      at = null;
-      load();
-    }
-    if (!others.length) return;
-    const own = h('option', { value: '' }, 'this machine');
-    selfMachine().then((s) => { own.textContent = `${s.name} (this machine)`; }, () => {});
-    const select = h('select', { id: 'projects-machine', 'aria-label': 'Whose projects', onchange: () => {
-      at = machineById(select.value);
+  const machinePicker = machinePick(node, body, { id: 'projects-machine', label: 'Projects on', aria: 'Whose projects' },
+    () => at, (m) => {
+      at = m;
       clear(body, h('p', { class: 'muted', text: 'Loading projects…' }));
       load();
-    } }, own, ...others.map((m) => h('option', { value: m.id }, m.name)));
-    select.value = at ? at.id : '';
-    body.before(h('label', { class: 'pick machine-pick' }, 'Projects on', select));
-  }
+    });
   machinePicker();
 
   async function load() {
@@ -285,23 +291,8 @@ export function browseSection(app) {
   let picker = agentPicker();
 
   /** "Start somewhere new on": this machine or another paired one (none with no other). */
-  let pickerFor = '';
-  function machinePicker() {
-    const others = machines();
-    const old = node.querySelector('.machine-pick');
-    const ids = JSON.stringify(others.map((m) => [m.id, m.name]));
-    if (ids === pickerFor && (old || !others.length)) return;
-    pickerFor = ids;
-    if (old) old.remove();
-    if (at && !machineById(at.id)) pick(null);
-    if (!others.length) return;
-    const own = h('option', { value: '' }, 'this machine');
-    selfMachine().then((s) => { own.textContent = `${s.name} (this machine)`; }, () => {});
-    const select = h('select', { id: 'browse-machine', 'aria-label': 'Whose directories', onchange: () => pick(machineById(select.value)) },
-      own, ...others.map((m) => h('option', { value: m.id }, m.name)));
-    select.value = at ? at.id : '';
-    body.before(h('label', { class: 'pick machine-pick' }, 'Start somewhere new on', select));
-  }
+  const machinePicker = machinePick(node, body, { id: 'browse-machine', label: 'Start somewhere new on', aria: 'Whose directories' },
+    () => at, (m) => pick(m));
 
   function pick(machine) {
     at = machine;
