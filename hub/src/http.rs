@@ -60,6 +60,24 @@ pub fn empty(status: StatusCode) -> Resp {
     r
 }
 
+/// An HTTP/1.1 head written by hand, for the few places that talk HTTP without hyper (the
+/// bridge dial's request, the relay front door's answers): `first` (the request or status
+/// line, without its line end), `headers` (whose values hold no line breaks: a `HeaderValue`
+/// refuses them), then the blank line.
+pub fn head_bytes(first: &str, headers: &HeaderMap) -> Vec<u8> {
+    let mut out = Vec::with_capacity(first.len() + 64 * headers.len() + 4);
+    out.extend_from_slice(first.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
 /// Adds the CORS headers every response carries (the token is the boundary, not the origin).
 pub fn cors(headers: &mut HeaderMap) {
     headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));

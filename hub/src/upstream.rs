@@ -189,9 +189,12 @@ async fn dial_ws_inner(
     h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
     h.insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
     h.insert(header::SEC_WEBSOCKET_KEY, HeaderValue::from_str(&key).map_err(|_| DialError::BadHandshake)?);
-    let mut tcp = tokio::time::timeout(CONNECT_TIMEOUT, relay_leg(port, &upgrade_request(&h)))
-        .await
-        .map_err(|_| DialError::Timeout)??;
+    let mut tcp = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        relay_leg(port, &crate::http::head_bytes("GET /acp HTTP/1.1", &h)),
+    )
+    .await
+    .map_err(|_| DialError::Timeout)??;
     // The answer's head, read as it comes (one read, nearly always); what follows it is the
     // relay's.
     let mut got = Vec::with_capacity(512);
@@ -227,21 +230,6 @@ async fn dial_ws_inner(
 
 /// The longest head of the bridge's answer to the upgrade read before the dial gives up.
 const MAX_ANSWER_HEAD: usize = 16 * 1024;
-
-/// The bridge's `GET /acp` upgrade request, written in one piece: HTTP/1.1 with `headers`
-/// (whose values hold no line breaks: a `HeaderValue` refuses them).
-fn upgrade_request(headers: &HeaderMap) -> Vec<u8> {
-    let mut out = Vec::with_capacity(512);
-    out.extend_from_slice(b"GET /acp HTTP/1.1\r\n");
-    for (name, value) in headers {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    out
-}
 
 /// Sends one HTTP request to the bridge on `port` over a fresh connection and returns its
 /// answer, whose body streams from the bridge. The caller sets the headers ([`authorize`]).

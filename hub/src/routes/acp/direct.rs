@@ -18,7 +18,7 @@ use crate::http::{self, Resp};
 use http_body_util::BodyExt;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{StatusCode, Uri};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -125,20 +125,11 @@ pub async fn serve(stream: TcpStream, head: Head, peer: SocketAddr, hub: Arc<Hub
 
 /// Reads exactly `len` bytes (already in the socket: they were peeked) off `client`.
 fn take(mut client: &std::net::TcpStream, len: usize) -> bool {
-    let mut buf = vec![0u8; len];
-    let mut got = 0;
-    while got < len {
-        match client.read(&mut buf[got..]) {
-            Ok(0) => return false,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => {
-                tracing::debug!("the upgrade head could not be read again: {e}");
-                return false;
-            }
-        }
+    let read = client.read_exact(&mut vec![0u8; len]);
+    if let Err(e) = &read {
+        tracing::debug!("the upgrade head could not be read again: {e}");
     }
-    true
+    read.is_ok()
 }
 
 /// Writes `resp` (with the CORS headers) after reading the `len` bytes of the head, then
@@ -151,18 +142,11 @@ async fn refuse(mut stream: TcpStream, len: usize, resp: Resp) {
     let (mut parts, body) = resp.into_parts();
     http::cors(&mut parts.headers);
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-    let mut out = Vec::with_capacity(512 + body.len());
+    parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    parts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     let status = parts.status;
-    let _ = write!(out, "HTTP/1.1 {} {}\r\n", status.as_u16(), status.canonical_reason().unwrap_or(""));
-    for (name, value) in &parts.headers {
-        if name != header::CONTENT_LENGTH && name != header::CONNECTION {
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-    let _ = write!(out, "content-length: {}\r\nconnection: close\r\n\r\n", body.len());
+    let first = format!("HTTP/1.1 {} {}", status.as_u16(), status.canonical_reason().unwrap_or(""));
+    let mut out = http::head_bytes(&first, &parts.headers);
     out.extend_from_slice(&body);
     let _ = stream.write_all(&out).await;
     let _ = stream.shutdown().await;

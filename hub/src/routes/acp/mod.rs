@@ -113,13 +113,7 @@ pub async fn upgrade(
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
     let mut r = empty(StatusCode::SWITCHING_PROTOCOLS);
-    let h = r.headers_mut();
-    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    h.insert(header::SEC_WEBSOCKET_ACCEPT, dialed.accept.clone());
-    if dialed.offered {
-        h.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(auth::SUBPROTOCOL));
-    }
+    *r.headers_mut() = switching_headers(&dialed);
     // Inside the connection's span (current here); `Whose` makes it again for the relay's end.
     let span = tracing::info_span!("relay", instance = dialed.instance.as_str());
     let cred = who.credential.clone();
@@ -127,23 +121,22 @@ pub async fn upgrade(
     r
 }
 
-/// The head of the 101 a relayed client gets (what [`upgrade`] has hyper write), for
-/// [`direct`], which writes it itself.
-pub fn switching_head(dialed: &Dialed) -> Vec<u8> {
-    let mut out = Vec::with_capacity(160);
-    out.extend_from_slice(
-        b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n",
-    );
-    out.extend_from_slice(b"sec-websocket-accept: ");
-    out.extend_from_slice(dialed.accept.as_bytes());
-    out.extend_from_slice(b"\r\n");
+/// The headers of the 101 a relayed client gets, whichever way it came in.
+fn switching_headers(dialed: &Dialed) -> HeaderMap {
+    let mut h = HeaderMap::with_capacity(4);
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(header::SEC_WEBSOCKET_ACCEPT, dialed.accept.clone());
     if dialed.offered {
-        out.extend_from_slice(b"sec-websocket-protocol: ");
-        out.extend_from_slice(auth::SUBPROTOCOL.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        h.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(auth::SUBPROTOCOL));
     }
-    out.extend_from_slice(b"\r\n");
-    out
+    h
+}
+
+/// The head of that 101, for [`direct`], which writes it itself (hyper writes it for
+/// [`upgrade`]).
+pub fn switching_head(dialed: &Dialed) -> Vec<u8> {
+    crate::http::head_bytes("HTTP/1.1 101 Switching Protocols", &switching_headers(dialed))
 }
 
 /// The `Sec-WebSocket-Accept` answer to a valid version-13 upgrade request.
