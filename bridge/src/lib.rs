@@ -10,7 +10,8 @@
 //! - [`journal`]: session history in the machine's SQLite store (one writer thread), replays.
 //! - [`stdio`]: the editor's connection; [`server`]: the loopback WebSocket + HTTP server,
 //!   bounded by [`slots`] (connections) and [`stall`] (a remote client's writes); [`remote`]:
-//!   one remote client's connection (one task).
+//!   one remote client's connection (one task); [`handoff`]: clients whose socket the hub
+//!   passed over (`run/handoff-<port>.sock`), and the hub's cuts of them.
 //! - [`files`]: read-only session files (`/fs/list`, `/fs/file`), confined beneath the root.
 //! - [`changes`]: the session's uncommitted git changes (`/changes`, `/changes/diff`), confined too.
 //! - [`lifecycle`]: `/sessions/{id}/{close,rename,delete}`, decided by the router.
@@ -31,6 +32,7 @@ pub mod chat;
 pub mod demo;
 pub mod files;
 pub mod glance;
+pub mod handoff;
 pub mod hooks;
 pub mod http;
 pub mod hub;
@@ -207,6 +209,7 @@ pub async fn run(
     )
     .with_journal_error(journal_error.clone());
     let ctx = std::sync::Arc::new(ctx);
+    let handoff_socket = handoff::start(&cfg.paths.run_dir, port, ctx.clone());
     tracker.spawn(server::serve(listener, ctx));
     let registration = register::spawn(
         cfg,
@@ -249,6 +252,9 @@ pub async fn run(
     // The unregister has its own bound (a slow hub gets longer than the connections).
     let _ = tokio::join!(tokio::time::timeout(Duration::from_millis(1000), tracker.wait()), registration);
     let _ = std::fs::remove_file(&port_file);
+    if let Some(path) = handoff_socket {
+        let _ = std::fs::remove_file(path);
+    }
     Ok(())
 }
 

@@ -49,6 +49,18 @@ pub struct Remote<S> {
     /// client's task took 384 bytes; without, 256).
     w: Writer,
     limit: Duration,
+    /// A handed-over client's pings ([`crate::handoff`]: the hub no longer pings it); none for
+    /// the hub's own dials and local tools (the hub's relay pings its clients).
+    ping: Option<Box<Pinger>>,
+}
+
+/// Pings a client every period; one that has not answered the last ping by the next is
+/// silent (the hub's relay kept the same rule).
+struct Pinger {
+    period: Duration,
+    timer: Pin<Box<Sleep>>,
+    /// A ping went out and no pong has come back since.
+    awaiting: bool,
 }
 
 impl<S> Remote<S> {
@@ -61,7 +73,15 @@ impl<S> Remote<S> {
         write_stall: Duration,
     ) -> Box<Remote<S>> {
         let limit = write_stall.max(Duration::from_millis(10));
-        Box::new(Remote { ws, stall, client, outbox, w: Writer::default(), limit })
+        Box::new(Remote { ws, stall, client, outbox, w: Writer::default(), limit, ping: None })
+    }
+
+    /// Pings the client every `period` and drops it when it leaves a ping unanswered that long.
+    pub fn pinging(mut self: Box<Self>, period: Duration) -> Box<Remote<S>> {
+        let period = period.max(Duration::from_millis(10));
+        let timer = Box::pin(tokio::time::sleep(period));
+        self.ping = Some(Box::new(Pinger { period, timer, awaiting: false }));
+        self
     }
 }
 
@@ -74,6 +94,8 @@ enum Step {
     Stalled,
     /// A write failed: the socket is gone, no close frame.
     Broken,
+    /// It left a ping unanswered for a whole period.
+    Silent,
 }
 
 /// The write side's state.
@@ -92,11 +114,16 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let code = loop {
-        let Remote { ws, stall, client, outbox, w, limit } = &mut *r;
+        let Remote { ws, stall, client, outbox, w, limit, ping } = &mut *r;
         let (client, limit) = (*client, *limit);
         let step = std::future::poll_fn(|cx| {
             if outbox.poll_killed(cx).is_ready() {
                 return Poll::Ready(Step::Away);
+            }
+            if let Some(p) = ping.as_deref_mut() {
+                if p.poll_due(w, stall, cx) {
+                    return Poll::Ready(Step::Silent);
+                }
             }
             match w.poll_write(ws, outbox, cx) {
                 Poll::Ready(step) => return Poll::Ready(step),
@@ -115,6 +142,13 @@ where
         // Taken apart in a function of its own, the step wholly moved into it: a step held
         // across the await below (a tungstenite error is ~100 B) would be part of the task's
         // state, which an idle client carries for life.
+        if let (Step::Read(Some(Ok(Message::Pong(_)))), Some(p)) = (&step, r.ping.as_deref_mut()) {
+            p.awaiting = false;
+        }
+        let cut = matches!(step, Step::Away).then(|| r.outbox.cut_code()).flatten();
+        if let Some(code) = cut {
+            break Some(CloseCode::from(code));
+        }
         let msg = match then(step, client, limit) {
             Then::Forward(msg) => msg,
             Then::Next => continue,
@@ -166,6 +200,11 @@ fn then(step: Step, client: ClientId, limit: Duration) -> Then {
             tracing::warn!("remote client took nothing for {limit:?}: dropping it");
             Then::End(Some(CloseCode::Policy))
         }
+        Step::Silent => {
+            let _in = crate::router::trace::client(client).entered();
+            tracing::info!("remote client left a ping unanswered: dropping it");
+            Then::End(None)
+        }
         Step::Broken => Then::End(None),
     }
 }
@@ -216,11 +255,15 @@ where
 {
     let _ = events.send(Event::Closed { client: r.client }).await;
     if let Some(code) = code {
-        let reason = match code {
-            CloseCode::Size => "message too big",
-            CloseCode::Invalid => "text frame not UTF-8",
-            CloseCode::Policy => "not reading",
-            _ => "bridge closing",
+        let reason = match (r.outbox.cut_code(), code) {
+            // A handed-over client cut by its hub (`crate::handoff`): the relay's reasons.
+            (Some(1008), _) => "credential revoked",
+            (Some(1012), _) => "service restart",
+            (Some(_), _) => "hub shutting down",
+            (None, CloseCode::Size) => "message too big",
+            (None, CloseCode::Invalid) => "text frame not UTF-8",
+            (None, CloseCode::Policy) => "not reading",
+            (None, _) => "bridge closing",
         };
         let frame = CloseFrame { code, reason: reason.into() };
         let close = async {
@@ -230,6 +273,25 @@ where
         };
         let _ = tokio::time::timeout(Duration::from_millis(500), close).await;
         let _ = tokio::time::timeout(Duration::from_millis(200), SinkExt::close(&mut r.ws)).await;
+    }
+}
+
+impl Pinger {
+    /// At each period's end: `true` when the last ping is still unanswered (and the client's
+    /// socket takes our bytes: one that takes none is the stall rule's, its ping may not have
+    /// gone out), else a ping is queued for the writer.
+    fn poll_due(&mut self, w: &mut Writer, stall: &Stall, cx: &mut Context<'_>) -> bool {
+        while self.timer.as_mut().poll(cx).is_ready() {
+            if self.awaiting && stall.blocked_since().is_none() {
+                return true;
+            }
+            self.awaiting = true;
+            // FIN, ping, no payload: a server's frames are not masked.
+            w.out.extend_from_slice(&[0x89, 0x00]);
+            let next = Instant::now() + self.period;
+            self.timer.as_mut().reset(next);
+        }
+        false
     }
 }
 

@@ -25,7 +25,6 @@ use crate::stall::{Stall, Watched};
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
-use hyper::upgrade::Upgraded;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
@@ -361,7 +360,9 @@ fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>, scope: Scope) -> Resp {
         // Boxed: a task is as big as its largest state for its whole life, and the setup's
         // (the socket, the router's send) would otherwise sit beside `run`'s in every idle
         // client (3.9 KiB per task, where `run` alone needs a fraction of it).
-        let Some(remote) = Box::pin(join(upgraded, &ctx, scope, device)).await else { return };
+        let Some(remote) = Box::pin(join(TokioIo::new(upgraded), &ctx, scope, device, None)).await else {
+            return;
+        };
         let client = remote.client;
         crate::remote::run(remote, &ctx.events).await;
         crate::router::trace::client(client).in_scope(|| tracing::debug!("remote client closed"));
@@ -378,12 +379,18 @@ fn upgrade(mut req: Request<Incoming>, ctx: Arc<Ctx>, scope: Scope) -> Resp {
 }
 
 /// Makes the upgraded socket a remote client the router knows; `None` when the router is gone.
-async fn join(
-    upgraded: Upgraded,
+/// With `killer`, the client's outbox's [`crate::router::Killer`] is handed there (a
+/// handed-over client's, which its hub may cut).
+pub(crate) async fn join<S>(
+    io: S,
     ctx: &Ctx,
     scope: Scope,
     device: Option<Box<str>>,
-) -> Option<Box<Remote<Watched<TokioIo<Upgraded>>>>> {
+    killer: Option<&mut Option<crate::router::Killer>>,
+) -> Option<Box<Remote<Watched<S>>>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_MESSAGE))
         .max_frame_size(Some(MAX_MESSAGE))
@@ -393,10 +400,13 @@ async fn join(
         .read_buffer_size(crate::stall::READ_CHUNK)
         .write_buffer_size(WRITE_BATCH);
     let stall = Arc::new(Stall::default());
-    let io = Watched::new(TokioIo::new(upgraded), stall.clone());
+    let io = Watched::new(io, stall.clone());
     let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
     let client: ClientId = ctx.next_client.fetch_add(1, Ordering::Relaxed);
     let (outbox, reader) = Outbox::new(Some(REMOTE_QUEUE_LIMIT));
+    if let Some(k) = killer {
+        *k = Some(outbox.killer());
+    }
     let connected = Event::Connected { client, kind: ClientKind::Remote, scope, device, outbox };
     ctx.events.send(connected).await.ok()?;
     crate::router::trace::client(client).in_scope(|| tracing::debug!(%scope, "remote client connected"));

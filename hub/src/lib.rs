@@ -9,8 +9,10 @@
 //! - [`devices`]: paired devices (pairing codes, their own credentials kept hashed in the
 //!   store, revocation closing their connections) and the audit trail.
 //! - [`registry`]: registered bridges, their TTL and probe marks, the listing's dedupe.
+//! - [`handoff`]: a client's WebSocket passed, socket and all, to its bridge (how most open);
+//!   the cuts of handed-over clients (revocation, rotation, shutdown, restart).
 //! - [`relay`]: the WebSocket relay between a client and its bridge (its own thread, an epoll
-//!   loop over every relayed socket).
+//!   loop over every relayed socket), for the upgrades that are not handed over.
 //! - [`upstream`]: connections to a bridge's loopback server (WebSocket dial, HTTP requests).
 //! - [`http`]: response builders, CORS, bounded JSON bodies, log redaction.
 //! - [`catalog`]: the hub's one store connection (its own thread) and the project catalog.
@@ -32,6 +34,7 @@ pub mod auth;
 pub mod catalog;
 pub mod daemon;
 pub mod devices;
+pub mod handoff;
 pub mod hold;
 pub mod http;
 pub mod launch;
@@ -55,6 +58,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use zcode_shared::config::Config;
+use zcode_shared::handoff::Which;
 
 /// How long shutdown waits for connections to close (their close frames to go out).
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(1500);
@@ -107,6 +111,7 @@ impl Hub {
             registry: Mutex::new(registry::Registry::new(t.instance_ttl, t.probe_grace)),
             relays: Arc::new(AtomicUsize::new(0)),
             relay: relay::Relays::start(t.ping)?,
+            handoff: handoff::Handoff::new(cfg.paths.run_dir.clone(), t.ping),
             creates: launch::Creates::default(),
         };
         let store = catalog::Catalog::start(cfg.paths.data_dir.clone())?;
@@ -141,6 +146,8 @@ pub struct Bridges {
     relays: Arc<AtomicUsize>,
     /// The relay thread.
     pub relay: relay::Relays,
+    /// The hand-over of clients' sockets to their bridges, and the cuts of them.
+    pub handoff: handoff::Handoff,
     /// The remote creates under way.
     pub creates: launch::Creates,
 }
@@ -245,6 +252,11 @@ pub async fn run(listener: TcpListener, cfg: Config, shutdown: CancellationToken
     match restarting {
         true => hub.bridges.relay.restart(),
         false => hub.bridges.relay.shutdown(),
+    }
+    // The clients handed to bridges are told the same as the relayed ones.
+    match restarting {
+        true => hub.bridges.handoff.cut(Which::Hub(hub.bridges.handoff.id()), 1012, "service restart"),
+        false => hub.bridges.handoff.cut(Which::Hub(hub.bridges.handoff.id()), 1001, "hub shutting down"),
     }
 
     hub.life.tracker.close();

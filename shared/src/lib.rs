@@ -6,6 +6,7 @@
 //! - [`config`]: the one config struct, environment over file over default.
 //! - [`token`]: the remote token, its generation and rotation.
 //! - [`peer`]: which user holds the other end of a local TCP connection.
+//! - [`handoff`]: the hub passing a client's WebSocket to its bridge (`SCM_RIGHTS`), and cuts.
 //! - [`scope`]: what a connection may do (full, or watch only), as the hub tells a bridge.
 //! - [`quota`]: plan quota providers and their caches (`/api/quota`, `account/usage_stats`).
 //! - [`registration`]: the payload a bridge registers with (both sides' one definition).
@@ -22,6 +23,7 @@
 
 pub mod config;
 pub mod env;
+pub mod handoff;
 pub mod http_client;
 pub mod jsonrpc;
 pub mod logging;

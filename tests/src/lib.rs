@@ -136,6 +136,8 @@ pub struct Peer {
     next_id: u64,
     /// The close code the other side sent, once the connection closed.
     pub closed: Option<Option<u16>>,
+    /// A WebSocket peer's own port (none for a process on stdio).
+    local_port: Option<u16>,
 }
 
 impl Peer {
@@ -165,6 +167,7 @@ impl Peer {
             lines,
             next_id: 1000,
             closed: None,
+            local_port: None,
         }
     }
 
@@ -185,6 +188,7 @@ impl Peer {
             req.headers_mut().append(name, v.parse().expect("header value"));
         }
         let stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("tcp connect");
+        let local_port = stream.local_addr().expect("local address").port();
         let mut ws = match tungstenite::client::client(req, stream) {
             Ok((ws, _)) => ws,
             Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(resp))) => {
@@ -268,7 +272,14 @@ impl Peer {
                 }
             }
         });
-        Ok(Peer { child: None, writer: Writer::Ws(cmd_tx), lines, next_id: 5000, closed: None })
+        Ok(Peer {
+            child: None,
+            writer: Writer::Ws(cmd_tx),
+            lines,
+            next_id: 5000,
+            closed: None,
+            local_port: Some(local_port),
+        })
     }
 
     /// Stops (or resumes) reading a WebSocket peer: a client that does not read.
@@ -359,6 +370,11 @@ impl Peer {
             }
             Err(_) => None,
         }
+    }
+
+    /// A WebSocket peer's own port on loopback (what the server sees as its peer's).
+    pub fn local_port(&self) -> u16 {
+        self.local_port.expect("a WebSocket peer")
     }
 
     /// Reads (and discards messages) until the connection closes; returns the close code.

@@ -10,12 +10,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 use zcode_tests::hub::{
-    AUTH, Hub, closed_port, http, hub_port, listed, post_json, signal, wait_gone, wait_instances,
+    AUTH, Hub, closed_port, http, hub_port, listed, log_lines, post_json, signal, wait_gone, wait_instances,
     wait_port_closed, wait_until,
 };
 use zcode_tests::{
     Bridge, Home, Peer, TEST_TOKEN, WAIT, demo_agent, history, initialize, kill9, new_session, prompt,
 };
+
+/// The hub relays every client instead of handing it to its bridge (the relay's own tests).
+const NO_HANDOFF: (&str, &str) = ("ZCODE_ACP_TEST_NO_HANDOFF", "1");
 
 /// A hub and a demo-agent bridge registered with it.
 fn hub_and_bridge(home: &Home, hub_env: &[(&str, &str)]) -> (Hub, Bridge) {
@@ -250,9 +253,13 @@ fn a_client_that_stops_answering_pings_is_dropped_and_one_that_answers_stays() {
     // Pings every second (production: 30 s). Not less: the client that answers must do so
     // within two periods, and on a loaded machine (three suites on 2 cores) a test's reader
     // thread was seen to miss 300 ms ones.
+    // Relayed (hand-overs off): the hub's relay thread pings; handed over, the bridge does
+    // (`a_handed_over_client_that_stops_answering_pings_is_dropped_by_its_bridge`).
     let home = Home::new();
-    let (hub, b) =
-        hub_and_bridge(&home, &[("ZCODE_ACP_PING_MS", "1000"), ("RUST_LOG", "info,zcode_hub=debug")]);
+    let (hub, b) = hub_and_bridge(
+        &home,
+        &[("ZCODE_ACP_PING_MS", "1000"), ("RUST_LOG", "info,zcode_hub=debug"), NO_HANDOFF],
+    );
     let mut mute = hub.connect(&b.id()).unwrap();
     let mut alive = hub.connect(&b.id()).unwrap();
     initialize(&mut mute, json!({}));
@@ -275,9 +282,93 @@ fn a_client_that_stops_answering_pings_is_dropped_and_one_that_answers_stays() {
 }
 
 #[test]
+fn a_handed_over_client_that_stops_answering_pings_is_dropped_by_its_bridge() {
+    // The hub hands the clients' sockets to the bridge, which pings them at the hub's period
+    // (1 s here) and drops one that leaves a ping unanswered; the hub holds neither.
+    let home = Home::new();
+    let hub = Hub::start(&home, &[("ZCODE_ACP_PING_MS", "1000")]);
+    let (b, log) = Bridge::start_logged(&home, &demo_agent(0), &[("ZCODE_ACP_HEARTBEAT_MS", "200")]);
+    let id = b.id();
+    wait_instances(hub.port, "the bridge to register", |l| listed(l, &id));
+    let mut mute = hub.connect(&id).unwrap();
+    let mut alive = hub.connect(&id).unwrap();
+    initialize(&mut mute, json!({}));
+    initialize(&mut alive, json!({}));
+    mute.pause_reading(true);
+    wait_until("the bridge to find a handed-over client silent", || {
+        !log_lines(&log, "remote client left a ping unanswered").is_empty()
+    });
+    mute.pause_reading(false);
+    assert_eq!(mute.wait_closed(WAIT), None, "dropped without a close frame: it is not listening");
+    let (r, _) = alive.call("_demo/echo", json!({"still": "here"}));
+    assert!(r["result"].is_object(), "{r}");
+    assert!(
+        !hub.log().contains("a relayed leg left a ping unanswered"),
+        "the hub relayed it:\n{}",
+        hub.log()
+    );
+}
+
+#[test]
+fn a_client_is_handed_to_its_bridge_and_relayed_when_the_bridge_takes_no_hand_over() {
+    let home = Home::new();
+    let (hub, b) = hub_and_bridge(&home, &[("RUST_LOG", "info,zcode_hub=debug")]);
+    let id = b.id();
+    let mut handed = hub.connect(&id).unwrap();
+    initialize(&mut handed, json!({}));
+    // The client's socket is the bridge's alone: the hub closed its own descriptor of it.
+    let owners = socket_owners(hub.port, handed.local_port());
+    assert_eq!(owners, vec![b.editor.pid()], "the processes holding the hub's end");
+    // A bridge without a hand-over socket (an older build's) gets its clients relayed.
+    let old = Bridge::start_env(&home, &demo_agent(0), &[("ZCODE_ACP_HEARTBEAT_MS", "200")]);
+    wait_instances(hub.port, "the second bridge to register", |l| listed(l, &old.id()));
+    let socket = home.path().join("run").join(format!("handoff-{}.sock", old.port));
+    std::fs::remove_file(&socket).expect("the bridge's hand-over socket");
+    let mut relayed = hub.connect(&old.id()).unwrap();
+    initialize(&mut relayed, json!({}));
+    let (r, _) = relayed.call("_demo/echo", json!({"relayed": true}));
+    assert!(r["result"].is_object(), "{r}");
+    assert_eq!(socket_owners(hub.port, relayed.local_port()), vec![hub.pid()]);
+    assert!(hub.log().contains("relayed, not handed over"), "{}", hub.log());
+    let (r, _) = handed.call("_demo/echo", json!({"handed": true}));
+    assert!(r["result"].is_object(), "{r}");
+}
+
+/// The pids of the processes holding the local end at `port` of the connection from
+/// `peer_port` (`ss -tnp`).
+fn socket_owners(port: u16, peer_port: u16) -> Vec<u32> {
+    let out = std::process::Command::new("ss")
+        .args(["-Htnp", "state", "established", &format!("( sport = :{port} and dport = :{peer_port} )")])
+        .output()
+        .expect("ss");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut pids: Vec<u32> = text
+        .split("pid=")
+        .skip(1)
+        .filter_map(|p| p.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+#[test]
+fn a_killed_bridge_ends_its_handed_over_clients_at_once() {
+    let home = Home::new();
+    let (hub, b) = hub_and_bridge(&home, &[]);
+    let mut c = hub.connect(&b.id()).unwrap();
+    initialize(&mut c, json!({}));
+    kill9(b.editor.pid());
+    // The connection was the bridge's: it ends with the process (no close frame: nobody is
+    // left to send one), and the client reconnects as it does after any drop.
+    assert_eq!(c.wait_closed(WAIT), None);
+    drop(hub);
+}
+
+#[test]
 fn a_killed_bridge_closes_its_relayed_clients_with_1011_and_leaves_the_listing() {
     let home = Home::new();
-    let (hub, b) = hub_and_bridge(&home, &[("ZCODE_ACP_PROBE_GRACE_MS", "300")]);
+    let (hub, b) = hub_and_bridge(&home, &[("ZCODE_ACP_PROBE_GRACE_MS", "300"), NO_HANDOFF]);
     let id = b.id();
     let mut clients: Vec<Peer> = (0..3).map(|_| hub.connect(&id).unwrap()).collect();
     for c in &mut clients {
@@ -590,7 +681,8 @@ fn a_slow_reader_gets_a_whole_replay_through_the_hub_and_stays_connected() {
     let (mb, kib_per_s) = slow_replay();
     let home = Home::new();
     // The hub first: the bridge that makes the history would otherwise start one of its own.
-    let hub = Hub::start(&home, &[("ZCODE_ACP_PING_MS", "200"), ("RUST_LOG", "info,zcode_hub=debug")]);
+    let hub =
+        Hub::start(&home, &[("ZCODE_ACP_PING_MS", "200"), ("RUST_LOG", "info,zcode_hub=debug"), NO_HANDOFF]);
     let filler = history::filler_for_mib(mb);
     let sid = history::session_with_filler(&home, filler);
     // The bridge drops a client whose socket takes nothing for a ping period: 10 s here (30 s
@@ -683,7 +775,7 @@ fn a_slow_reader_gets_a_whole_replay_through_the_hub_and_stays_connected() {
 fn a_relay_thread_that_fails_closes_its_relays_with_1011_logs_it_and_relays_again() {
     for fault in ["panic", "poll"] {
         let home = Home::new();
-        let (hub, b) = hub_and_bridge(&home, &[("ZCODE_ACP_TEST_RELAY_FAULT", fault)]);
+        let (hub, b) = hub_and_bridge(&home, &[("ZCODE_ACP_TEST_RELAY_FAULT", fault), NO_HANDOFF]);
         // The fault strikes when the first relay opens.
         let mut first = hub.connect(&b.id()).expect("the relay accepts");
         assert_eq!(first.wait_closed(WAIT), Some(1011), "{fault}");
@@ -702,8 +794,10 @@ fn a_relay_thread_that_fails_closes_its_relays_with_1011_logs_it_and_relays_agai
 fn a_burst_of_relay_opens_never_passes_the_relay_cap() {
     // The cap (2 here; 16 384 in production) is taken before the hub awaits its dial to the
     // bridge: checked first and counted after the dial, a burst all passed the check.
+    // Relayed: a hand-over the bridge's queue cannot take at once is relayed after a while,
+    // and the relay's cap is the hub's own (the bridge's is below).
     let home = Home::new();
-    let (hub, b) = hub_and_bridge(&home, &[("ZCODE_ACP_TEST_MAX_RELAYS", "2")]);
+    let (hub, b) = hub_and_bridge(&home, &[("ZCODE_ACP_TEST_MAX_RELAYS", "2"), NO_HANDOFF]);
     let id = b.id();
     let burst = 12;
     let start = std::sync::Barrier::new(burst);
@@ -732,4 +826,41 @@ fn a_burst_of_relay_opens_never_passes_the_relay_cap() {
     wait_until("a closed relay to make room", || {
         Peer::connect_ws(hub.port, &format!("/acp?instance={id}"), Some(TEST_TOKEN)).is_ok()
     });
+}
+
+#[test]
+fn a_bridge_serves_no_more_handed_over_clients_than_the_cap_and_refuses_the_next_with_503() {
+    let home = Home::new();
+    let (hub, b) = hub_and_bridge(&home, &[("ZCODE_ACP_TEST_MAX_RELAYS", "2")]);
+    let id = b.id();
+    let mut open: Vec<Peer> = (0..2).map(|_| hub.connect(&id).expect("under the cap")).collect();
+    for p in &mut open {
+        initialize(p, json!({}));
+    }
+    // The bridge answers the third itself, as the hub would: a status, CORS, no upgrade.
+    let extra = format!(
+        "sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nauthorization: Bearer {TEST_TOKEN}\r\n"
+    );
+    let (status, headers, body) = raw_upgrade(hub.port, &format!("/acp?instance={id}"), &extra, false);
+    assert!(status.contains(" 503 "), "{status}");
+    assert!(headers.iter().any(|(k, v)| k == "access-control-allow-origin" && v == "*"), "{headers:?}");
+    assert_eq!(body, "too many connections");
+    let (r, _) = open[0].call("_demo/echo", json!({"still": "served"}));
+    assert!(r["result"].is_object(), "{r}");
+    // A closed one makes room.
+    open.pop();
+    wait_until("a closed client to make room", || hub.connect(&id).is_ok());
+}
+
+#[test]
+fn a_killed_hubs_handed_over_clients_are_closed_by_their_bridge() {
+    // A connection must not outlive the hub that checked its credential (a revocation needs a
+    // hub to be heard): the bridge closes a hub's clients when that hub's connection ends.
+    let home = Home::new();
+    let (mut hub, b) = hub_and_bridge(&home, &[]);
+    let mut c = hub.connect(&b.id()).unwrap();
+    initialize(&mut c, json!({}));
+    signal(hub.pid(), "KILL");
+    assert!(hub.wait_exit(WAIT).is_some(), "the hub survived SIGKILL");
+    assert_eq!(c.wait_closed(WAIT), Some(1001), "told by the bridge");
 }

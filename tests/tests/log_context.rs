@@ -12,7 +12,8 @@ use zcode_tests::{Bridge, Home, TEST_TOKEN, demo_agent, prompt};
 fn a_relay_its_client_breaks_is_logged_under_the_clients_address_and_the_instance() {
     let home = Home::new();
     // Debug: how every relay ends is logged then (a broken one at the default level too).
-    let hub = Hub::start(&home, &[("ZCODE_ACP_DEBUG", "1")]);
+    // Relayed, not handed to the bridge (whose own lines name the client by its number).
+    let hub = Hub::start(&home, &[("ZCODE_ACP_DEBUG", "1"), ("ZCODE_ACP_TEST_NO_HANDOFF", "1")]);
     let b = Bridge::start_env(&home, &demo_agent(0), &[("ZCODE_ACP_HEARTBEAT_MS", "200")]);
     let id = b.id();
     wait_instances(hub.port, "the bridge to register", |l| listed(l, &id));

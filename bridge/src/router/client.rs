@@ -75,6 +75,8 @@ struct Queue {
     gone: bool,
     /// The router dropped the client at once (not reading, shutdown): see [`Outbox::kill`].
     killed: bool,
+    /// Killed by a [`Killer`] with this close code (not the router's 1001).
+    cut: Option<u16>,
 }
 
 impl Shared {
@@ -154,9 +156,34 @@ impl Outbox {
     /// cancellation token per client: a token is a tree node (~128 B) and a waiter in the
     /// task, for each of thousands of idle clients.
     pub fn kill(&self) {
+        self.shared.kill(None);
+    }
+
+    /// A handle that ends the connection like [`Outbox::kill`], with a close code of its
+    /// own: how a handed-over client is cut when its hub says so ([`crate::handoff`]).
+    pub fn killer(&self) -> Killer {
+        Killer { shared: self.shared.clone() }
+    }
+}
+
+/// Ends one client's connection with a close code (see [`Outbox::killer`]).
+pub struct Killer {
+    shared: Arc<Shared>,
+}
+
+impl Killer {
+    /// Ends the connection now, its close frame carrying `code`.
+    pub fn kill_with(&self, code: u16) {
+        self.shared.kill(Some(code));
+    }
+}
+
+impl Shared {
+    fn kill(&self, cut: Option<u16>) {
         let waker = {
-            let mut q = self.shared.lock();
+            let mut q = self.lock();
             q.killed = true;
+            q.cut = q.cut.or(cut);
             q.waker.take()
         };
         if let Some(w) = waker {
@@ -223,6 +250,11 @@ impl OutboxReader {
             q.waker = Some(cx.waker().clone());
         }
         Poll::Pending
+    }
+
+    /// The close code a [`Killer`] ended the connection with, if one did.
+    pub fn cut_code(&self) -> Option<u16> {
+        self.shared.lock().cut
     }
 
     /// The next message if one is queued now (a writer batching what piled up).

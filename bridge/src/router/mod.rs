@@ -32,7 +32,7 @@ mod watch;
 
 pub use agent::{AgentHealth, AgentSpec};
 pub use answers::AnswerReply;
-pub use client::{ClientId, ClientKind, EDITOR, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
+pub use client::{ClientId, ClientKind, EDITOR, Killer, Outbox, OutboxReader, REMOTE_QUEUE_LIMIT};
 pub use glance::{Glance, PendingRow, TurnRow};
 pub use hooks::HookReport;
 pub use lifecycle::{Lifecycle, LifecycleReply};

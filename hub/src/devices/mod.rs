@@ -25,6 +25,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use zcode_shared::handoff::Which;
 use zcode_shared::store::devices::DeviceRow;
 
 /// How long a pairing code works.
@@ -339,15 +340,31 @@ pub fn hold(hub: &Hub, conn: u64, who: &Principal) {
 /// a revocation's cut.
 pub fn recheck(hub: &Hub, cred: &Credential) {
     if !hub.devices.valid(hub, cred) {
-        cut(hub, |c| c == cred);
+        match cred {
+            Credential::Device(id) => cut(hub, Which::Device(id.clone())),
+            // Rotated past it: every older one goes.
+            Credential::Machine(_) => cut(hub, Which::MachineBelow(hub.auth.token.generation())),
+        }
     }
 }
 
-/// Closes every connection and relay of a credential `which` matches.
-fn cut(hub: &Hub, which: impl Fn(&Credential) -> bool) {
-    let relays = hub.devices.holds.cut(which);
+/// Closes every connection and relay of the credentials `which` names, and tells the bridges
+/// to close the clients handed to them with them (1008).
+fn cut(hub: &Hub, which: Which) {
+    // The hub's own connections and relays are all this hub's (any hub number does).
+    let takes = |c: &Credential| which.takes(&handed_cred(c), 0);
+    let relays = hub.devices.holds.cut(takes);
     if !relays.is_empty() {
         hub.bridges.relay.end(relays);
+    }
+    hub.bridges.handoff.cut(which, 1008, "credential revoked");
+}
+
+/// `cred` as a hand-over names it.
+pub fn handed_cred(cred: &Credential) -> zcode_shared::handoff::Cred {
+    match cred {
+        Credential::Machine(g) => zcode_shared::handoff::Cred::Machine(*g),
+        Credential::Device(id) => zcode_shared::handoff::Cred::Device(id.clone()),
     }
 }
 
@@ -356,7 +373,7 @@ fn cut(hub: &Hub, which: impl Fn(&Credential) -> bool) {
 pub fn after_rotation(hub: &Hub) {
     let now = hub.auth.token.generation();
     if hub.devices.cut_generation.fetch_max(now, Ordering::AcqRel) < now {
-        cut(hub, |c| matches!(c, Credential::Machine(g) if *g < now));
+        cut(hub, Which::MachineBelow(now));
     }
 }
 
@@ -414,8 +431,7 @@ pub async fn revoke(hub: &Hub, id: &str) -> Result<Option<String>, String> {
     };
     let Some(endpoints) = endpoints else { return Ok(None) };
     hub.devices.drop_access(id);
-    let cred = Credential::Device(id.to_owned());
-    cut(hub, |c| *c == cred);
+    cut(hub, Which::Device(id.to_owned()));
     for endpoint in endpoints {
         if let Err(e) = hub.account.push.unsubscribe(&endpoint).await {
             tracing::warn!("cannot remove a revoked device's push subscription: {e}");

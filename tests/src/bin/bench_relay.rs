@@ -112,6 +112,8 @@ struct Row {
     /// Per round: (round trips/s, relay CPU µs per relayed message, user share of it).
     rounds: Vec<(f64, Option<(f64, f64)>)>,
     idle_kib: Option<f64>,
+    /// The bridge's memory per idle connection (KiB): where a handed-over client lives.
+    idle_bridge_kib: Option<f64>,
     held: Option<(f64, f64)>,
     /// The bursts, one per turn.
     bursts: Vec<Burst>,
@@ -220,8 +222,9 @@ fn main() {
     for ((t, row), ws) in targets.iter().zip(&mut rows).zip(&mut conns) {
         if let Some(pid) = t.pid.filter(|_| idle_too) {
             eprintln!("bench-relay: {IDLE} idle connections, {IN_FLIGHT} opening at once: {} …", t.name);
-            let (kib, held, opened) = idle(t, pid, ws);
+            let ((kib, bridge_kib), held, opened) = idle(t, pid, ws);
             (row.idle_kib, row.held, row.opened) = (Some(kib), Some(held), Some(opened));
+            row.idle_bridge_kib = Some(bridge_kib);
         }
     }
     // BENCH_ONE=0 skips the opens one at a time.
@@ -462,11 +465,12 @@ fn busy(t: &Target) -> (f64, Option<(f64, f64)>) {
 }
 
 /// Opens [`IDLE`] connections, [`IN_FLIGHT`] at a time (each does `initialize`), and holds
-/// them: (relay KiB per idle connection, (p50, p99) µs of 64 B round trips on `ws` while they
-/// are held, (seconds the opening took, failed opens)).
-fn idle(t: &Target, pid: u32, ws: &mut Ws) -> (f64, (f64, f64), (f64, usize)) {
+/// them: (relay and bridge KiB per idle connection, (p50, p99) µs of 64 B round trips on `ws`
+/// while they are held, (seconds the opening took, failed opens)).
+fn idle(t: &Target, pid: u32, ws: &mut Ws) -> ((f64, f64), (f64, f64), (f64, usize)) {
     std::thread::sleep(Duration::from_millis(500));
     let before = rss_kib(pid);
+    let bridge_before = rss_kib(t.bridge_pid);
     let (held, failed, took) = open_many(t, IDLE, IN_FLIGHT);
     eprintln!("bench-relay: {} opened, {failed} failed, in {took:?}", held.len());
     let count = held.len().max(1);
@@ -477,12 +481,14 @@ fn idle(t: &Target, pid: u32, ws: &mut Ws) -> (f64, (f64, f64), (f64, usize)) {
     };
     std::thread::sleep(Duration::from_secs(1));
     let after = rss_kib(pid);
+    let bridge_after = rss_kib(t.bridge_pid);
     let latency = percentiles(ws, 64, 200, 3000);
     stop.store(true, Ordering::Relaxed);
     drop(holder.join());
     // Let the relay close its legs before the next target.
     std::thread::sleep(Duration::from_secs(2));
-    ((after - before) / count as f64, latency, (took.as_secs_f64(), failed))
+    let per = |a: f64, b: f64| (a - b) / count as f64;
+    ((per(after, before), per(bridge_after, bridge_before)), latency, (took.as_secs_f64(), failed))
 }
 
 /// Keeps idle connections open, answering the relay's pings, until `stop`.
@@ -700,6 +706,10 @@ fn print_table(targets: &[Target], rows: &[Row]) {
     line(
         &format!("relay memory per idle connection, {IDLE} held (KiB)"),
         rows.iter().map(|r| opt(r.idle_kib.map(|k| format!("{k:.1}")))).collect(),
+    );
+    line(
+        &format!("the bridge's memory per idle connection behind it, {IDLE} held (KiB)"),
+        rows.iter().map(|r| opt(r.idle_bridge_kib.map(|k| format!("{k:.1}")))).collect(),
     );
     line(
         &format!("64 B round trip p50 / p99 with {IDLE} idle held (µs)"),

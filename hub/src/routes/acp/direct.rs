@@ -18,7 +18,7 @@ use crate::http::{self, Resp};
 use http_body_util::BodyExt;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{StatusCode, Uri};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -73,29 +73,38 @@ fn parse(bytes: &[u8]) -> Option<Head> {
 }
 
 /// Answers the upgrade `head` peeked at the start of `stream` (accepted from `peer`, in the
-/// pre-auth pool as `slot`): a refusal, or the 101 and the relay.
-pub async fn serve(stream: TcpStream, head: Head, peer: SocketAddr, hub: Arc<Hub>, slot: Arc<Slot>) {
+/// pre-auth pool as `slot`): a refusal, or the client's socket handed to its bridge, or the
+/// 101 and the relay.
+pub async fn serve(mut stream: TcpStream, head: Head, peer: SocketAddr, hub: Arc<Hub>, slot: Arc<Slot>) {
     let Head { len, uri, headers } = head;
-    let opened = async {
-        let addr = auth::client_addr(&headers, peer, hub.cfg.remote.client_address_header.as_deref());
-        let token = auth::presented(&headers, &uri);
-        let who =
-            crate::devices::authenticate(&hub, token.as_deref(), addr).await.map_err(|r| r.response())?;
-        crate::routes::admit(&slot).map_err(|full| *full)?;
-        let dialed = super::dial(&headers, &uri, &hub, &who).await?;
-        Ok::<_, Resp>((who, dialed))
-    };
-    tokio::pin!(opened);
-    let opened = tokio::select! {
-        biased;
-        r = &mut opened => r,
-        () = slot.evicted.cancelled() => return,
-        // Like hyper's graceful shutdown: an open on its way is answered (a restart's relays
-        // then close with 1012, and the client reconnects to the successor), never dropped.
-        () = hub.life.shutdown.cancelled() => match tokio::time::timeout(SHUTDOWN_GRACE, opened).await {
-            Ok(r) => r,
-            Err(_) => return,
-        },
+    // Answered here whatever comes: the head (only peeked so far, all in) is read off now, so
+    // that what the client sends after it is its bridge's.
+    if let Err(e) = stream.read_exact(&mut vec![0u8; len]).await {
+        return tracing::debug!("the upgrade head could not be read again: {e}");
+    }
+    // In a block of its own: the future borrows the socket, which is moved on below.
+    let opened = {
+        let opened = async {
+            let addr = auth::client_addr(&headers, peer, hub.cfg.remote.client_address_header.as_deref());
+            let token = auth::presented(&headers, &uri);
+            let who =
+                crate::devices::authenticate(&hub, token.as_deref(), addr).await.map_err(|r| r.response())?;
+            crate::routes::admit(&slot).map_err(|full| *full)?;
+            let way = super::open(&headers, &uri, &hub, &who, std::os::fd::AsFd::as_fd(&stream)).await?;
+            Ok::<_, Resp>((who, way))
+        };
+        tokio::pin!(opened);
+        tokio::select! {
+            biased;
+            r = &mut opened => r,
+            () = slot.evicted.cancelled() => return,
+            // Like hyper's graceful shutdown: an open on its way is answered (a restart's relays
+            // then close with 1012, and the client reconnects to the successor), never dropped.
+            () = hub.life.shutdown.cancelled() => match tokio::time::timeout(SHUTDOWN_GRACE, opened).await {
+                Ok(r) => r,
+                Err(_) => return,
+            },
+        }
     };
     let status = opened.as_ref().map_or_else(|r| r.status(), |_| StatusCode::SWITCHING_PROTOCOLS);
     if tracing::enabled!(tracing::Level::DEBUG) {
@@ -103,15 +112,16 @@ pub async fn serve(stream: TcpStream, head: Head, peer: SocketAddr, hub: Arc<Hub
         tracing::debug!(method = "GET", %uri, status = status.as_u16(), "request");
     }
     let (who, dialed) = match opened {
-        Ok(o) => o,
-        Err(refused) => return refuse(stream, len, refused).await,
+        Ok((who, super::Way::Dialed(dialed))) => (who, dialed),
+        Ok((who, super::Way::Handed)) => {
+            // Ours no more (the bridge holds the socket). Revoked while it was handed over: the
+            // bridge is told to cut it, after the hand-over it has (one queue, in order).
+            drop(stream);
+            return crate::devices::recheck(&hub, &who.credential);
+        }
+        Err(refused) => return refuse(stream, refused).await,
     };
     let Ok(client) = stream.into_std() else { return };
-    // Only peeked so far: read off now, exactly (it is all in), so that what the client sent
-    // after it is the relay's.
-    if !take(&client, len) {
-        return;
-    }
     let answer = super::switching_head(&dialed);
     // A fresh connection's send buffer takes it whole (it is a few hundred bytes, and nothing
     // else was written to it); one that does not is not relayed (its client retries).
@@ -123,22 +133,25 @@ pub async fn serve(stream: TcpStream, head: Head, peer: SocketAddr, hub: Arc<Hub
     super::start(&hub, client, Vec::new(), dialed, slot.id, peer, who.credential);
 }
 
-/// Reads exactly `len` bytes (already in the socket: they were peeked) off `client`.
-fn take(mut client: &std::net::TcpStream, len: usize) -> bool {
-    let read = client.read_exact(&mut vec![0u8; len]);
-    if let Err(e) = &read {
-        tracing::debug!("the upgrade head could not be read again: {e}");
-    }
-    read.is_ok()
+/// The 503 a bridge writes for the hub when it serves as many handed-over clients as it may
+/// (as [`refuse`] would write the hub's own).
+pub fn busy() -> &'static str {
+    static BUSY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BUSY.get_or_init(|| {
+        let body = "too many connections";
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        http::cors(&mut h);
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        let mut out = http::head_bytes("HTTP/1.1 503 Service Unavailable", &h);
+        out.extend_from_slice(body.as_bytes());
+        String::from_utf8_lossy(&out).into_owned()
+    })
 }
 
-/// Writes `resp` (with the CORS headers) after reading the `len` bytes of the head, then
-/// closes the connection (closing with unread bytes would reset it, losing the answer).
-async fn refuse(mut stream: TcpStream, len: usize, resp: Resp) {
-    let mut head = vec![0u8; len];
-    if stream.read_exact(&mut head).await.is_err() {
-        return;
-    }
+/// Writes `resp` (with the CORS headers; the head was read off), then closes the connection.
+async fn refuse(mut stream: TcpStream, resp: Resp) {
     let (mut parts, body) = resp.into_parts();
     http::cors(&mut parts.headers);
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();

@@ -96,6 +96,88 @@ pub async fn dial(headers: &HeaderMap, uri: &Uri, hub: &Arc<Hub>, who: &Principa
     Ok(Dialed { accept, offered, bridge, guard, instance: id })
 }
 
+/// How an upgrade the front door answers itself ([`direct`]) went on.
+pub enum Way {
+    /// The client's socket is the bridge's now: it answers the upgrade and serves it.
+    Handed,
+    /// Relayed: the bridge leg is open, the client's 101 and the relay are the caller's.
+    Dialed(Dialed),
+}
+
+/// Everything that can refuse the upgrade of `client` (its head read off), as [`dial`]; then
+/// the client's socket is handed to its bridge ([`crate::handoff`]), or, where that fails, the
+/// bridge is dialed for a relay.
+pub async fn open(
+    headers: &HeaderMap,
+    uri: &Uri,
+    hub: &Arc<Hub>,
+    who: &Principal,
+    client: std::os::fd::BorrowedFd<'_>,
+) -> Result<Way, Resp> {
+    // A bridge's queue holds only `net.unix.max_dgram_qlen` hand-overs (10 on many systems):
+    // in a burst the hub waits for it to take them, a millisecond at a time, before it
+    // relays instead.
+    for _ in 0..HAND_OVER_TRIES {
+        match hand_over(headers, uri, hub, who, client).map_err(|refused| *refused)? {
+            Given::Yes => return Ok(Way::Handed),
+            Given::Full => tokio::time::sleep(std::time::Duration::from_millis(1)).await,
+            Given::No => break,
+        }
+    }
+    dial(headers, uri, hub, who).await.map(Way::Dialed)
+}
+
+/// How many times a hand-over is tried while its bridge's queue is full.
+const HAND_OVER_TRIES: usize = 50;
+
+/// Whether the bridge took a hand-over.
+enum Given {
+    Yes,
+    /// Its queue is full: try again.
+    Full,
+    /// It takes none (gone, too old, hand-overs off).
+    No,
+}
+
+/// Hands `client` to its bridge; not taken, the socket is still ours (to relay).
+fn hand_over(
+    headers: &HeaderMap,
+    uri: &Uri,
+    hub: &Arc<Hub>,
+    who: &Principal,
+    client: std::os::fd::BorrowedFd<'_>,
+) -> Result<Given, Box<Resp>> {
+    let Some(accept) = accept_key(headers) else {
+        return Err(Box::new(text(StatusCode::BAD_REQUEST, "a WebSocket upgrade (version 13) is required")));
+    };
+    let id = query_param(uri, "instance").unwrap_or_default();
+    let Some(port) = hub.bridges.registry().port_of(&id, Instant::now()) else {
+        return Err(Box::new(text(StatusCode::NOT_FOUND, "unknown instance")));
+    };
+    let offered = auth::subprotocols(headers).any(|p| p == auth::SUBPROTOCOL);
+    let answer = crate::http::head_bytes("HTTP/1.1 101 Switching Protocols", &switching(accept, offered));
+    let handoff = &hub.bridges.handoff;
+    let msg = zcode_shared::handoff::Client {
+        token: hub.auth.token.token(),
+        scope: who.scope().as_str().to_owned(),
+        device: who.device_id().to_owned(),
+        cred: crate::devices::handed_cred(&who.credential),
+        hub: handoff.id(),
+        answer: String::from_utf8_lossy(&answer).into_owned(),
+        cap: max_relays(),
+        busy: direct::busy().to_owned(),
+        ping_ms: u64::try_from(handoff.ping().as_millis()).unwrap_or(u64::MAX),
+    };
+    match handoff.give(port, client, msg) {
+        Ok(()) => Ok(Given::Yes),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(Given::Full),
+        Err(e) => {
+            tracing::debug!(instance = %id, port, "relayed, not handed over: {e}");
+            Ok(Given::No)
+        }
+    }
+}
+
 /// Dials the bridge for `who`'s scope (which the bridge enforces), then accepts the client's
 /// upgrade and starts the relay (`conn`, `peer`: the client's connection, for the relay's log
 /// lines; `who`: whose credential it is, cut when that credential is revoked or rotated).
@@ -123,11 +205,17 @@ pub async fn upgrade(
 
 /// The headers of the 101 a relayed client gets, whichever way it came in.
 fn switching_headers(dialed: &Dialed) -> HeaderMap {
+    switching(dialed.accept.clone(), dialed.offered)
+}
+
+/// The headers of every 101 (relayed or handed over): the key's `accept`, and the `zcode-acp`
+/// subprotocol when the client `offered` it.
+fn switching(accept: HeaderValue, offered: bool) -> HeaderMap {
     let mut h = HeaderMap::with_capacity(4);
     h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    h.insert(header::SEC_WEBSOCKET_ACCEPT, dialed.accept.clone());
-    if dialed.offered {
+    h.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    if offered {
         h.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(auth::SUBPROTOCOL));
     }
     h
