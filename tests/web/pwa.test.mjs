@@ -454,6 +454,32 @@ describe('installable web app', { timeout: 120000 }, () => {
     await context.close();
   });
 
+  it('a renewed push subscription the hub could not take at first is sent again, without a reload', async () => {
+    const context = await browser.newContext({ viewport: PHONE });
+    await context.grantPermissions(['notifications']);
+    const seen = [];
+    await context.route('**/api/push/subscriptions', async (r) => {
+      const req = r.request();
+      seen.push(req.method());
+      // The first try meets a hub that cannot take it (busy, restarting).
+      if (seen.length === 1) return r.fulfill({ status: 503, body: 'busy' });
+      return r.fulfill({ status: 204, body: '' });
+    });
+    const page = await context.newPage();
+    await openControlled(page, `${stack.base}/#token=${stack.token}`);
+    const sw = await workerOf(context);
+    await sw.evaluate(([o, f]) => {
+      const e = new ExtendableEvent('pushsubscriptionchange');
+      Object.defineProperty(e, 'oldSubscription', { value: { endpoint: o, options: {} } });
+      Object.defineProperty(e, 'newSubscription', { value: { endpoint: f, toJSON: () => ({ endpoint: f, expirationTime: null, keys: { p256dh: 'B', auth: 'A' } }) } });
+      self.dispatchEvent(e);
+    }, ['https://push.example/was', 'https://push.example/is']);
+    await until('the renewal sent again', () => seen.filter((m) => m === 'POST').length >= 2);
+    await until('the old one removed', () => seen.includes('DELETE'));
+    await until('the kept renewal dropped', async () => !(await sw.evaluate(async () => Boolean(await (await caches.open('zcode-acp-state')).match('/push-renewed')))));
+    await context.close();
+  });
+
   it('counts what waits in the tab title and the app badge', async () => {
     const ed = await stack.bridge();
     const sid = await ed.newSession(stack.project);

@@ -213,7 +213,9 @@ const TURN_END_KEY = 'zcode-acp.notifyTurnEnd';
  * `note.machine`: another machine's registration renewed it, so that machine's hub.
  */
 const sending = new Map();
-async function sendRenewed(note) {
+/** After a renewal could not be sent (the hub unreachable, busy): the waits before each next try. */
+const RENEW_RETRY_MS = [2000, 5000, 15000, 60000];
+async function sendRenewed(note, tries = 0) {
   const id = note && typeof note.machine === 'string' ? note.machine : '';
   if (sending.has(id)) return sending.get(id);
   const kept = id ? `/push-renewed/${encodeURIComponent(id)}` : '/push-renewed';
@@ -231,7 +233,11 @@ async function sendRenewed(note) {
       const state = await caches.open('zcode-acp-state');
       await state.delete(kept);
     } catch (e) {
-      console.warn('the renewed push subscription could not be sent to the hub yet', e && e.message);
+      // Kept (the worker's copy stays until it is sent) and tried again, later each time: a
+      // renewal lost here would leave this device without notifications until it next opened.
+      const wait = RENEW_RETRY_MS[Math.min(tries, RENEW_RETRY_MS.length - 1)];
+      console.warn(`the renewed push subscription could not be sent to the hub yet (again in ${wait / 1000} s)`, e && e.message);
+      setTimeout(() => sendRenewed(note, tries + 1), wait);
     } finally {
       sending.delete(id);
     }
