@@ -23,7 +23,7 @@ use zcode_shared::scope::Scope;
 
 /// The handed-over clients, by a number of their own (see the module docs).
 #[derive(Default)]
-pub struct Handed {
+struct Handed {
     inner: Mutex<Inner>,
 }
 

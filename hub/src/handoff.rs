@@ -9,7 +9,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 use std::time::Duration;
-use zcode_shared::handoff::{Client, Cut, Message, Sender, Which, socket_path};
+use zcode_shared::handoff::{Cut, Message, Sender, Which, socket_path};
 
 /// The hub's hand-over state.
 pub struct Handoff {
@@ -45,11 +45,11 @@ impl Handoff {
         self.ping
     }
 
-    /// Passes `client` (the socket, its request head read off) to the bridge on loopback
-    /// `port`. `Err`: the bridge did not take it, and the socket is still only ours.
-    pub fn give(&self, port: u16, client: BorrowedFd<'_>, msg: Client) -> io::Result<()> {
+    /// Passes `client` (the socket, its request head read off) with `msg` (a
+    /// [`Message::Client`]) to the bridge on loopback `port`. `Err`: the bridge did not take it, and the socket is still only ours.
+    pub fn give(&self, port: u16, client: BorrowedFd<'_>, msg: &Message) -> io::Result<()> {
         let Some(sender) = &self.sender else { return Err(io::Error::other("hand-overs are off")) };
-        sender.send(&socket_path(&self.run_dir, port), &Message::Client(Box::new(msg)), Some(client))
+        sender.send(&socket_path(&self.run_dir, port), msg, Some(client))
     }
 
     /// Tells every bridge of this home (every hand-over socket in the run directory, whether

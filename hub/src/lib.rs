@@ -249,15 +249,15 @@ pub async fn run(listener: TcpListener, cfg: Config, shutdown: CancellationToken
     hub.life.tracker.spawn(daemon::housekeeping(hub.clone(), port_file.clone()));
     server::serve(listener, hub.clone()).await;
     let restarting = hub.life.upgrade.restarting();
-    match restarting {
-        true => hub.bridges.relay.restart(),
-        false => hub.bridges.relay.shutdown(),
-    }
-    // The clients handed to bridges are told the same as the relayed ones.
-    match restarting {
-        true => hub.bridges.handoff.cut(Which::Hub(hub.bridges.handoff.id()), 1012, "service restart"),
-        false => hub.bridges.handoff.cut(Which::Hub(hub.bridges.handoff.id()), 1001, "hub shutting down"),
-    }
+    // The clients handed to bridges are told what the relayed ones are.
+    let (code, reason) = if restarting {
+        hub.bridges.relay.restart();
+        (1012, "service restart")
+    } else {
+        hub.bridges.relay.shutdown();
+        (1001, "hub shutting down")
+    };
+    hub.bridges.handoff.cut(Which::Hub(hub.bridges.handoff.id()), code, reason);
 
     hub.life.tracker.close();
     if tokio::time::timeout(SHUTDOWN_GRACE, hub.life.tracker.wait()).await.is_err() {

@@ -21,7 +21,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// The largest packet (a hand-over is a few hundred bytes).
-pub const MAX_DATAGRAM: usize = 8 * 1024;
+pub const MAX_PACKET: usize = 8 * 1024;
 
 /// Where the bridge on loopback `port` takes hand-overs.
 pub fn socket_path(run_dir: &Path, port: u16) -> PathBuf {
@@ -103,7 +103,7 @@ pub struct Client {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Message {
-    /// A client (its socket in the datagram's `SCM_RIGHTS`).
+    /// A client (its socket in the packet's `SCM_RIGHTS`).
     Client(Box<Client>),
     /// Close handed-over clients.
     Cut(Cut),
@@ -199,18 +199,12 @@ pub fn bind(path: &Path) -> io::Result<OwnedFd> {
     Ok(listener)
 }
 
-/// Accepts a hub's connection on `listener` (non-blocking).
-pub fn accept(listener: impl AsFd) -> io::Result<OwnedFd> {
-    use rustix::net::SocketFlags;
-    Ok(rustix::net::accept_with(listener, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC)?)
-}
-
 /// Takes one packet off connection `conn`: its message and the socket that came with it. A
 /// packet that does not parse is `InvalidData` (any socket that came with it is closed); the
 /// hub's end closed, `UnexpectedEof`.
 pub fn recv(conn: impl AsFd) -> io::Result<(Message, Option<OwnedFd>)> {
     use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
-    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut buf = vec![0u8; MAX_PACKET];
     let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut iov = [io::IoSliceMut::new(&mut buf)];
@@ -240,6 +234,12 @@ pub fn recv(conn: impl AsFd) -> io::Result<(Message, Option<OwnedFd>)> {
 mod tests {
     use super::*;
     use std::io::{Read, Write};
+
+    /// A hub's connection on `listener` (the bridge takes them with tokio's `accept`).
+    fn accept(listener: impl AsFd) -> io::Result<OwnedFd> {
+        use rustix::net::SocketFlags;
+        Ok(rustix::net::accept_with(listener, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC)?)
+    }
 
     #[test]
     fn a_socket_and_its_message_arrive_together_and_a_cut_alone() {

@@ -20,6 +20,15 @@ use zcode_tests::{
 /// The hub relays every client instead of handing it to its bridge (the relay's own tests).
 const NO_HANDOFF: (&str, &str) = ("ZCODE_ACP_TEST_NO_HANDOFF", "1");
 
+/// A hub, a demo-agent bridge registered with it, and a client through the hub that did
+/// `initialize`.
+fn one_client(home: &Home) -> (Hub, Bridge, Peer) {
+    let (hub, b) = hub_and_bridge(home, &[]);
+    let mut c = hub.connect(&b.id()).expect("the hub takes the WebSocket");
+    initialize(&mut c, json!({}));
+    (hub, b, c)
+}
+
 /// A hub and a demo-agent bridge registered with it.
 fn hub_and_bridge(home: &Home, hub_env: &[(&str, &str)]) -> (Hub, Bridge) {
     let hub = Hub::start(home, hub_env);
@@ -97,9 +106,7 @@ fn the_hubs_socket_to_a_relayed_client_has_a_bounded_send_buffer() {
     // copied by the kernel to every accepted socket, or set per relay. Autotuned (4 MiB on the
     // loopback), a slow phone left the relay unwritable for tens of seconds.
     let home = Home::new();
-    let (hub, b) = hub_and_bridge(&home, &[]);
-    let mut c = hub.connect(&b.id()).unwrap();
-    initialize(&mut c, json!({}));
+    let (hub, _b, _c) = one_client(&home);
     let out = std::process::Command::new("ss")
         .args(["-tmnH", &format!("sport = :{}", hub.port)])
         .output()
@@ -355,9 +362,7 @@ fn socket_owners(port: u16, peer_port: u16) -> Vec<u32> {
 #[test]
 fn a_killed_bridge_ends_its_handed_over_clients_at_once() {
     let home = Home::new();
-    let (hub, b) = hub_and_bridge(&home, &[]);
-    let mut c = hub.connect(&b.id()).unwrap();
-    initialize(&mut c, json!({}));
+    let (hub, b, mut c) = one_client(&home);
     kill9(b.editor.pid());
     // The connection was the bridge's: it ends with the process (no close frame: nobody is
     // left to send one), and the client reconnects as it does after any drop.
@@ -394,9 +399,7 @@ fn a_killed_bridge_closes_its_relayed_clients_with_1011_and_leaves_the_listing()
 #[test]
 fn a_message_over_32_mib_closes_the_client_with_1009() {
     let home = Home::new();
-    let (hub, b) = hub_and_bridge(&home, &[]);
-    let mut c = hub.connect(&b.id()).unwrap();
-    initialize(&mut c, json!({}));
+    let (hub, b, mut c) = one_client(&home);
     c.send_fragmented(33 << 20);
     assert_eq!(c.wait_closed(Duration::from_secs(20)), Some(1009));
     // The bridge and the relay are fine for everyone else.
@@ -407,9 +410,7 @@ fn a_message_over_32_mib_closes_the_client_with_1009() {
 #[test]
 fn sigterm_closes_relays_with_1001_and_exits() {
     let home = Home::new();
-    let (mut hub, b) = hub_and_bridge(&home, &[]);
-    let mut c = hub.connect(&b.id()).unwrap();
-    initialize(&mut c, json!({}));
+    let (mut hub, _b, mut c) = one_client(&home);
     signal(hub.pid(), "TERM");
     assert_eq!(c.wait_closed(WAIT), Some(1001));
     let status = hub.wait_exit(WAIT).expect("the hub exited");
@@ -857,9 +858,7 @@ fn a_killed_hubs_handed_over_clients_are_closed_by_their_bridge() {
     // A connection must not outlive the hub that checked its credential (a revocation needs a
     // hub to be heard): the bridge closes a hub's clients when that hub's connection ends.
     let home = Home::new();
-    let (mut hub, b) = hub_and_bridge(&home, &[]);
-    let mut c = hub.connect(&b.id()).unwrap();
-    initialize(&mut c, json!({}));
+    let (mut hub, _b, mut c) = one_client(&home);
     signal(hub.pid(), "KILL");
     assert!(hub.wait_exit(WAIT).is_some(), "the hub survived SIGKILL");
     assert_eq!(c.wait_closed(WAIT), Some(1001), "told by the bridge");

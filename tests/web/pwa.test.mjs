@@ -73,6 +73,19 @@ async function installabilityErrors(page) {
   return installabilityErrors.map((e) => e.errorId);
 }
 
+/**
+ * Chromium never fires pushsubscriptionchange (nor can its push service be reached here): the
+ * event is dispatched in the real worker `sw` with stand-ins for the two subscriptions.
+ */
+function renewSubscription(sw, old, fresh) {
+  return sw.evaluate(([o, f]) => {
+    const e = new ExtendableEvent('pushsubscriptionchange');
+    Object.defineProperty(e, 'oldSubscription', { value: { endpoint: o, options: {} } });
+    Object.defineProperty(e, 'newSubscription', { value: { endpoint: f, toJSON: () => ({ endpoint: f, expirationTime: null, keys: { p256dh: 'BNEW', auth: 'ANEW' } }) } });
+    self.dispatchEvent(e);
+  }, [old, fresh]);
+}
+
 describe('installable web app', { timeout: 120000 }, () => {
   let stack; let browser;
 
@@ -423,14 +436,7 @@ describe('installable web app', { timeout: 120000 }, () => {
     await openControlled(page, `${stack.base}/#token=${stack.token}`);
     await page.evaluate(() => localStorage.setItem('zcode-acp.notifyTurnEnd', '1'));
     const sw = await workerOf(context);
-    // Chromium never fires pushsubscriptionchange (nor can its push service be reached here):
-    // the event is dispatched in the real worker with stand-ins for the two subscriptions.
-    const change = (old, fresh) => sw.evaluate(([o, f]) => {
-      const e = new ExtendableEvent('pushsubscriptionchange');
-      Object.defineProperty(e, 'oldSubscription', { value: { endpoint: o, options: {} } });
-      Object.defineProperty(e, 'newSubscription', { value: { endpoint: f, toJSON: () => ({ endpoint: f, expirationTime: null, keys: { p256dh: 'BNEW', auth: 'ANEW' } }) } });
-      self.dispatchEvent(e);
-    }, [old, fresh]);
+    const change = (old, fresh) => renewSubscription(sw, old, fresh);
     await change('https://push.example/old', 'https://push.example/new');
     const bearer = `Bearer ${stack.token}`;
     await until('the renewal sent to the hub', () => seen.length >= 2);
@@ -468,12 +474,7 @@ describe('installable web app', { timeout: 120000 }, () => {
     const page = await context.newPage();
     await openControlled(page, `${stack.base}/#token=${stack.token}`);
     const sw = await workerOf(context);
-    await sw.evaluate(([o, f]) => {
-      const e = new ExtendableEvent('pushsubscriptionchange');
-      Object.defineProperty(e, 'oldSubscription', { value: { endpoint: o, options: {} } });
-      Object.defineProperty(e, 'newSubscription', { value: { endpoint: f, toJSON: () => ({ endpoint: f, expirationTime: null, keys: { p256dh: 'B', auth: 'A' } }) } });
-      self.dispatchEvent(e);
-    }, ['https://push.example/was', 'https://push.example/is']);
+    await renewSubscription(sw, 'https://push.example/was', 'https://push.example/is');
     await until('the renewal sent again', () => seen.filter((m) => m === 'POST').length >= 2);
     await until('the old one removed', () => seen.includes('DELETE'));
     await until('the kept renewal dropped', async () => !(await sw.evaluate(async () => Boolean(await (await caches.open('zcode-acp-state')).match('/push-renewed')))));

@@ -138,31 +138,31 @@ pub async fn serve(mut stream: TcpStream, head: Head, peer: SocketAddr, hub: Arc
 pub fn busy() -> &'static str {
     static BUSY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     BUSY.get_or_init(|| {
-        let body = "too many connections";
-        let mut h = HeaderMap::new();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-        http::cors(&mut h);
-        h.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
-        let mut out = http::head_bytes("HTTP/1.1 503 Service Unavailable", &h);
-        out.extend_from_slice(body.as_bytes());
-        String::from_utf8_lossy(&out).into_owned()
+        const BODY: &str = "too many connections";
+        let (parts, _) = http::text(StatusCode::SERVICE_UNAVAILABLE, BODY).into_parts();
+        String::from_utf8_lossy(&written(parts, BODY.as_bytes())).into_owned()
     })
 }
 
 /// Writes `resp` (with the CORS headers; the head was read off), then closes the connection.
 async fn refuse(mut stream: TcpStream, resp: Resp) {
-    let (mut parts, body) = resp.into_parts();
-    http::cors(&mut parts.headers);
+    let (parts, body) = resp.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let _ = stream.write_all(&written(parts, &body)).await;
+    let _ = stream.shutdown().await;
+}
+
+/// A refusal as written on the wire: its head with the CORS headers, its length and
+/// `Connection: close`, then `body`.
+fn written(mut parts: hyper::http::response::Parts, body: &[u8]) -> Vec<u8> {
+    http::cors(&mut parts.headers);
     parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     parts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     let status = parts.status;
     let first = format!("HTTP/1.1 {} {}", status.as_u16(), status.canonical_reason().unwrap_or(""));
     let mut out = http::head_bytes(&first, &parts.headers);
-    out.extend_from_slice(&body);
-    let _ = stream.write_all(&out).await;
-    let _ = stream.shutdown().await;
+    out.extend_from_slice(body);
+    out
 }
 
 #[cfg(test)]

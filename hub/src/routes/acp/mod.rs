@@ -114,39 +114,36 @@ pub async fn open(
     who: &Principal,
     client: std::os::fd::BorrowedFd<'_>,
 ) -> Result<Way, Resp> {
-    // A bridge's queue holds only `net.unix.max_dgram_qlen` hand-overs (10 on many systems):
-    // in a burst the hub waits for it to take them, a millisecond at a time, before it
-    // relays instead.
+    let (port, msg) = hand_over(headers, uri, hub, who).map_err(|refused| *refused)?;
+    // A bridge's connection holds as many hand-overs as its send buffer does: in a burst the
+    // hub waits for the bridge to take them, a millisecond at a time, before it relays instead.
+    let handoff = &hub.bridges.handoff;
     for _ in 0..HAND_OVER_TRIES {
-        match hand_over(headers, uri, hub, who, client).map_err(|refused| *refused)? {
-            Given::Yes => return Ok(Way::Handed),
-            Given::Full => tokio::time::sleep(std::time::Duration::from_millis(1)).await,
-            Given::No => break,
+        match handoff.give(port, client, &msg) {
+            Ok(()) => return Ok(Way::Handed),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            Err(e) => {
+                tracing::debug!(port, "relayed, not handed over: {e}");
+                break;
+            }
         }
     }
     dial(headers, uri, hub, who).await.map(Way::Dialed)
 }
 
-/// How many times a hand-over is tried while its bridge's queue is full.
+/// How many times a hand-over is tried while its bridge's connection is full.
 const HAND_OVER_TRIES: usize = 50;
 
-/// Whether the bridge took a hand-over.
-enum Given {
-    Yes,
-    /// Its queue is full: try again.
-    Full,
-    /// It takes none (gone, too old, hand-overs off).
-    No,
-}
-
-/// Hands `client` to its bridge; not taken, the socket is still ours (to relay).
+/// The bridge's port and the hand-over to send it, or the refusal (400, 404) [`dial`] would
+/// give.
 fn hand_over(
     headers: &HeaderMap,
     uri: &Uri,
     hub: &Arc<Hub>,
     who: &Principal,
-    client: std::os::fd::BorrowedFd<'_>,
-) -> Result<Given, Box<Resp>> {
+) -> Result<(u16, zcode_shared::handoff::Message), Box<Resp>> {
     let Some(accept) = accept_key(headers) else {
         return Err(Box::new(text(StatusCode::BAD_REQUEST, "a WebSocket upgrade (version 13) is required")));
     };
@@ -168,14 +165,7 @@ fn hand_over(
         busy: direct::busy().to_owned(),
         ping_ms: u64::try_from(handoff.ping().as_millis()).unwrap_or(u64::MAX),
     };
-    match handoff.give(port, client, msg) {
-        Ok(()) => Ok(Given::Yes),
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(Given::Full),
-        Err(e) => {
-            tracing::debug!(instance = %id, port, "relayed, not handed over: {e}");
-            Ok(Given::No)
-        }
-    }
+    Ok((port, zcode_shared::handoff::Message::Client(Box::new(msg))))
 }
 
 /// Dials the bridge for `who`'s scope (which the bridge enforces), then accepts the client's
