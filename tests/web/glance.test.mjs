@@ -49,6 +49,9 @@ describe('home: inbox, board, idle serve bridges', () => {
         await page.locator(`#board li[data-run-session="${sid}"][data-status="waiting"]`).waitFor({ state: 'detached' });
         await page.locator('#board details summary').click();
         await page.locator(`#board .board-recent li[data-run-session="${sid}"]`).first().waitFor();
+        // Opened stays open while the board is drawn again (another turn ends meanwhile).
+        await ed.prompt(sid, 'one more turn');
+        await page.locator('#board .board-recent li', { hasText: 'one more turn' }).waitFor();
         await looksRight(page, 'glance-board-recent', { fullPage: true });
       }
       await page.close();

@@ -39,6 +39,10 @@ export function boardSection(app, others = { runs: () => ({ active: [], recent: 
   let stopped = false;
   let shown = '';
   let last = null;
+  // Whether the person opened "Recent turns": kept here, across redraws (read off the old
+  // node it was always false, the node being cleared first, and a click that landed on a node
+  // just replaced was lost too).
+  let recentOpen = false;
 
   /** Shows `o`, the body of `GET /api/workflow-overview` (the home screen reads it in `/api/home`). */
   function show(o) {
@@ -88,8 +92,7 @@ export function boardSection(app, others = { runs: () => ({ active: [], recent: 
     }
     if (recent.length || more.recent.length) {
       // Open stays open across redraws (a person reading it).
-      const open = Boolean(node.querySelector('.board-recent[open]'));
-      node.append(h('details', { class: 'board-recent', open }, h('summary', { text: `Recent turns (${recent.length + more.recent.length})` }),
+      node.append(h('details', { class: 'board-recent', open: recentOpen, ontoggle: (e) => { recentOpen = e.currentTarget.open; } }, h('summary', { text: `Recent turns (${recent.length + more.recent.length})` }),
         h('ul', { class: 'rows' }, recent.map((r) => row(r, {
           cls: r.stopReason === 'end_turn' ? 'idle' : r.stopReason === 'error' ? 'failed' : 'warn',
           badge: String(r.stopReason || 'finished').replace(/_/g, ' '),
